@@ -1,0 +1,397 @@
+"""The ``p2smt`` command line: thin sub-commands over the Python API, rich tables or ``--json``."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from rich.console import Console
+from rich.table import Table
+
+from . import __version__
+from .errors import InternalError, P2Error
+
+EXIT_OK, EXIT_FAIL, EXIT_BAD_INPUT, EXIT_INTERNAL = 0, 1, 2, 3
+
+
+class _ArgumentParser(argparse.ArgumentParser):
+    """argparse that reports usage errors as one line with exit code 2."""
+
+    def error(self, message: str):  # type: ignore[override]
+        raise P2Error(f"{self.prog}: {message}")
+
+
+def int_list(text: str) -> tuple[int, ...]:
+    try:
+        values = tuple(int(v) for v in text.replace(" ", "").strip("[]()").split(",") if v != "")
+    except ValueError:
+        raise P2Error(f"expected comma-separated integers, got {text!r}") from None
+    if not values:
+        raise P2Error(f"expected comma-separated integers, got {text!r}")
+    return values
+
+
+def read_arg_text(value: str) -> tuple[str, str | None]:
+    """``@FILE`` reads a file (returns its text and name), anything else is the text itself."""
+    if value.startswith("@"):
+        path = Path(value[1:])
+        try:
+            return path.read_text(), str(path)
+        except OSError as err:
+            raise P2Error(f"cannot read {path}: {err.strerror}") from None
+    return value, None
+
+
+def emit(args: argparse.Namespace, payload: dict[str, Any], render: Callable[[Console], None]) -> None:
+    if getattr(args, "json", False):
+        print(json.dumps(payload, indent=2))
+    else:
+        render(Console(highlight=False, width=max(100, Console().width)))
+
+
+# ---------------------------------------------------------------- shared option groups
+
+
+def add_system(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--system", required=True, help="shipped system name or path to a YAML file")
+    p.add_argument("--nodes", type=int, help="re-instantiate the system with N nodes")
+
+
+def add_request(p: argparse.ArgumentParser, matrix_required: bool = False) -> None:
+    add_system(p)
+    p.add_argument("--axes", required=True, help="parallelism axes, e.g. 4,16")
+    p.add_argument("--reduce", required=True, help="reduction axes (indices), e.g. 0 or 0,2")
+    p.add_argument("--matrix", required=matrix_required, help="one parallelism matrix, e.g. '[[1,4],[4,4]]'")
+    p.add_argument("--hierarchy", default="d", choices=["a", "b", "c", "d"], help="synthesis hierarchy (P2.md §2)")
+    p.add_argument(
+        "--master-scope",
+        default="per-ancestor",
+        choices=["per-ancestor", "global"],
+        help="reading of Master(e'): one group per e' node (default) or only the first",
+    )
+
+
+def add_json(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--json", action="store_true", help="machine-readable output")
+
+
+def load(args: argparse.Namespace):
+    from .system import load_system
+
+    return load_system(args.system, args.nodes)
+
+
+def request(args: argparse.Namespace):
+    """(system, axes, reduction_axes, matrix or None) from the shared options."""
+    from .placement import parse_matrix
+
+    system = load(args)
+    axes = int_list(args.axes)
+    reduce = int_list(args.reduce)
+    matrix = parse_matrix(args.matrix) if args.matrix else None
+    return system, axes, reduce, matrix
+
+
+def one_hierarchy(args: argparse.Namespace):
+    """The placement and synthesis hierarchy of a request with one --matrix."""
+    from .hierarchy import synthesis_hierarchy
+    from .placement import Placement
+
+    system, axes, reduce, matrix = request(args)
+    placement = Placement(system.sizes, axes, matrix)
+    h = synthesis_hierarchy(placement, reduce, system.level_names, args.hierarchy, args.master_scope)
+    return system, placement, reduce, h
+
+
+# ---------------------------------------------------------------- commands
+
+
+def cmd_topologies(args: argparse.Namespace) -> int:
+    from .system import load_system, shipped_systems
+
+    systems = [load_system(n) for n in shipped_systems()]
+    payload = {
+        "systems": [
+            {
+                "name": s.name,
+                "levels": [[lv.name, lv.size] for lv in s.levels],
+                "devices": s.num_devices,
+                "interconnects": [ic.name for ic in s.interconnects],
+                "description": s.description,
+            }
+            for s in systems
+        ]
+    }
+
+    def render(c: Console) -> None:
+        t = Table(title="shipped systems")
+        for col in ("name", "levels", "devices", "interconnects", "description"):
+            t.add_column(col, overflow="fold")
+        for s in payload["systems"]:
+            levels = " > ".join(f"{n} {k}" for n, k in s["levels"])
+            t.add_row(s["name"], levels, str(s["devices"]), ", ".join(s["interconnects"]), s["description"])
+        c.print(t)
+
+    emit(args, payload, render)
+    return EXIT_OK
+
+
+def cmd_placements(args: argparse.Namespace) -> int:
+    from .placement import Placement, matrices, parse_matrix
+
+    system = load(args)
+    axes = int_list(args.axes)
+    if args.export == "jax-mesh":
+        if not args.matrix:
+            raise P2Error("--export jax-mesh needs --matrix")
+        placement = Placement(system.sizes, axes, parse_matrix(args.matrix))
+        order = list(placement.mesh_order())
+        payload = {"matrix": [list(r) for r in placement.matrix], "axes": list(axes), "device_order": order}
+        emit(args, payload, lambda c: c.print(
+            f"# Mesh(np.array(jax.devices())[{order}].reshape({tuple(axes)}), axis_names)"))
+        return EXIT_OK
+    found = matrices(system.sizes, axes)
+    payload = {
+        "system": system.name,
+        "levels": [[lv.name, lv.size] for lv in system.levels],
+        "axes": list(axes),
+        "matrices": [[list(r) for r in m] for m in found],
+    }
+
+    def render(c: Console) -> None:
+        t = Table(title=f"{len(found)} placements of axes {list(axes)} on {system.name}")
+        t.add_column("#", justify="right")
+        for lv in system.levels:
+            t.add_column(f"{lv.name} ({lv.size})", justify="center")
+        for n, m in enumerate(found):
+            t.add_row(str(n), *(" × ".join(str(m[i][j]) for i in range(len(axes))) for j in range(len(system.levels))))
+        c.print(t)
+        c.print("each cell: parts of axis 0 × axis 1 × … at that level")
+
+    emit(args, payload, render)
+    return EXIT_OK
+
+
+def cmd_groups(args: argparse.Namespace) -> int:
+    from .dsl import instruction_groups, lower_program, parse_program
+
+    system, placement, reduce, h = one_hierarchy(args)
+    text, source = read_arg_text(args.instruction)
+    program = parse_program(text, h, source)
+    lowered = lower_program(h, program)
+    rows = []
+    for ins, step in zip(program.instructions, lowered):
+        rows.append(
+            {
+                "instruction": str(ins),
+                "synthesis_groups": [list(g) for g in instruction_groups(h, ins)],
+                "device_groups": [list(g) for g in step.groups],
+            }
+        )
+    payload = {"synthesis_hierarchy": [[n, s] for n, s in h.levels], "instructions": rows}
+
+    def render(c: Console) -> None:
+        c.print(f"synthesis hierarchy: {' > '.join(f'{n} {s}' for n, s in h.levels)}")
+        for r in rows:
+            c.print(f"[bold]{r['instruction']}[/bold]")
+            c.print(f"  on the synthesis hierarchy: {r['synthesis_groups']}")
+            c.print(f"  on the system ({len(r['device_groups'])} groups): {r['device_groups']}")
+
+    emit(args, payload, render)
+    return EXIT_OK
+
+
+def engine_options(args: argparse.Namespace):
+    from .synth import EngineOptions
+
+    opts = None
+    if getattr(args, "encoding_options", None):
+        try:
+            opts = json.loads(args.encoding_options)
+        except json.JSONDecodeError as err:
+            raise P2Error(f"--encoding-options is not JSON: {err.msg}") from None
+        if not isinstance(opts, dict):
+            raise P2Error("--encoding-options must be a JSON object")
+    timeout = getattr(args, "timeout", None)
+    return EngineOptions(
+        timeout_ms=int(timeout * 1000) if timeout else None,
+        encoding=getattr(args, "encoding", None),
+        encoding_options=opts,
+        emit_smt2=getattr(args, "emit_smt2", None),
+    )
+
+
+def cmd_synth(args: argparse.Namespace) -> int:
+    from .synth import synthesize
+
+    system, axes, reduce, matrix = request(args)
+    result = synthesize(
+        system,
+        axes,
+        reduce,
+        matrix=matrix,
+        max_len=args.max_len,
+        engine=args.engine,
+        hierarchy_kind=args.hierarchy,
+        master_scope=args.master_scope,
+        require_progress=not args.allow_noop,
+        prune=args.prune,
+        opts=engine_options(args),
+    )
+    payload = result.to_json()
+
+    def render(c: Console) -> None:
+        c.print(
+            f"{system.name}: axes {list(axes)}, reduce {list(result.reduction_axes)}, engine {args.engine}, "
+            f"max length {args.max_len}: [bold]{result.total_programs}[/bold] programs over "
+            f"{len(result.matrices)} placements in {result.seconds:.3f} s — status {result.status}"
+        )
+        for m in result.matrices:
+            t = Table(
+                title=f"matrix {[list(r) for r in m.matrix]}  hierarchy "
+                f"{' > '.join(f'{n} {s}' for n, s in m.hierarchy.levels)}  "
+                f"({len(m.programs)} programs, {m.seconds:.3f} s, {m.status})"
+            )
+            t.add_column("#", justify="right")
+            t.add_column("program")
+            for n, p in enumerate(m.programs[: args.show]):
+                t.add_row(str(n), str(p))
+            if len(m.programs) > args.show:
+                t.add_row("…", f"{len(m.programs) - args.show} more (use --show or --json)")
+            c.print(t)
+
+    emit(args, payload, render)
+    return EXIT_OK if result.status == "complete" else EXIT_FAIL
+
+
+def plan_from_args(args: argparse.Namespace, h, placement, reduce):
+    """(steps on the system, DSL program or None, label) from --program or --plan."""
+    from .dsl import lower_program, parse_explicit_plan, parse_program
+
+    if bool(args.program) == bool(args.plan):
+        raise P2Error("give exactly one of --program TEXT|@FILE or --plan FILE.json")
+    if args.program:
+        text, source = read_arg_text(args.program)
+        program = parse_program(text, h, source)
+        return lower_program(h, program), program
+    path = Path(args.plan)
+    try:
+        data = json.loads(path.read_text())
+    except OSError as err:
+        raise P2Error(f"cannot read {path}: {err.strerror}") from None
+    except json.JSONDecodeError as err:
+        raise P2Error(f"{path}:{err.lineno}:{err.colno}: malformed JSON: {err.msg}") from None
+    return parse_explicit_plan(data, str(path)), None
+
+
+def cmd_check(args: argparse.Namespace) -> int:
+    from .semantics import execute
+
+    system, placement, reduce, h = one_hierarchy(args)
+    plan, program = plan_from_args(args, h, placement, reduce)
+    goal_groups = placement.reduction_groups(reduce)
+    run = execute(
+        placement.num_devices,
+        [(s.collective, s.groups) for s in plan],
+        goal_groups,
+        require_progress=not args.allow_noop,
+        chunks=len(goal_groups[0]),
+    )
+    payload = {
+        "valid": run.valid,
+        "program": str(program) if program else None,
+        "steps": len(plan),
+        "violation": run.violation.to_json() if run.violation else None,
+        "defects": [
+            {"device": d.device, "chunk": d.chunk, "missing": list(d.missing), "foreign": list(d.foreign)}
+            for d in run.defects[:64]
+        ],
+    }
+
+    def render(c: Console) -> None:
+        if run.valid:
+            c.print(f"[green]VALID[/green]: {len(plan)} steps reduce every group of axes {list(reduce)}")
+        elif run.violation:
+            v = run.violation
+            c.print(f"[red]INVALID[/red] at step {v.step} ({v.rule}): {v.message}")
+            c.print(f"  group {list(v.group)}")
+        else:
+            c.print("[red]INVALID[/red]: every precondition holds but the goal is not reached")
+            for d in run.defects[:8]:
+                c.print(f"  device {d.device} chunk {d.chunk}: missing {list(d.missing)} foreign {list(d.foreign)}")
+
+    emit(args, payload, render)
+    return EXIT_OK if run.valid else EXIT_FAIL
+
+
+# ---------------------------------------------------------------- parser
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = _ArgumentParser(prog="p2smt", description=__doc__)
+    parser.add_argument("--version", action="version", version=f"p2smt {__version__}")
+    sub = parser.add_subparsers(dest="command", required=True, parser_class=_ArgumentParser)
+
+    p = sub.add_parser("topologies", help="list the shipped systems")
+    add_json(p)
+    p.set_defaults(func=cmd_topologies)
+
+    p = sub.add_parser("placements", help="enumerate the parallelism matrices of axes on a system")
+    add_system(p)
+    p.add_argument("--axes", required=True)
+    p.add_argument("--matrix")
+    p.add_argument("--export", choices=["jax-mesh"], help="print the device order realizing --matrix")
+    add_json(p)
+    p.set_defaults(func=cmd_placements)
+
+    p = sub.add_parser("groups", help="show the device groups of instructions on a placement")
+    add_request(p, matrix_required=True)
+    p.add_argument("--instruction", required=True, help="DSL text (or @FILE), e.g. '(node, InsideGroup, AllReduce)'")
+    add_json(p)
+    p.set_defaults(func=cmd_groups)
+
+    p = sub.add_parser("synth", help="synthesize every valid reduction program up to --max-len")
+    add_request(p)
+    p.add_argument("--max-len", type=int, default=5)
+    p.add_argument("--engine", default="enumerative", help="enumerative | z3 | z3-cegis")
+    p.add_argument("--encoding", help="Z3 encoding variant (see `p2smt encodings`)")
+    p.add_argument("--encoding-options", help="JSON object of encoding options")
+    p.add_argument("--timeout", type=float, help="seconds per solver call")
+    p.add_argument("--emit-smt2", metavar="DIR", help="write each solver query as SMT-LIB2 into DIR")
+    p.add_argument("--prune", default="none", help="named pruning of the complete set (see docs); default none")
+    p.add_argument("--allow-noop", action="store_true", help="allow steps in which a group changes nothing")
+    p.add_argument("--show", type=int, default=20, help="programs shown per matrix (human output)")
+    add_json(p)
+    p.set_defaults(func=cmd_synth)
+
+    p = sub.add_parser("check", help="run a plan through the concrete interpreter")
+    add_request(p, matrix_required=True)
+    p.add_argument("--program", help="DSL text or @FILE")
+    p.add_argument("--plan", help="JSON file: [{collective, replica_groups}, …] on physical device ids")
+    p.add_argument("--allow-noop", action="store_true")
+    add_json(p)
+    p.set_defaults(func=cmd_check)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    try:
+        args = build_parser().parse_args(argv)
+        return args.func(args)
+    except P2Error as err:
+        print(f"p2smt: error: {err}", file=sys.stderr)
+        return EXIT_BAD_INPUT
+    except InternalError as err:
+        print(f"p2smt: INTERNAL ERROR (please report): {err}", file=sys.stderr)
+        return EXIT_INTERNAL
+    except KeyboardInterrupt:
+        print("p2smt: interrupted", file=sys.stderr)
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

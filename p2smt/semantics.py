@@ -1,0 +1,246 @@
+"""The concrete interpreter of P2.md §4's Hoare rules on the k×k Boolean device state (numpy).
+
+It is the oracle of every engine: written from P2.md alone, it shares no code with the encodings.
+``state[d, r, c]`` is True when device c's original chunk r has been summed into device d's chunk r.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from .collectives import Collective, Group
+from .errors import P2Error
+
+Step = tuple[Collective, Sequence[Group]]
+MAX_INTERPRETER_DEVICES = 512
+
+
+@dataclass(frozen=True)
+class Violation:
+    """A failed precondition: which step, group, devices and chunk, which rule, and why."""
+
+    step: int
+    group: Group
+    devices: tuple[int, ...]
+    chunk: int | None
+    rule: str
+    message: str
+
+    def to_json(self) -> dict:
+        return {
+            "step": self.step,
+            "group": list(self.group),
+            "devices": list(self.devices),
+            "chunk": self.chunk,
+            "rule": self.rule,
+            "message": self.message,
+        }
+
+
+@dataclass(frozen=True)
+class Defect:
+    """A device chunk that misses contributions or holds ones from outside its reduction group."""
+
+    device: int
+    chunk: int
+    missing: tuple[int, ...]
+    foreign: tuple[int, ...]
+
+
+@dataclass(frozen=True)
+class Execution:
+    states: list[np.ndarray] = field(repr=False)
+    violation: Violation | None
+    reached_goal: bool
+    defects: tuple[Defect, ...] = ()
+
+    @property
+    def valid(self) -> bool:
+        return self.violation is None and self.reached_goal
+
+
+def initial_state(k: int, chunks: int | None = None) -> np.ndarray:
+    """Device i holds its own contribution (column i) in every chunk."""
+    state = np.zeros((k, chunks or k, k), dtype=bool)
+    state[np.arange(k), :, np.arange(k)] = True
+    return state
+
+
+def goal_state(k: int, goal_groups: Sequence[Group], chunks: int | None = None) -> np.ndarray:
+    """Every chunk of device i holds exactly the contributions of i's reduction group."""
+    state = np.zeros((k, chunks or k, k), dtype=bool)
+    for g in goal_groups:
+        idx = np.array(g)
+        state[np.ix_(idx, np.arange(chunks or k), idx)] = True
+    return state
+
+
+def _fail(step: int, group: Group, devices, chunk, rule: str, message: str) -> Violation:
+    return Violation(step, tuple(group), tuple(int(d) for d in devices), chunk, rule, message)
+
+
+def _check_disjoint(step: int, coll: Collective, group: Group, members: np.ndarray) -> Violation | None:
+    counts = members.sum(axis=0)
+    if (counts > 1).any():
+        r, c = (int(v) for v in np.argwhere(counts > 1)[0])
+        holders = [group[i] for i in np.flatnonzero(members[:, r, c])][:2]
+        return _fail(
+            step, group, holders, r, f"{coll.value}.disjoint",
+            f"chunk {r} of devices {holders[0]} and {holders[1]} both contain device {c}'s contribution: "
+            f"{coll.value} would count it twice",
+        )
+    return None
+
+
+def _check_same_rows(step: int, coll: Collective, group: Group, rows: np.ndarray) -> Violation | None:
+    for i in range(1, len(group)):
+        diff = np.flatnonzero(rows[i] != rows[0])
+        if diff.size:
+            r = int(diff[0])
+            has, lacks = (group[0], group[i]) if rows[0, r] else (group[i], group[0])
+            return _fail(
+                step, group, (has, lacks), r, f"{coll.value}.same_chunks",
+                f"chunk {r} is non-empty on device {has} but empty on device {lacks}: "
+                f"{coll.value} needs every member to hold the same chunks",
+            )
+    return None
+
+
+def apply_group(step: int, coll: Collective, group: Group, members: np.ndarray) -> np.ndarray | Violation:
+    """The new states of one group's members, or the violated precondition."""
+    m = len(group)
+    rows = members.any(axis=2)
+    if coll in (Collective.ALL_REDUCE, Collective.REDUCE_SCATTER, Collective.REDUCE):
+        bad = _check_same_rows(step, coll, group, rows) or _check_disjoint(step, coll, group, members)
+        if bad:
+            return bad
+        union = members.any(axis=0)
+        if coll is Collective.ALL_REDUCE:
+            return np.broadcast_to(union, members.shape).copy()
+        if coll is Collective.REDUCE:
+            out = np.zeros_like(members)
+            out[0] = union
+            return out
+        nonempty = np.flatnonzero(union.any(axis=1))
+        if nonempty.size % m:
+            return _fail(
+                step, group, group, None, "ReduceScatter.divisible",
+                f"ReduceScatter over {m} devices needs the number of non-empty chunks ({nonempty.size}) "
+                f"to be divisible by {m}",
+            )
+        block = nonempty.size // m
+        out = np.zeros_like(members)
+        for i in range(m):
+            keep = nonempty[i * block : (i + 1) * block]
+            out[i, keep] = union[keep]
+        return out
+    if coll is Collective.ALL_GATHER:
+        overlap = rows.sum(axis=0) > 1
+        if overlap.any():
+            r = int(np.flatnonzero(overlap)[0])
+            holders = [group[i] for i in np.flatnonzero(rows[:, r])][:2]
+            return _fail(
+                step, group, holders, r, "AllGather.disjoint_chunks",
+                f"chunk {r} is held by both devices {holders[0]} and {holders[1]}: "
+                "AllGather needs members to hold disjoint chunks",
+            )
+        counts = rows.sum(axis=1)
+        if (counts != counts[0]).any():
+            i = int(np.flatnonzero(counts != counts[0])[0])
+            return _fail(
+                step, group, (group[0], group[i]), None, "AllGather.equal_sizes",
+                f"device {group[0]} holds {counts[0]} chunks but device {group[i]} holds {counts[i]}: "
+                "AllGather needs equal numbers of chunks",
+            )
+        return np.broadcast_to(members.any(axis=0), members.shape).copy()
+    if coll is Collective.BROADCAST:
+        root = members[0]
+        exceeds = members & ~root
+        if exceeds.any():
+            i, r, c = (int(v) for v in np.argwhere(exceeds)[0])
+            return _fail(
+                step, group, (group[i], group[0]), r, "Broadcast.below_root",
+                f"chunk {r} of device {group[i]} holds device {c}'s contribution which the root "
+                f"{group[0]} lacks: Broadcast would lose it",
+            )
+        if (members == root).all():
+            return _fail(
+                step, group, group, None, "Broadcast.information_increase",
+                "every member already holds the root's state: Broadcast adds no information",
+            )
+        return np.broadcast_to(root, members.shape).copy()
+    raise P2Error(f"unknown collective {coll!r}")
+
+
+def check_groups(k: int, step: int, groups: Sequence[Group]) -> None:
+    """Explicit plans must name existing devices, each at most once per step."""
+    seen: set[int] = set()
+    for g in groups:
+        for d in g:
+            if not 0 <= d < k:
+                raise P2Error(f"step {step}: device {d} does not exist (devices are 0..{k - 1})")
+            if d in seen:
+                raise P2Error(f"step {step}: device {d} appears in two groups")
+            seen.add(d)
+
+
+def apply_step(
+    state: np.ndarray, step: int, coll: Collective, groups: Sequence[Group], require_progress: bool
+) -> np.ndarray | Violation:
+    """Apply one instruction to every (disjoint) group; devices in no group keep their state."""
+    new = state.copy()
+    for group in groups:
+        idx = np.asarray(group)
+        members = state[idx]
+        out = apply_group(step, coll, tuple(group), members)
+        if isinstance(out, Violation):
+            return out
+        if require_progress and np.array_equal(out, members):
+            return _fail(
+                step, group, group, None, "progress",
+                f"{coll.value} over devices {list(group)} changes no member's state",
+            )
+        new[idx] = out
+    return new
+
+
+def defects(state: np.ndarray, goal: np.ndarray) -> tuple[Defect, ...]:
+    out = []
+    for d, r in np.argwhere((state != goal).any(axis=2)):
+        missing = np.flatnonzero(goal[d, r] & ~state[d, r])
+        foreign = np.flatnonzero(state[d, r] & ~goal[d, r])
+        out.append(Defect(int(d), int(r), tuple(int(v) for v in missing), tuple(int(v) for v in foreign)))
+    return tuple(out)
+
+
+def execute(
+    k: int,
+    steps: Sequence[Step],
+    goal_groups: Sequence[Group],
+    require_progress: bool = False,
+    chunks: int | None = None,
+) -> Execution:
+    """Thread the state through the steps; stop at the first violated precondition.
+
+    ``chunks`` defaults to ``k``; for a plan on the whole system P²'s convention is the size of one
+    reduction group, so that the same program has the same ReduceScatter blocks before and after lowering.
+    """
+    if k > MAX_INTERPRETER_DEVICES:
+        raise P2Error(
+            f"{k} devices is too large for the concrete interpreter (k^3 state; limit "
+            f"{MAX_INTERPRETER_DEVICES})"
+        )
+    for t, (_, groups) in enumerate(steps):
+        check_groups(k, t, groups)
+    states = [initial_state(k, chunks)]
+    goal = goal_state(k, goal_groups, chunks)
+    for t, (coll, groups) in enumerate(steps):
+        out = apply_step(states[-1], t, coll, groups, require_progress)
+        if isinstance(out, Violation):
+            return Execution(states, out, False, defects(states[-1], goal))
+        states.append(out)
+    reached = bool(np.array_equal(states[-1], goal))
+    return Execution(states, None, reached, () if reached else defects(states[-1], goal))

@@ -1,0 +1,212 @@
+"""Synthesis driver: placements → synthesis hierarchies → an engine → programs re-checked by the interpreter."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from .dsl import Instruction, Program, candidate_instructions, problem
+from .errors import InternalError, P2Error
+from .hierarchy import HierarchyKind, MasterScope, SynthesisHierarchy, synthesis_hierarchy
+from .placement import Matrix, Placement, matrices
+from .problem import SynthesisProblem
+from .semantics import execute
+from .system import System
+
+MAX_LEN_LIMIT = 12
+
+
+@dataclass(frozen=True)
+class EngineOutcome:
+    """What an engine returns: status, programs as candidate-index tuples (canonical order), stats."""
+
+    status: str
+    programs: tuple[tuple[int, ...], ...]
+    stats: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class EngineOptions:
+    """Options every engine accepts; engine-specific ones travel in ``encoding_options``."""
+
+    timeout_ms: int | None = None
+    encoding: str | None = None
+    encoding_options: dict[str, Any] | None = None
+    emit_smt2: str | None = None
+
+
+def _enumerative(prob: SynthesisProblem, max_len: int, opts: EngineOptions) -> EngineOutcome:
+    from .enumerative import enumerate_programs
+
+    return EngineOutcome("complete", tuple(enumerate_programs(prob, max_len)))
+
+
+def _z3(prob: SynthesisProblem, max_len: int, opts: EngineOptions) -> EngineOutcome:
+    from pathlib import Path
+
+    from .smt.engine import enumerate_z3
+
+    res = enumerate_z3(
+        prob,
+        max_len,
+        encoding=opts.encoding or "bool-matrix",
+        options=opts.encoding_options,
+        timeout_ms=opts.timeout_ms,
+        emit_smt2=Path(opts.emit_smt2) if opts.emit_smt2 else None,
+    )
+    return EngineOutcome(res.status, tuple(res.programs), dict(res.stats))
+
+
+def _z3_cegis(prob: SynthesisProblem, max_len: int, opts: EngineOptions) -> EngineOutcome:
+    from .smt.cegis import enumerate_cegis
+
+    res = enumerate_cegis(prob, max_len, timeout_ms=opts.timeout_ms)
+    return EngineOutcome(res.status, tuple(res.programs), dict(res.stats))
+
+
+ENGINES: dict[str, tuple[str, Callable[[SynthesisProblem, int, EngineOptions], EngineOutcome]]] = {
+    "enumerative": ("P²'s enumerative search pruned by the preconditions", _enumerative),
+    "z3": ("Z3 over an SMT encoding of the Hoare rules (enumerates all models)", _z3),
+    "z3-cegis": ("Z3 CEGIS over symbolic data values", _z3_cegis),
+}
+
+
+@dataclass(frozen=True)
+class MatrixResult:
+    matrix: Matrix
+    hierarchy: SynthesisHierarchy
+    programs: tuple[Program, ...]
+    status: str
+    seconds: float
+    stats: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class SynthesisResult:
+    system: str
+    axes: tuple[int, ...]
+    reduction_axes: tuple[int, ...]
+    engine: str
+    max_len: int
+    matrices: tuple[MatrixResult, ...]
+    seconds: float
+
+    @property
+    def status(self) -> str:
+        return "complete" if all(m.status == "complete" for m in self.matrices) else "unknown"
+
+    @property
+    def total_programs(self) -> int:
+        return sum(len(m.programs) for m in self.matrices)
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "status": self.status,
+            "system": self.system,
+            "axes": list(self.axes),
+            "reduce": list(self.reduction_axes),
+            "engine": self.engine,
+            "max_len": self.max_len,
+            "total_programs": self.total_programs,
+            "seconds": round(self.seconds, 6),
+            "matrices": [
+                {
+                    "matrix": [list(r) for r in m.matrix],
+                    "synthesis_hierarchy": [[n, s] for n, s in m.hierarchy.levels],
+                    "status": m.status,
+                    "seconds": round(m.seconds, 6),
+                    "programs": [str(p) for p in m.programs],
+                }
+                for m in self.matrices
+            ],
+        }
+
+
+def run_engine(
+    engine: str, prob: SynthesisProblem, max_len: int, opts: EngineOptions | None = None
+) -> EngineOutcome:
+    """Run one engine on one problem (no re-check; see ``synthesize_hierarchy``)."""
+    if engine not in ENGINES:
+        raise P2Error(f"unknown engine {engine!r}; engines: {', '.join(ENGINES)}")
+    if not 1 <= max_len <= MAX_LEN_LIMIT:
+        raise P2Error(f"--max-len must be between 1 and {MAX_LEN_LIMIT}, got {max_len}")
+    return ENGINES[engine][1](prob, max_len, opts or EngineOptions())
+
+
+def recheck(h: SynthesisHierarchy, prob: SynthesisProblem, programs, engine: str) -> None:
+    """Every engine's program must be valid in the independent interpreter; else fail loudly."""
+    for prog in programs:
+        steps = [(prob.candidates[i].collective, prob.candidates[i].groups) for i in prog]
+        run = execute(prob.num_devices, steps, prob.goal_groups, prob.require_progress)
+        if not run.valid:
+            why = run.violation.message if run.violation else "the goal is not reached"
+            raise InternalError(
+                f"engine {engine!r} returned {prob.label(prog)!r}, which the interpreter rejects: {why}"
+            )
+
+
+def synthesize_hierarchy(
+    h: SynthesisHierarchy,
+    *,
+    max_len: int = 5,
+    engine: str = "enumerative",
+    require_progress: bool = True,
+    opts: EngineOptions | None = None,
+    prune: str = "none",
+) -> tuple[tuple[Program, ...], EngineOutcome, float]:
+    """Synthesize on one hierarchy; programs are re-checked unless the engine is the interpreter itself."""
+    start = time.perf_counter()
+    instrs: list[Instruction] = [ins for ins, _ in candidate_instructions(h)]
+    prob = problem(h, require_progress)
+    outcome = run_engine(engine, prob, max_len, opts)
+    programs = list(outcome.programs)
+    if engine != "enumerative":
+        recheck(h, prob, programs, engine)
+    if prune != "none":
+        from .pruning import apply_pruning
+
+        programs = apply_pruning(prune, prob, programs)
+    elapsed = time.perf_counter() - start
+    return tuple(Program(tuple(instrs[i] for i in p)) for p in programs), outcome, elapsed
+
+
+def placements_for(system: System, axes: tuple[int, ...], matrix: Matrix | None) -> list[Placement]:
+    if matrix is not None:
+        return [Placement(system.sizes, tuple(axes), matrix)]
+    return [Placement(system.sizes, tuple(axes), m) for m in matrices(system.sizes, axes)]
+
+
+def synthesize(
+    system: System,
+    axes: tuple[int, ...],
+    reduction_axes: tuple[int, ...],
+    *,
+    matrix: Matrix | None = None,
+    max_len: int = 5,
+    engine: str = "enumerative",
+    hierarchy_kind: HierarchyKind = "d",
+    master_scope: MasterScope = "per-ancestor",
+    require_progress: bool = True,
+    prune: str = "none",
+    opts: EngineOptions | None = None,
+) -> SynthesisResult:
+    """All valid programs up to ``max_len`` for every placement (or one ``matrix``) of ``axes``."""
+    start = time.perf_counter()
+    results = []
+    for placement in placements_for(system, tuple(axes), matrix):
+        h = synthesis_hierarchy(placement, tuple(reduction_axes), system.level_names, hierarchy_kind, master_scope)
+        progs, outcome, secs = synthesize_hierarchy(
+            h, max_len=max_len, engine=engine, require_progress=require_progress, opts=opts, prune=prune
+        )
+        results.append(MatrixResult(placement.matrix, h, progs, outcome.status, secs, outcome.stats))
+    return SynthesisResult(
+        system.name,
+        tuple(axes),
+        placements_for(system, tuple(axes), matrix)[0].check_axes(tuple(reduction_axes)),
+        engine,
+        max_len,
+        tuple(results),
+        time.perf_counter() - start,
+    )

@@ -1,0 +1,172 @@
+"""System descriptions: ordered hardware levels plus interconnects, loaded from YAML and validated."""
+
+from __future__ import annotations
+
+import re
+from importlib import resources
+from pathlib import Path
+from typing import Any, Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+
+from .errors import P2Error
+
+IDENTIFIER = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+RESERVED_LEVEL_NAMES = frozenset({"root", "InsideGroup", "Parallel", "Master"})
+InterconnectKind = Literal["nvlink", "nvswitch", "pcie", "nic", "network", "shm"]
+
+
+class Level(BaseModel):
+    """One level of the hierarchy: ``size`` children under each node of the level above."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+    name: str
+    size: int = Field(ge=1)
+
+    @field_validator("name")
+    @classmethod
+    def _identifier(cls, v: str) -> str:
+        if not IDENTIFIER.match(v):
+            raise ValueError(f"level name {v!r} must be an identifier (letters, digits, _)")
+        if v in RESERVED_LEVEL_NAMES:
+            raise ValueError(f"level name {v!r} is reserved by the DSL")
+        return v
+
+
+class Interconnect(BaseModel):
+    """A switched link joining the children of one node at the levels in ``joins``."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+    name: str
+    kind: InterconnectKind
+    joins: tuple[str, ...] = Field(min_length=1)
+    bandwidth_gbps: float = Field(gt=0, description="GB/s per direction per device port")
+    latency_us: float = Field(ge=0)
+
+    @field_validator("name")
+    @classmethod
+    def _identifier(cls, v: str) -> str:
+        if not IDENTIFIER.match(v):
+            raise ValueError(f"interconnect name {v!r} must be an identifier")
+        return v
+
+
+class System(BaseModel):
+    """A hierarchical machine: ``levels`` outermost first, the innermost being single devices."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+    name: str
+    description: str = ""
+    levels: tuple[Level, ...] = Field(min_length=1)
+    scalable_level: str | None = Field(
+        default=None, description="level whose size --nodes sets (default: the first level)"
+    )
+    interconnects: tuple[Interconnect, ...] = ()
+    physical: dict[str, Any] | None = Field(
+        default=None, description="node layout for the physical topology model (cost model)"
+    )
+
+    @model_validator(mode="after")
+    def _consistent(self) -> "System":
+        names = [lv.name for lv in self.levels]
+        if len(set(names)) != len(names):
+            raise ValueError(f"level names must be distinct, got {names}")
+        if self.scalable_level is not None and self.scalable_level not in names:
+            raise ValueError(f"scalable_level {self.scalable_level!r} is not a level ({names})")
+        for ic in self.interconnects:
+            for lv in ic.joins:
+                if lv not in names:
+                    raise ValueError(f"interconnect {ic.name!r} joins unknown level {lv!r} ({names})")
+        return self
+
+    @property
+    def level_names(self) -> tuple[str, ...]:
+        return tuple(lv.name for lv in self.levels)
+
+    @property
+    def sizes(self) -> tuple[int, ...]:
+        return tuple(lv.size for lv in self.levels)
+
+    @property
+    def num_devices(self) -> int:
+        n = 1
+        for s in self.sizes:
+            n *= s
+        return n
+
+    @property
+    def nodes_level(self) -> str:
+        return self.scalable_level or self.levels[0].name
+
+    def with_nodes(self, nodes: int) -> "System":
+        """The same system with ``nodes`` nodes at its scalable level."""
+        if nodes < 1:
+            raise P2Error(f"--nodes must be at least 1, got {nodes}")
+        levels = tuple(
+            Level(name=lv.name, size=nodes) if lv.name == self.nodes_level else lv for lv in self.levels
+        )
+        return self.model_copy(update={"levels": levels})
+
+
+def _packaged_dir(kind: str) -> Path | None:
+    """Where data folders live: inside the wheel (p2smt/data/KIND) or beside the package in a checkout."""
+    inside = Path(str(resources.files("p2smt"))) / "data" / kind
+    if inside.is_dir():
+        return inside
+    checkout = Path(__file__).resolve().parent.parent / kind
+    return checkout if checkout.is_dir() else None
+
+
+def topologies_dir() -> Path:
+    found = _packaged_dir("topologies")
+    if found is None:
+        raise P2Error("the shipped topologies folder is missing from this installation")
+    return found
+
+
+def shipped_systems() -> list[str]:
+    """Names of the shipped system files, sorted."""
+    return sorted(p.stem for p in topologies_dir().glob("*.yaml"))
+
+
+def _format_validation_error(source: str, err: ValidationError) -> str:
+    first = err.errors()[0]
+    field = ".".join(str(x) for x in first["loc"]) or "(top level)"
+    more = f" (and {err.error_count() - 1} more)" if err.error_count() > 1 else ""
+    return f"{source}: field {field}: {first['msg']}{more}"
+
+
+def parse_system(data: Any, source: str) -> System:
+    """Validate an already-parsed YAML document; errors name the file and the field."""
+    if not isinstance(data, dict):
+        raise P2Error(f"{source}: a system file must be a mapping, got {type(data).__name__}")
+    try:
+        return System.model_validate(data)
+    except ValidationError as err:
+        raise P2Error(_format_validation_error(source, err)) from None
+
+
+def load_system(name_or_path: str | Path, nodes: int | None = None) -> System:
+    """Load a shipped system by name or a YAML file by path; ``nodes`` re-instantiates its node count."""
+    text_path = Path(name_or_path)
+    if text_path.suffix in (".yaml", ".yml") or text_path.exists():
+        path = text_path
+        if not path.is_file():
+            raise P2Error(f"system file {str(path)!r} does not exist")
+    else:
+        path = topologies_dir() / f"{name_or_path}.yaml"
+        if not path.is_file():
+            known = ", ".join(shipped_systems())
+            raise P2Error(f"unknown system {str(name_or_path)!r}; shipped systems: {known}")
+    try:
+        data = yaml.safe_load(path.read_text())
+    except yaml.YAMLError as err:
+        mark = getattr(err, "problem_mark", None)
+        where = f":{mark.line + 1}:{mark.column + 1}" if mark else ""
+        problem = getattr(err, "problem", None) or str(err).splitlines()[0]
+        raise P2Error(f"{path}{where}: malformed YAML: {problem}") from None
+    except OSError as err:
+        raise P2Error(f"cannot read system file {path}: {err.strerror}") from None
+    system = parse_system(data, str(path))
+    return system.with_nodes(nodes) if nodes is not None else system
