@@ -328,6 +328,64 @@ def cmd_check(args: argparse.Namespace) -> int:
     return EXIT_OK if run.valid else EXIT_FAIL
 
 
+def cmd_plan(args: argparse.Namespace) -> int:
+    from .plan import plan, plot_plan, render_plan
+    from .profile import load_profile
+
+    profile = load_profile(args.profile)
+    system = load(args)
+    report = plan(profile, system, algo=args.algo, engine=args.engine, max_len=args.max_len)
+    if args.png:
+        plot_plan(report, Path(args.png))
+    if args.export_dir:
+        report["exported"] = export_plan(report, profile, system, Path(args.export_dir))
+
+    def render(c: Console) -> None:
+        c.print(render_plan(report))
+        best, worst = report["best"], report["worst"]
+        c.print(
+            f"best {best['matrix']} {best['total_seconds']:.4g} s per step; median "
+            f"{report['median_seconds']:.4g} s; worst {worst['matrix']} {worst['total_seconds']:.4g} s"
+        )
+        if args.png:
+            c.print(f"chart: {args.png}")
+
+    emit(args, report, render)
+    return EXIT_OK
+
+
+def export_plan(report: dict[str, Any], profile, system, out: Path) -> list[str]:
+    """Write the best placement's JAX mesh order and, per reduction, its program lowered to JAX and torch."""
+    from .dsl import lower_program, parse_program
+    from .hierarchy import synthesis_hierarchy
+    from .lower import lower_module
+    from .placement import Placement
+
+    out.mkdir(parents=True, exist_ok=True)
+    best = report["best"]
+    axes = tuple(report["axes"].values())
+    placement = Placement(system.sizes, axes, tuple(tuple(r) for r in best["matrix"]))
+    written = []
+    mesh = out / "mesh.json"
+    mesh.write_text(json.dumps({
+        "axis_names": list(report["axes"]), "axes": list(axes), "matrix": best["matrix"],
+        "device_order": list(placement.mesh_order()),
+    }, indent=2) + "\n")
+    written.append(str(mesh))
+    for comm in best["communications"]:
+        if comm["program"] is None:
+            continue
+        red = tuple(sorted(profile.axis_index(a) for a in next(c for c in profile.communication if c.name == comm["name"]).axes))
+        h = synthesis_hierarchy(placement, red, system.level_names)
+        program = parse_program(comm["program"], h)
+        plan_ = lower_program(h, program)
+        for backend in ("jax", "torch"):
+            path = out / f"{comm['name']}_{backend}.py"
+            path.write_text(lower_module(backend, plan_, placement=placement, reduction_axes=red, program=program))
+            written.append(str(path))
+    return written
+
+
 # ---------------------------------------------------------------- parser
 
 
@@ -375,6 +433,17 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--allow-noop", action="store_true")
     add_json(p)
     p.set_defaults(func=cmd_check)
+
+    p = sub.add_parser("plan", help="rank placements for a whole model's communication profile")
+    p.add_argument("--profile", required=True, help="shipped profile name or path to a YAML file")
+    add_system(p)
+    p.add_argument("--algo", default="ring", help="ring | tree | nvls | auto")
+    p.add_argument("--engine", default="enumerative")
+    p.add_argument("--max-len", type=int, default=5)
+    p.add_argument("--png", help="write a stacked-bar chart of per-placement time")
+    p.add_argument("--export-dir", help="write the best placement's mesh order and lowered programs here")
+    add_json(p)
+    p.set_defaults(func=cmd_plan)
     return parser
 
 

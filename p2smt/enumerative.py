@@ -13,24 +13,28 @@ def enumerate_programs(problem: SynthesisProblem, max_len: int) -> list[tuple[in
 
     A step whose precondition fails is pruned with all its extensions (rows only grow, so a
     double-counted or mixed chunk can never be repaired); a program stops at the goal, after which
-    no step can satisfy a precondition.
+    no step can satisfy a precondition. Different prefixes often reach the same state, so the
+    valid suffixes of a (state, remaining length) pair are computed once and shared.
     """
     k = problem.num_devices
     goal = goal_state(k, problem.goal_groups)
-    found: list[tuple[int, ...]] = []
     cands = problem.candidates
+    memo: dict[tuple[bytes, int], list[tuple[int, ...]]] = {}
 
-    def search(state: np.ndarray, prefix: tuple[int, ...]) -> None:
+    def suffixes(state: np.ndarray, remaining: int) -> list[tuple[int, ...]]:
+        key = (np.packbits(state).tobytes(), remaining)
+        if key in memo:
+            return memo[key]
+        out: list[tuple[int, ...]] = []
         for idx, cand in enumerate(cands):
-            nxt = apply_step(state, len(prefix), cand.collective, cand.groups, problem.require_progress)
+            nxt = apply_step(state, 0, cand.collective, cand.groups, problem.require_progress)
             if isinstance(nxt, Violation):
                 continue
-            program = (*prefix, idx)
             if np.array_equal(nxt, goal):
-                found.append(program)
-            elif len(program) < max_len:
-                search(nxt, program)
+                out.append((idx,))
+            elif remaining > 1:
+                out.extend((idx, *rest) for rest in suffixes(nxt, remaining - 1))
+        memo[key] = out
+        return out
 
-    if max_len >= 1:
-        search(initial_state(k), ())
-    return canonical_order(found)
+    return canonical_order(suffixes(initial_state(k), max_len)) if max_len >= 1 else []

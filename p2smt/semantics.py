@@ -83,8 +83,8 @@ def _fail(step: int, group: Group, devices, chunk, rule: str, message: str) -> V
 
 
 def _check_disjoint(step: int, coll: Collective, group: Group, members: np.ndarray) -> Violation | None:
-    counts = members.sum(axis=0)
-    if (counts > 1).any():
+    counts = members.sum(axis=0, dtype=np.int32)
+    if counts.max(initial=0) > 1:
         r, c = (int(v) for v in np.argwhere(counts > 1)[0])
         holders = [group[i] for i in np.flatnonzero(members[:, r, c])][:2]
         return _fail(
@@ -96,6 +96,8 @@ def _check_disjoint(step: int, coll: Collective, group: Group, members: np.ndarr
 
 
 def _check_same_rows(step: int, coll: Collective, group: Group, rows: np.ndarray) -> Violation | None:
+    if (rows == rows[0]).all():
+        return None
     for i in range(1, len(group)):
         diff = np.flatnonzero(rows[i] != rows[0])
         if diff.size:

@@ -1,0 +1,185 @@
+"""Whole-model placement: the parallelism matrix that minimises all of a profile's communication together.
+
+For every placement, each reduction gets its best synthesized program under the cost model and each
+pipeline transfer its point-to-point time; the placement's per-step time is the count-weighted sum.
+Placements are ranked by that total; the Pareto front keeps those no other placement beats on every
+communication at once.
+"""
+
+from __future__ import annotations
+
+import statistics
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from .collectives import Collective
+from .cost import step_time
+from .errors import P2Error
+from .placement import Matrix, Placement, matrices
+from .profile import Communication, Profile
+from .rank import rank_result
+from .synth import synthesize
+from .system import System
+from .topology import build_topology
+
+
+@dataclass(frozen=True)
+class CommChoice:
+    """The best way to run one communication on one placement."""
+
+    name: str
+    kind: str
+    count: float
+    seconds_each: float
+    allreduce_seconds_each: float | None
+    program: str | None
+
+    @property
+    def seconds_total(self) -> float:
+        return self.count * self.seconds_each
+
+
+def pipeline_pairs(placement: Placement, axis: int) -> tuple[tuple[tuple[int, int], ...], tuple[tuple[int, int], ...]]:
+    """Sender→receiver pairs between neighbouring indices on ``axis``, split into two disjoint rounds."""
+    size = placement.axes[axis]
+    rounds: tuple[list, list] = ([], [])
+    for dev in range(placement.num_devices):
+        coords = list(placement.axis_coords(dev))
+        if coords[axis] + 1 < size:
+            nxt = coords.copy()
+            nxt[axis] += 1
+            rounds[coords[axis] % 2].append((dev, placement.device(tuple(nxt))))
+    return tuple(sorted(rounds[0])), tuple(sorted(rounds[1]))
+
+
+def p2p_seconds(system: System, placement: Placement, axis: int, nbytes: float, algo: str) -> float:
+    """Time of one pipeline transfer: every stage sends ``nbytes`` to the next, in two rounds."""
+    topo = build_topology(system)
+    total = 0.0
+    for pairs in pipeline_pairs(placement, axis):
+        if pairs:
+            total += step_time(topo, Collective.BROADCAST, pairs, [nbytes] * len(pairs), "ring" if algo == "tree" else algo)
+    return total
+
+
+def _reduction_choices(system: System, axes: tuple[int, ...], comm: Communication, red: tuple[int, ...],
+                       algo: str, engine: str, max_len: int) -> list[CommChoice]:
+    result = synthesize(system, axes, red, max_len=max_len, engine=engine)
+    report = rank_result(system, result, algo=algo, bytes_per_device=comm.bytes_per_device, top=1)
+    out = []
+    for m in report["matrices"]:
+        best = m["programs"][0] if m["programs"] else None
+        if best is None:
+            raise P2Error(f"no program reduces {comm.name!r} on matrix {m['matrix']} within length {max_len}")
+        out.append(CommChoice(comm.name, "reduce", comm.count, best["seconds"], m["allreduce_seconds"], best["program"]))
+    return out
+
+
+def plan(profile: Profile, system: System, *, algo: str = "ring", engine: str = "enumerative",
+         max_len: int = 5) -> dict[str, Any]:
+    """Rank every placement of the profile's axes on ``system`` by predicted communication per step."""
+    axes = profile.sizes_for(system.num_devices)
+    mats: list[Matrix] = matrices(system.sizes, axes)
+    per_comm: list[list[CommChoice]] = []
+    for comm in profile.communication:
+        idx = tuple(sorted(profile.axis_index(a) for a in comm.axes))
+        if comm.kind == "reduce":
+            per_comm.append(_reduction_choices(system, axes, comm, idx, algo, engine, max_len))
+        else:
+            per_comm.append([
+                CommChoice(comm.name, "p2p", comm.count,
+                           p2p_seconds(system, Placement(system.sizes, axes, m), idx[0], comm.bytes_per_device, algo),
+                           None, None)
+                for m in mats
+            ])
+    rows = []
+    for i, m in enumerate(mats):
+        choices = [c[i] for c in per_comm]
+        baseline = sum(c.count * (c.allreduce_seconds_each if c.allreduce_seconds_each is not None else c.seconds_each)
+                       for c in choices)
+        rows.append({
+            "matrix": [list(r) for r in m],
+            "total_seconds": sum(c.seconds_total for c in choices),
+            "allreduce_total_seconds": baseline,
+            "communications": [
+                {"name": c.name, "kind": c.kind, "count": c.count, "seconds_each": c.seconds_each,
+                 "seconds_total": c.seconds_total, "allreduce_seconds_each": c.allreduce_seconds_each,
+                 "program": c.program}
+                for c in choices
+            ],
+        })
+    vectors = [[c["seconds_total"] for c in r["communications"]] for r in rows]
+    for r, v in zip(rows, vectors):
+        r["pareto"] = not any(
+            all(o <= s for o, s in zip(w, v)) and any(o < s for o, s in zip(w, v)) for w in vectors if w is not v
+        )
+    rows.sort(key=lambda r: (float(f"{r['total_seconds']:.9g}"), r["matrix"]))
+    for n, r in enumerate(rows, 1):
+        r["rank"] = n
+    totals = [r["total_seconds"] for r in rows]
+    return {
+        "profile": profile.name,
+        "system": system.name,
+        "devices": system.num_devices,
+        "axes": {a.name: s for a, s in zip(profile.axes, axes)},
+        "levels": [[lv.name, lv.size] for lv in system.levels],
+        "algo": algo,
+        "placements": rows,
+        "best": rows[0],
+        "median_seconds": statistics.median(totals),
+        "worst": rows[-1],
+        "pareto_front": [r["matrix"] for r in rows if r["pareto"]],
+    }
+
+
+def render_plan(report: dict[str, Any]):
+    """A rich table: one row per placement, its total and the program serving each communication."""
+    from rich.table import Table
+
+    axis_names = list(report["axes"])
+    t = Table(
+        title=f"{report['profile']} on {report['system']} ({report['devices']} GPUs, axes "
+        f"{report['axes']}, {report['algo']}): per-step communication by placement"
+    )
+    t.add_column("#", justify="right")
+    t.add_column("matrix (" + " / ".join(axis_names) + ")")
+    t.add_column("total s", justify="right")
+    t.add_column("AllReduce-only s", justify="right")
+    t.add_column("pareto")
+    for c in report["placements"][0]["communications"]:
+        t.add_column(f"{c['name']} ×{c['count']:g}", overflow="fold")
+    for r in report["placements"]:
+        cells = [
+            f"{c['seconds_total']:.4g} s" + (f"\n{c['program']}" if c["program"] else "") for c in r["communications"]
+        ]
+        t.add_row(str(r["rank"]), str(r["matrix"]), f"{r['total_seconds']:.4g}",
+                  f"{r['allreduce_total_seconds']:.4g}", "yes" if r["pareto"] else "", *cells)
+    return t
+
+
+def plot_plan(report: dict[str, Any], path: Path) -> Path:
+    """Stacked horizontal bars: per placement, the time of each communication per step."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    rows = report["placements"]
+    names = [c["name"] for c in rows[0]["communications"]]
+    fig, ax = plt.subplots(figsize=(9, 0.5 * len(rows) + 1.8))
+    labels = [f"#{r['rank']} {r['matrix']}" + (" *" if r["pareto"] else "") for r in rows]
+    left = [0.0] * len(rows)
+    for k, name in enumerate(names):
+        widths = [r["communications"][k]["seconds_total"] for r in rows]
+        ax.barh(labels, widths, left=left, label=name)
+        left = [a + b for a, b in zip(left, widths)]
+    ax.invert_yaxis()
+    ax.set_xlabel("predicted communication seconds per training step")
+    ax.set_title(f"{report['profile']} on {report['system']} ({report['algo']}); * = Pareto front")
+    ax.legend(loc="best")
+    fig.tight_layout()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path

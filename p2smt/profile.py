@@ -1,0 +1,133 @@
+"""Model communication profiles: named parallelism axes and the reductions a training step runs."""
+
+from __future__ import annotations
+
+from importlib import resources
+from math import prod
+from pathlib import Path
+from typing import Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+
+from .errors import P2Error
+from .system import IDENTIFIER, _format_validation_error
+
+
+class Axis(BaseModel):
+    """A parallelism axis; ``size: auto`` takes whatever devices the other axes leave."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+    name: str
+    size: int | Literal["auto"] = Field(description="number of parts, or 'auto'")
+    kind: Literal["data", "tensor", "pipeline", "sequence", "expert", "other"] = "other"
+
+    @field_validator("name")
+    @classmethod
+    def _identifier(cls, v: str) -> str:
+        if not IDENTIFIER.match(v):
+            raise ValueError(f"axis name {v!r} must be an identifier")
+        return v
+
+    @field_validator("size")
+    @classmethod
+    def _positive(cls, v):
+        if v != "auto" and v < 1:
+            raise ValueError("axis size must be at least 1")
+        return v
+
+
+class Communication(BaseModel):
+    """A collective a step runs ``count`` times: a reduction over axes, or pipeline point-to-point sends.
+
+    ``reduce``: every device ends with the sum over the devices that differ only on ``axes``.
+    ``p2p``: every device sends its buffer to the next index on the single axis in ``axes``
+    (pipeline activations/gradients); costed as two rounds of disjoint pair transfers.
+    """
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+    name: str
+    kind: Literal["reduce", "p2p"] = "reduce"
+    axes: tuple[str, ...] = Field(min_length=1)
+    bytes_per_device: float = Field(gt=0)
+    count: float = Field(default=1, gt=0, description="times per training step")
+
+
+class Profile(BaseModel):
+    """A model's parallelism axes and its per-step communication."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+    name: str
+    description: str = ""
+    axes: tuple[Axis, ...] = Field(min_length=1)
+    communication: tuple[Communication, ...] = Field(min_length=1)
+
+    @model_validator(mode="after")
+    def _consistent(self) -> "Profile":
+        names = [a.name for a in self.axes]
+        if len(set(names)) != len(names):
+            raise ValueError(f"axis names must be distinct, got {names}")
+        if sum(1 for a in self.axes if a.size == "auto") > 1:
+            raise ValueError("at most one axis may have size 'auto'")
+        comm_names = [c.name for c in self.communication]
+        if len(set(comm_names)) != len(comm_names):
+            raise ValueError(f"communication names must be distinct, got {comm_names}")
+        for c in self.communication:
+            for a in c.axes:
+                if a not in names:
+                    raise ValueError(f"communication {c.name!r} names unknown axis {a!r} (axes: {names})")
+            if len(set(c.axes)) != len(c.axes):
+                raise ValueError(f"communication {c.name!r} repeats an axis")
+            if c.kind == "p2p" and len(c.axes) != 1:
+                raise ValueError(f"p2p communication {c.name!r} needs exactly one axis")
+        return self
+
+    def axis_index(self, name: str) -> int:
+        return [a.name for a in self.axes].index(name)
+
+    def sizes_for(self, num_devices: int) -> tuple[int, ...]:
+        """Axis sizes on a system of ``num_devices``; resolves ``auto``; errors if they do not factor."""
+        fixed = prod(a.size for a in self.axes if a.size != "auto")
+        if any(a.size == "auto" for a in self.axes):
+            if num_devices % fixed:
+                raise P2Error(
+                    f"profile {self.name!r}: fixed axes multiply to {fixed}, which does not divide "
+                    f"{num_devices} devices"
+                )
+            return tuple(num_devices // fixed if a.size == "auto" else a.size for a in self.axes)
+        if fixed != num_devices:
+            raise P2Error(f"profile {self.name!r}: axes multiply to {fixed}, the system has {num_devices} devices")
+        return tuple(a.size for a in self.axes)
+
+
+def profiles_dir() -> Path:
+    return Path(str(resources.files("p2smt"))) / "profiles"
+
+
+def shipped_profiles() -> list[str]:
+    return sorted(p.stem for p in profiles_dir().glob("*.yaml"))
+
+
+def load_profile(name_or_path: str | Path) -> Profile:
+    """Load a shipped profile by name or a YAML file by path; errors name the file and the field."""
+    path = Path(name_or_path)
+    if not (path.suffix in (".yaml", ".yml") or path.exists()):
+        path = profiles_dir() / f"{name_or_path}.yaml"
+        if not path.is_file():
+            raise P2Error(f"unknown profile {str(name_or_path)!r}; shipped: {', '.join(shipped_profiles())}")
+    if not path.is_file():
+        raise P2Error(f"profile file {str(path)!r} does not exist")
+    try:
+        data = yaml.safe_load(path.read_text(encoding="utf-8"))
+    except yaml.YAMLError as err:
+        mark = getattr(err, "problem_mark", None)
+        where = f":{mark.line + 1}:{mark.column + 1}" if mark else ""
+        raise P2Error(f"{path}{where}: malformed YAML: {getattr(err, 'problem', None) or err}") from None
+    except (OSError, UnicodeDecodeError) as err:
+        raise P2Error(f"cannot read profile {path}: {err}") from None
+    if not isinstance(data, dict):
+        raise P2Error(f"{path}: a profile must be a mapping")
+    try:
+        return Profile.model_validate(data)
+    except ValidationError as err:
+        raise P2Error(_format_validation_error(str(path), err)) from None

@@ -1,0 +1,108 @@
+"""Whole-model placement (issue 8): known answers, Pareto front, profile validation, CLI."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from p2smt.cli import main
+from p2smt.errors import P2Error
+from p2smt.placement import Placement
+from p2smt.plan import pipeline_pairs, plan
+from p2smt.profile import Profile, load_profile, shipped_profiles
+from p2smt.rank import rank
+from p2smt.system import load_system
+
+
+def _profile(axes, comms, name="t"):
+    return Profile.model_validate({"name": name, "axes": axes, "communication": comms})
+
+
+def test_shipped_profiles_load():
+    assert shipped_profiles() == ["gpt3-13b-tp-dp", "gpt3-tp-pp-dp", "resnet50-dp"]
+    for name in shipped_profiles():
+        p = load_profile(name)
+        assert p.sizes_for(64)
+
+
+def test_data_parallel_profile_picks_the_placement_rank_picks_for_that_axis():
+    system = load_system("a100-4x16")
+    prof = _profile(
+        [{"name": "data", "size": 4}, {"name": "model", "size": 16}],
+        [{"name": "grads", "axes": ["data"], "bytes_per_device": 2**29 * 4 * 4}],
+    )
+    report = plan(prof, system)
+    ranked = rank(system, (4, 16), (0,))
+    assert report["best"]["matrix"] == ranked["best"]["matrix"]
+    assert report["best"]["communications"][0]["program"] == ranked["best"]["program"]
+    assert report["best"]["total_seconds"] == pytest.approx(ranked["best"]["seconds"])
+
+
+def test_dominant_tensor_parallel_volume_puts_tensor_inside_the_node():
+    for system in (load_system("a100-4x16"), load_system("dgx-a100", nodes=4)):
+        report = plan(load_profile("gpt3-13b-tp-dp"), system)
+        tensor_row = report["best"]["matrix"][1]
+        assert tensor_row[0] == 1, (system.name, report["best"]["matrix"])
+        assert report["best"]["total_seconds"] <= report["worst"]["total_seconds"]
+
+
+def test_gradient_dominated_profile_flips_the_choice():
+    system = load_system("a100-4x16")
+    prof = _profile(
+        [{"name": "data", "size": 8}, {"name": "tensor", "size": 8}],
+        [
+            {"name": "tp", "axes": ["tensor"], "bytes_per_device": 1e6, "count": 1},
+            {"name": "dp", "axes": ["data"], "bytes_per_device": 8e9, "count": 1},
+        ],
+    )
+    report = plan(prof, system)
+    assert report["best"]["matrix"][0][0] == 1, report["best"]["matrix"]
+
+
+def test_ranking_totals_sorted_and_pareto_is_consistent():
+    report = plan(load_profile("gpt3-tp-pp-dp"), load_system("a100-4x16"))
+    totals = [r["total_seconds"] for r in report["placements"]]
+    assert totals == sorted(totals)
+    assert report["placements"][0]["pareto"]
+    for r in report["placements"]:
+        assert r["total_seconds"] == pytest.approx(sum(c["seconds_total"] for c in r["communications"]))
+        vec = [c["seconds_total"] for c in r["communications"]]
+        dominated = any(
+            all(o <= s for o, s in zip(w, vec)) and any(o < s for o, s in zip(w, vec))
+            for w in ([c["seconds_total"] for c in o["communications"]] for o in report["placements"])
+        )
+        assert r["pareto"] == (not dominated)
+
+
+def test_pipeline_pairs_link_neighbouring_stages():
+    placement = Placement((4, 16), (4, 4, 4), ((1, 4), (4, 1), (1, 4)))
+    first, second = pipeline_pairs(placement, 1)
+    for src, dst in first + second:
+        a, b = placement.axis_coords(src), placement.axis_coords(dst)
+        assert (a[0], a[2]) == (b[0], b[2]) and b[1] == a[1] + 1
+    assert len(first) + len(second) == 3 * 16
+    for rnd in (first, second):
+        devices = [d for pair in rnd for d in pair]
+        assert len(devices) == len(set(devices))
+
+
+def test_profile_errors_are_clear(tmp_path):
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("name: x\naxes:\n  - {name: data, size: auto}\ncommunication:\n  - {name: g, axes: [nope], bytes_per_device: 1}\n")
+    with pytest.raises(P2Error, match="unknown axis 'nope'"):
+        load_profile(bad)
+    prof = _profile([{"name": "a", "size": 3}], [{"name": "g", "axes": ["a"], "bytes_per_device": 1}])
+    with pytest.raises(P2Error, match="axes multiply to 3, the system has 64 devices"):
+        prof.sizes_for(64)
+
+
+def test_cli_plan_json_and_errors(tmp_path, capsys):
+    png = tmp_path / "plan.png"
+    assert main(["plan", "--profile", "resnet50-dp", "--system", "v100-2x8", "--json", "--png", str(png)]) == 0
+    report = json.loads(capsys.readouterr().out)
+    assert report["axes"] == {"data": 16} and len(report["placements"]) == 1
+    assert png.stat().st_size > 1000
+    assert main(["plan", "--profile", "nope", "--system", "a100-4x16"]) == 2
+    err = capsys.readouterr().err
+    assert "unknown profile" in err and "Traceback" not in err
