@@ -40,9 +40,11 @@ def read_arg_text(value: str) -> tuple[str, str | None]:
     if value.startswith("@"):
         path = Path(value[1:])
         try:
-            return path.read_text(), str(path)
+            return path.read_text(encoding="utf-8"), str(path)
         except OSError as err:
             raise P2Error(f"cannot read {path}: {err.strerror}") from None
+        except UnicodeDecodeError as err:
+            raise P2Error(f"{path}: not UTF-8 text (byte {err.start})") from None
     return value, None
 
 
@@ -280,9 +282,11 @@ def plan_from_args(args: argparse.Namespace, h, placement, reduce):
         return lower_program(h, program), program
     path = Path(args.plan)
     try:
-        data = json.loads(path.read_text())
+        data = json.loads(path.read_text(encoding="utf-8"))
     except OSError as err:
         raise P2Error(f"cannot read {path}: {err.strerror}") from None
+    except UnicodeDecodeError as err:
+        raise P2Error(f"{path}: not UTF-8 text (byte {err.start})") from None
     except json.JSONDecodeError as err:
         raise P2Error(f"{path}:{err.lineno}:{err.colno}: malformed JSON: {err.msg}") from None
     return parse_explicit_plan(data, str(path)), None

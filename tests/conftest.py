@@ -1,0 +1,64 @@
+"""Shared fixtures for the core-model tests: data files, small hierarchies, the CLI in-process."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from pathlib import Path
+
+import pytest
+
+from p2smt.cli import main
+from p2smt.hierarchy import SynthesisHierarchy, synthesis_hierarchy
+from p2smt.placement import Placement
+
+DATA = Path(__file__).parent / "data"
+
+
+@pytest.fixture(scope="session")
+def data_dir() -> Path:
+    return DATA
+
+
+def _hierarchy(
+    sizes: Sequence[int],
+    axes: Sequence[int],
+    matrix: Sequence[Sequence[int]],
+    reduce: Sequence[int],
+    names: Sequence[str] | None = None,
+    kind: str = "d",
+    master_scope: str = "per-ancestor",
+) -> SynthesisHierarchy:
+    placement = Placement(tuple(sizes), tuple(axes), tuple(tuple(r) for r in matrix))
+    names = tuple(names) if names else tuple(f"l{j}" for j in range(len(sizes)))
+    return synthesis_hierarchy(placement, tuple(reduce), names, kind, master_scope)
+
+
+@pytest.fixture(scope="session")
+def hierarchy_of() -> Callable[..., SynthesisHierarchy]:
+    """Factory: the synthesis hierarchy of (sizes, axes, matrix, reduce[, names, kind, master_scope])."""
+    return _hierarchy
+
+
+@pytest.fixture(scope="session")
+def flat_hierarchy() -> Callable[..., SynthesisHierarchy]:
+    """Factory: ``root`` + the given levels, synthesis index = physical id (one axis, fully reduced)."""
+
+    def make(sizes: Sequence[int], names: Sequence[str] | None = None, master_scope: str = "per-ancestor"):
+        n = 1
+        for s in sizes:
+            n *= s
+        return _hierarchy(sizes, (n,), (tuple(sizes),), (0,), names, "d", master_scope)
+
+    return make
+
+
+@pytest.fixture
+def run_cli(capsys) -> Callable[..., tuple[int, str, str]]:
+    """Run ``p2smt.cli.main(argv)`` in-process: (exit code, stdout, stderr)."""
+
+    def run(*argv: str) -> tuple[int, str, str]:
+        rc = main([str(a) for a in argv])
+        out, err = capsys.readouterr()
+        return rc, out, err
+
+    return run
