@@ -362,7 +362,7 @@ def export_plan(report: dict[str, Any], profile, system, out: Path) -> list[str]
     """Write the best placement's JAX mesh order and, per reduction, its program lowered to JAX and torch."""
     from .dsl import lower_program, parse_program
     from .hierarchy import synthesis_hierarchy
-    from .lower import lower_module
+    from .lower import lower_module, placement_target
     from .placement import Placement
 
     out.mkdir(parents=True, exist_ok=True)
@@ -382,12 +382,50 @@ def export_plan(report: dict[str, Any], profile, system, out: Path) -> list[str]
         red = tuple(sorted(profile.axis_index(a) for a in next(c for c in profile.communication if c.name == comm["name"]).axes))
         h = synthesis_hierarchy(placement, red, system.level_names)
         program = parse_program(comm["program"], h)
-        plan_ = lower_program(h, program)
+        target = placement_target(placement, red, system.level_names, list(report["axes"]), system.name)
+        labels = [str(i) for i in program.instructions]
         for backend in ("jax", "torch"):
             path = out / f"{comm['name']}_{backend}.py"
-            path.write_text(lower_module(backend, plan_, placement=placement, reduction_axes=red, program=program))
+            path.write_text(lower_module(backend, lower_program(h, program), target, labels))
             written.append(str(path))
     return written
+
+
+def _lowering_inputs(args: argparse.Namespace):
+    """(plan, target, step labels) for lower/run from the request and --program/--plan."""
+    from .lower import placement_target
+
+    system, placement, reduce, h = one_hierarchy(args)
+    plan, program = plan_from_args(args, h, placement, reduce)
+    names = args.axis_names.split(",") if args.axis_names else None
+    target = placement_target(placement, reduce, system.level_names, names, system.name)
+    labels = [str(i) for i in program.instructions] if program else None
+    return plan, target, labels
+
+
+def cmd_lower(args: argparse.Namespace) -> int:
+    from .lower import lower_module
+
+    plan, target, labels = _lowering_inputs(args)
+    source = lower_module(args.backend, plan, target, labels)
+    if args.out:
+        Path(args.out).write_text(source)
+        print(f"wrote {args.out}", file=sys.stderr)
+    else:
+        sys.stdout.write(source)
+    return EXIT_OK
+
+
+def cmd_run(args: argparse.Namespace) -> int:
+    from .lower import run_program
+
+    plan, target, labels = _lowering_inputs(args)
+    report = run_program(
+        args.backend, plan, target, step_labels=labels, length=args.length, repeats=args.repeats,
+        timeout=args.run_timeout,
+    )
+    emit(args, report.to_json(), lambda c: c.print(report.summary()))
+    return report.exit_code
 
 
 # ---------------------------------------------------------------- parser
@@ -437,6 +475,24 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--allow-noop", action="store_true")
     add_json(p)
     p.set_defaults(func=cmd_check)
+
+    for name, helptext in (("lower", "emit JAX or torch.distributed code for a program"),
+                           ("run", "run a lowered program on local CPU devices and check exact sums")):
+        p = sub.add_parser(name, help=helptext)
+        add_request(p, matrix_required=True)
+        p.add_argument("--backend", required=True, choices=["jax", "torch"])
+        p.add_argument("--program", help="DSL text or @FILE")
+        p.add_argument("--plan", help="JSON file: [{collective, replica_groups}, …] on physical device ids")
+        p.add_argument("--axis-names", help="comma-separated names of the axes (identifiers)")
+        if name == "lower":
+            p.add_argument("--out", help="write the module here instead of stdout")
+            p.set_defaults(func=cmd_lower)
+        else:
+            p.add_argument("--length", type=int, help="elements per device (a multiple of the group size)")
+            p.add_argument("--repeats", type=int, default=1)
+            p.add_argument("--run-timeout", type=float, default=600.0, help="seconds before the run is killed")
+            add_json(p)
+            p.set_defaults(func=cmd_run)
 
     p = sub.add_parser("plan", help="rank placements for a whole model's communication profile")
     p.add_argument("--profile", required=True, help="shipped profile name or path to a YAML file")

@@ -25,7 +25,7 @@ class Axis(BaseModel):
     @field_validator("name")
     @classmethod
     def _identifier(cls, v: str) -> str:
-        if not IDENTIFIER.match(v):
+        if not IDENTIFIER.fullmatch(v):
             raise ValueError(f"axis name {v!r} must be an identifier")
         return v
 

@@ -11,6 +11,7 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from .errors import P2Error
+from .layout import PhysicalLayout
 
 IDENTIFIER = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 RESERVED_LEVEL_NAMES = frozenset({"root", "InsideGroup", "Parallel", "Master"})
@@ -27,7 +28,7 @@ class Level(BaseModel):
     @field_validator("name")
     @classmethod
     def _identifier(cls, v: str) -> str:
-        if not IDENTIFIER.match(v):
+        if not IDENTIFIER.fullmatch(v):
             raise ValueError(f"level name {v!r} must be an identifier (letters, digits, _)")
         if v in RESERVED_LEVEL_NAMES:
             raise ValueError(f"level name {v!r} is reserved by the DSL")
@@ -47,7 +48,7 @@ class Interconnect(BaseModel):
     @field_validator("name")
     @classmethod
     def _identifier(cls, v: str) -> str:
-        if not IDENTIFIER.match(v):
+        if not IDENTIFIER.fullmatch(v):
             raise ValueError(f"interconnect name {v!r} must be an identifier")
         return v
 
@@ -63,7 +64,7 @@ class System(BaseModel):
         default=None, description="level whose size --nodes sets (default: the first level)"
     )
     interconnects: tuple[Interconnect, ...] = ()
-    physical: dict[str, Any] | None = Field(
+    physical: PhysicalLayout | None = Field(
         default=None, description="node layout for the physical topology model (cost model)"
     )
 
@@ -160,7 +161,7 @@ def load_system(name_or_path: str | Path, nodes: int | None = None) -> System:
             known = ", ".join(shipped_systems())
             raise P2Error(f"unknown system {str(name_or_path)!r}; shipped systems: {known}")
     try:
-        data = yaml.safe_load(path.read_text())
+        data = yaml.safe_load(path.read_text(encoding="utf-8"))
     except yaml.YAMLError as err:
         mark = getattr(err, "problem_mark", None)
         where = f":{mark.line + 1}:{mark.column + 1}" if mark else ""
@@ -168,5 +169,7 @@ def load_system(name_or_path: str | Path, nodes: int | None = None) -> System:
         raise P2Error(f"{path}{where}: malformed YAML: {problem}") from None
     except OSError as err:
         raise P2Error(f"cannot read system file {path}: {err.strerror}") from None
+    except UnicodeDecodeError as err:
+        raise P2Error(f"{path}: not UTF-8 text (byte {err.start})") from None
     system = parse_system(data, str(path))
     return system.with_nodes(nodes) if nodes is not None else system
