@@ -428,6 +428,57 @@ def cmd_run(args: argparse.Namespace) -> int:
     return report.exit_code
 
 
+def cmd_rank(args: argparse.Namespace) -> int:
+    from .rank import rank, render_rank
+
+    system, axes, reduce, _ = request(args)
+    report = rank(system, axes, reduce, algo=args.algo, bytes_per_device=args.bytes, top=args.top,
+                  engine=args.engine, max_len=args.max_len)
+    emit(args, report, lambda c: c.print(render_rank(report)))
+    return EXIT_OK
+
+
+def cmd_cost(args: argparse.Namespace) -> int:
+    from .cost import flat_collective_time
+
+    system = load(args)
+    seconds = flat_collective_time(system, args.collective, args.bytes, args.algo)
+    payload = {"system": system.name, "devices": system.num_devices, "collective": args.collective,
+               "bytes": args.bytes, "algo": args.algo, "seconds": seconds}
+    emit(args, payload, lambda c: c.print(
+        f"{args.collective} of {args.bytes:.4g} B over {system.num_devices} GPUs of {system.name} "
+        f"({args.algo}): {seconds:.6g} s"))
+    return EXIT_OK
+
+
+def cmd_draw(args: argparse.Namespace) -> int:
+    from .draw import draw_topology
+
+    system = load(args)
+    path = draw_topology(system, args.out or f"{system.name}.png")
+    print(f"wrote {path}")
+    return EXIT_OK
+
+
+def cmd_sweep(args: argparse.Namespace) -> int:
+    if bool(args.paper) == bool(args.grid):
+        raise P2Error("give exactly one of --paper or --grid FILE")
+    if args.paper:
+        from .sweep import paper_sweep, render_sweep
+
+        summary = paper_sweep(args.out or "p2-sweep", engine=args.engine, plots=not args.no_plots,
+                              max_len=args.max_len)
+        emit(args, {k: v for k, v in summary.items() if k != "rows"} | {"out": args.out or "p2-sweep"},
+             lambda c: c.print(render_sweep(summary)))
+        return EXIT_OK
+    from .gridsweep import sweep
+
+    summary = sweep(args.grid, Path(args.out or "sweep.jsonl"), scheduler=args.scheduler,
+                    workers=args.workers, timeout_s=args.timeout, progress=not args.json)
+    emit(args, summary.to_json(), lambda c: c.print(summary.to_json()))
+    return EXIT_OK if summary.finished == summary.submitted else EXIT_FAIL
+
+
 # ---------------------------------------------------------------- parser
 
 
@@ -493,6 +544,43 @@ def build_parser() -> argparse.ArgumentParser:
             p.add_argument("--run-timeout", type=float, default=600.0, help="seconds before the run is killed")
             add_json(p)
             p.set_defaults(func=cmd_run)
+
+    p = sub.add_parser("rank", help="rank every placement's programs by predicted time")
+    add_request(p)
+    p.add_argument("--algo", default="ring", help="ring | tree | nvls | auto")
+    p.add_argument("--bytes", type=float, help="bytes per device (default: P²'s 2^29 × nodes float32)")
+    p.add_argument("--top", type=int, help="keep the N fastest programs per placement")
+    p.add_argument("--engine", default="enumerative")
+    p.add_argument("--max-len", type=int, default=5)
+    add_json(p)
+    p.set_defaults(func=cmd_rank)
+
+    p = sub.add_parser("cost", help="predicted time of one flat collective over all GPUs")
+    add_system(p)
+    p.add_argument("--collective", required=True,
+                   choices=["allreduce", "reducescatter", "allgather", "reduce", "broadcast"])
+    p.add_argument("--bytes", type=float, required=True, help="nccl-tests convention")
+    p.add_argument("--algo", default="ring", help="ring | tree | nvls | auto")
+    add_json(p)
+    p.set_defaults(func=cmd_cost)
+
+    p = sub.add_parser("draw", help="write a picture of a system's physical topology")
+    add_system(p)
+    p.add_argument("--out", help="PNG path (default: SYSTEM.png)")
+    p.set_defaults(func=cmd_draw)
+
+    p = sub.add_parser("sweep", help="the P² evaluation grid (--paper) or a grid file, resumable, on dask")
+    p.add_argument("--paper", action="store_true", help="run P2.md §7's grid: synthesis + ranking")
+    p.add_argument("--grid", help="grid YAML file or shipped grid name")
+    p.add_argument("--out", help="--paper: output folder (p2-sweep); --grid: JSONL file (sweep.jsonl)")
+    p.add_argument("--engine", default="enumerative")
+    p.add_argument("--max-len", type=int, default=5)
+    p.add_argument("--no-plots", action="store_true")
+    p.add_argument("--scheduler", help="dask.distributed scheduler address (default: local cores)")
+    p.add_argument("--workers", type=int, help="local workers / tasks in flight")
+    p.add_argument("--timeout", type=float, help="per-task seconds")
+    add_json(p)
+    p.set_defaults(func=cmd_sweep)
 
     p = sub.add_parser("plan", help="rank placements for a whole model's communication profile")
     p.add_argument("--profile", required=True, help="shipped profile name or path to a YAML file")
