@@ -1,0 +1,168 @@
+"""Pydantic models of the ``physical:`` section of system files: the layout of one node plus link types.
+
+The section describes one node (the unit at ``node_level``, by default the system's scalable level);
+the topology builder instantiates it once per node and joins every NIC to one non-blocking network.
+GPUs are named ``gpu0 … gpu{n-1}`` (local index = device id modulo ``gpus_per_node``). Link endpoints
+may use a range pattern, ``gpu[0-3]`` or ``pcie[0,1]``; two lists of equal length pair up element-wise,
+a single name pairs with every element of the other list, and ``ring: gpu[0-7]`` closes a cycle.
+All parameters (bandwidths, efficiencies, latencies) live here, never in code.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+
+ComponentKind = Literal["nvswitch", "pcie_switch", "cpu", "nic"]
+LinkKind = Literal["nvlink", "nvswitch", "pcie", "smp", "nic"]
+NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+PATTERN = re.compile(r"^([A-Za-z_][A-Za-z0-9_]*?)\[([0-9,\- ]+)\]$")
+GPU_NAME = re.compile(r"^gpu([0-9]+)$")
+
+
+def expand_names(pattern: str) -> tuple[str, ...]:
+    """``gpu[0-2,5]`` -> (gpu0, gpu1, gpu2, gpu5); a plain name stands for itself."""
+    m = PATTERN.match(pattern.strip())
+    if m is None:
+        if not NAME.match(pattern.strip()):
+            raise ValueError(f"bad endpoint {pattern!r}: use a name or a range like gpu[0-7]")
+        return (pattern.strip(),)
+    prefix, body = m.groups()
+    out: list[str] = []
+    for part in body.split(","):
+        part = part.strip()
+        if "-" in part:
+            lo, hi = (int(x) for x in part.split("-", 1))
+            if hi < lo:
+                raise ValueError(f"bad range {part!r} in {pattern!r}")
+            out.extend(f"{prefix}{i}" for i in range(lo, hi + 1))
+        elif part:
+            out.append(f"{prefix}{int(part)}")
+    return tuple(out)
+
+
+class LinkType(BaseModel):
+    """A kind of physical link: spec bandwidth per direction per link, the fraction achieved, latency."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+    kind: LinkKind
+    bandwidth_gbps: float = Field(gt=0, description="spec GB/s per direction of one link")
+    efficiency: float = Field(default=1.0, gt=0, le=1, description="achievable share of the spec")
+    latency_us: float = Field(ge=0, description="per-hop latency (NCCL Simple protocol hwLat)")
+    note: str = ""
+
+    @property
+    def effective_gbps(self) -> float:
+        return self.bandwidth_gbps * self.efficiency
+
+
+class Component(BaseModel):
+    """A non-GPU box of a node: NVSwitch, PCIe switch, CPU (root complex) or NIC."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+    name: str
+    kind: ComponentKind
+    uplink: str | None = Field(default=None, description="NIC only: link type from the NIC to the network")
+    nvls_gbps: float | None = Field(
+        default=None, gt=0, description="NVSwitch only: per-GPU NVLink-SHARP AllReduce rate (algbw, GB/s)"
+    )
+    nvls_latency_us: float = Field(default=0.0, ge=0)
+
+    @field_validator("name")
+    @classmethod
+    def _name(cls, v: str) -> str:
+        if not NAME.match(v) or GPU_NAME.match(v) or v == "network":
+            raise ValueError(f"component name {v!r} must be an identifier other than gpuN and network")
+        return v
+
+    @model_validator(mode="after")
+    def _kind_fields(self) -> Component:
+        if (self.kind == "nic") != (self.uplink is not None):
+            raise ValueError(f"component {self.name!r}: exactly the NICs need an uplink link type")
+        if self.nvls_gbps is not None and self.kind != "nvswitch":
+            raise ValueError(f"component {self.name!r}: nvls_gbps only applies to an nvswitch")
+        return self
+
+
+class Link(BaseModel):
+    """Links of one type between ``a`` and ``b`` (names or ranges), or around a ``ring``."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+    type: str
+    a: str | None = None
+    b: str | None = None
+    ring: str | None = None
+    count: int = Field(default=1, ge=1, description="bonded links between each pair")
+
+    @model_validator(mode="after")
+    def _shape(self) -> Link:
+        if (self.ring is None) == (self.a is None or self.b is None) or (
+            self.ring is not None and (self.a is not None or self.b is not None)
+        ):
+            raise ValueError("a link needs either both 'a' and 'b', or 'ring'")
+        return self
+
+    def pairs(self) -> tuple[tuple[str, str], ...]:
+        """The (a, b) endpoint pairs this entry stands for."""
+        if self.ring is not None:
+            names = expand_names(self.ring)
+            if len(names) < 2:
+                raise ValueError(f"ring {self.ring!r} needs at least 2 members")
+            if len(names) == 2:
+                return ((names[0], names[1]),)
+            return tuple((names[i], names[(i + 1) % len(names)]) for i in range(len(names)))
+        a, b = expand_names(self.a or ""), expand_names(self.b or "")
+        if len(a) == len(b):
+            return tuple(zip(a, b))
+        if len(a) == 1:
+            return tuple((a[0], y) for y in b)
+        if len(b) == 1:
+            return tuple((x, b[0]) for x in a)
+        raise ValueError(f"link {self.a!r} -- {self.b!r}: lists of different lengths ({len(a)}, {len(b)})")
+
+
+class NcclParams(BaseModel):
+    """Algorithm-level constants of NCCL's Simple protocol (src/graph/tuning.cc) used by the cost model."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+    base_latency_us: dict[Literal["ring", "tree", "nvls"], float] = Field(
+        default_factory=lambda: {"ring": 8.4, "tree": 0.0, "nvls": 0.0}
+    )
+    tree_efficiency: float = Field(default=0.92, gt=0, le=1, description="NCCL caps tree busbw at ~0.92x")
+    max_channels: int = Field(default=16, ge=1, description="most rings/trees one collective runs at once")
+
+
+class PhysicalLayout(BaseModel):
+    """One node's boxes and links, the link types, and NCCL constants; instantiated once per node."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+    node_level: str | None = Field(default=None, description="level one layout describes (default: scalable)")
+    gpus_per_node: int = Field(ge=1)
+    link_types: dict[str, LinkType] = Field(min_length=1)
+    components: tuple[Component, ...] = ()
+    links: tuple[Link, ...] = ()
+    nccl: NcclParams = Field(default_factory=NcclParams)
+
+    @model_validator(mode="after")
+    def _consistent(self) -> PhysicalLayout:
+        names = [c.name for c in self.components]
+        if len(set(names)) != len(names):
+            raise ValueError(f"component names must be distinct, got {names}")
+        known = set(names) | {f"gpu{i}" for i in range(self.gpus_per_node)}
+        for c in self.components:
+            if c.uplink is not None:
+                lt = self.link_types.get(c.uplink)
+                if lt is None or lt.kind != "nic":
+                    raise ValueError(f"NIC {c.name!r}: uplink {c.uplink!r} must name a link type of kind nic")
+        for link in self.links:
+            if link.type not in self.link_types:
+                raise ValueError(f"link type {link.type!r} is not among {sorted(self.link_types)}")
+            for a, b in link.pairs():
+                for end in (a, b):
+                    if end not in known:
+                        raise ValueError(f"link endpoint {end!r} is neither a GPU nor a component")
+                if a == b:
+                    raise ValueError(f"link from {a!r} to itself")
+        return self

@@ -1,0 +1,108 @@
+"""Ranking: every placement's synthesized programs ordered by predicted time, plus the overall best."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from .collectives import Collective
+from .cost import ALGOS, default_bytes_per_device, held_fractions_of_programs, program_time, step_time
+from .dsl import format_program
+from .errors import P2Error
+from .placement import Matrix, Placement
+from .synth import SynthesisResult, synthesize
+from .system import System
+from .topology import build_topology
+
+
+def _key(seconds: float, text: str) -> tuple[float, str]:
+    """Sort key: time to 9 significant digits (so float noise never reorders), then the program text."""
+    return (float(f"{seconds:.9g}"), text)
+
+
+def allreduce_seconds(system: System, matrix: Matrix, axes: Sequence[int], reduction_axes: Sequence[int],
+                      algo: str, bytes_per_device: float) -> float:
+    """Predicted time of the default: one AllReduce over every reduction group of the placement."""
+    groups = Placement(system.sizes, tuple(axes), matrix).reduction_groups(tuple(reduction_axes))
+    topo = build_topology(system)
+    return step_time(topo, Collective.ALL_REDUCE, groups, [float(bytes_per_device)] * len(groups), algo)
+
+
+def _check(system: System, algo: str, bytes_per_device: float | None, top: int | None) -> float:
+    if algo not in ALGOS:
+        raise P2Error(f"unknown algorithm {algo!r}; choose one of {', '.join(ALGOS)}")
+    if top is not None and top < 1:
+        raise P2Error(f"--top must be at least 1, got {top}")
+    b = default_bytes_per_device(system) if bytes_per_device is None else bytes_per_device
+    if b <= 0:
+        raise P2Error(f"--bytes must be positive, got {b}")
+    return b
+
+
+def rank_result(system: System, result: SynthesisResult, *, algo: str = "ring",
+                bytes_per_device: float | None = None, top: int | None = None) -> dict[str, Any]:
+    """Rank an existing synthesis result (see ``rank``); lets one synthesis serve several algorithms."""
+    b = _check(system, algo, bytes_per_device, top)
+    matrices = []
+    best = None
+    for m in result.matrices:
+        scored = []
+        fractions = held_fractions_of_programs(m.hierarchy, m.programs)
+        for prog in m.programs:
+            cost = program_time(system, m.hierarchy, prog, algo=algo, bytes_per_device=b, fractions=fractions[prog])
+            scored.append((cost.seconds, format_program(prog)))
+        scored.sort(key=lambda st: _key(*st))
+        matrix = [list(r) for r in m.matrix]
+        matrices.append({
+            "matrix": matrix,
+            "allreduce_seconds": allreduce_seconds(system, m.matrix, result.axes, result.reduction_axes, algo, b),
+            "programs": [{"program": text, "seconds": s} for s, text in scored[:top]],
+        })
+        if scored and (best is None or _key(*scored[0]) + (matrix,) < _key(best[0], best[1]) + (best[2],)):
+            best = (scored[0][0], scored[0][1], matrix)
+    return {
+        "bytes_per_device": b,
+        "algo": algo,
+        "matrices": matrices,
+        "best": None if best is None else {"matrix": best[2], "program": best[1], "seconds": best[0]},
+    }
+
+
+def rank(system: System, axes: Sequence[int], reduction_axes: Sequence[int], *, algo: str = "ring",
+         bytes_per_device: float | None = None, top: int | None = None, engine: str = "enumerative",
+         max_len: int = 5) -> dict[str, Any]:
+    """Synthesize every placement's programs and rank them by predicted time.
+
+    Returns ``{"bytes_per_device", "algo", "matrices": [{"matrix", "allreduce_seconds",
+    "programs": [{"program", "seconds"}]}], "best": {"matrix", "program", "seconds"}}``; programs are
+    sorted by predicted seconds, ties by program text; ``top`` keeps the first N per matrix.
+    """
+    _check(system, algo, bytes_per_device, top)
+    result = synthesize(system, tuple(axes), tuple(reduction_axes), max_len=max_len, engine=engine)
+    return rank_result(system, result, algo=algo, bytes_per_device=bytes_per_device, top=top)
+
+
+def render_rank(report: dict[str, Any]):
+    """Rich tables for a rank report: one table per matrix (rank, seconds, speedup over AllReduce)."""
+    from rich.console import Group as RichGroup
+    from rich.table import Table
+
+    tables = []
+    for m in report["matrices"]:
+        t = Table(title=f"matrix {m['matrix']}  AllReduce {m['allreduce_seconds']:.6g} s", show_lines=False)
+        t.add_column("#", justify="right")
+        t.add_column("seconds", justify="right")
+        t.add_column("vs AllReduce", justify="right")
+        t.add_column("program")
+        for i, p in enumerate(m["programs"], 1):
+            t.add_row(str(i), f"{p['seconds']:.6g}", f"{m['allreduce_seconds'] / p['seconds']:.3f}x", p["program"])
+        tables.append(t)
+    best = report.get("best")
+    if best:
+        t = Table(title=f"best ({report['algo']}, {report['bytes_per_device']} bytes per device)")
+        t.add_column("matrix")
+        t.add_column("seconds", justify="right")
+        t.add_column("program")
+        t.add_row(str(best["matrix"]), f"{best['seconds']:.6g}", best["program"])
+        tables.append(t)
+    return RichGroup(*tables)

@@ -1,0 +1,199 @@
+"""Cost model sanity: locality, hierarchy, linearity in bytes, NCCL's Ring/Tree formulas, contention,
+volumes that follow the state, and calibration against COSTS.md's measurements."""
+
+from __future__ import annotations
+
+import importlib.util
+from pathlib import Path
+
+import pytest
+
+from p2smt.collectives import Collective
+from p2smt.cost import (
+    collective_time,
+    default_bytes_per_device,
+    flat_collective_time,
+    fluid_finish_times,
+    group_channels,
+    message_bytes,
+    program_time,
+    program_volumes,
+)
+from p2smt.dsl import parse_program
+from p2smt.errors import P2Error
+from p2smt.hierarchy import synthesis_hierarchy
+from p2smt.placement import Placement
+from p2smt.system import load_system
+from p2smt.topology import build_topology
+
+AR = Collective.ALL_REDUCE
+GIB = 1 << 30
+RS_AR_AG = "(node, InsideGroup, ReduceScatter); (node, Parallel(root), AllReduce); (node, InsideGroup, AllGather)"
+FLAT_AR = "(root, InsideGroup, AllReduce)"
+
+
+def _hierarchy(system, axes, matrix, reduce):
+    return synthesis_hierarchy(Placement(system.sizes, axes, matrix), reduce, system.level_names)
+
+
+@pytest.mark.parametrize(
+    "name, algo",
+    [(n, "ring") for n in ("a100-2x16", "v100-2x8", "fig2-16gpu", "dgx1-v100", "dgx-a100", "dgx-h100")]
+    + [(n, "tree") for n in ("a100-2x16", "v100-2x8", "dgx1-v100", "dgx-a100")],
+)
+def test_allreduce_inside_one_node_is_faster_than_across_nodes(name, algo):
+    # Not asserted for Tree on dgx-h100: four NDR NICs per half-node carry as much as the one-channel
+    # intra-node chain (2S per NVSwitch port at 0.92x, NCCL's tree formula), so the model predicts parity.
+    topo = build_topology(load_system(name))
+    g = topo.gpus_per_node
+    inside = tuple(range(g))
+    across = tuple(range(g // 2)) + tuple(range(g, g + g // 2))
+    for nbytes in (1 << 20, GIB):
+        assert collective_time(topo, AR, [inside], nbytes, algo) < collective_time(topo, AR, [across], nbytes, algo)
+
+
+def test_rs_ar_ag_beats_flat_allreduce_on_p2_a100():
+    system = load_system("a100-4x16")
+    h = _hierarchy(system, (64,), ((4, 16),), (0,))
+    hier = program_time(system, h, parse_program(RS_AR_AG, h), algo="ring")
+    flat = program_time(system, h, parse_program(FLAT_AR, h), algo="ring")
+    assert default_bytes_per_device(system) == 4 * 2**29 * 4
+    # The NIC carries 2(N-1)/N·S = 1.5·S per direction instead of 2(p-1)/p·S = 1.97·S.
+    assert flat.seconds / hier.seconds > 1.2
+    assert len(hier.step_seconds) == 3 and sum(hier.step_seconds) == pytest.approx(hier.seconds)
+
+
+@pytest.mark.parametrize(
+    "name, collective, algo",
+    [("a100-4x16", "allreduce", "ring"), ("a100-4x16", "allreduce", "tree"), ("v100-4x8", "reducescatter", "ring"),
+     ("dgx1-v100", "allgather", "ring"), ("dgx-a100", "broadcast", "ring"), ("dgx-h100", "allreduce", "auto"),
+     ("v100-2x8", "reduce", "ring")],
+)
+def test_doubling_bytes_roughly_doubles_bandwidth_bound_time(name, collective, algo):
+    system = load_system(name)
+    one = flat_collective_time(system, collective, GIB, algo)
+    two = flat_collective_time(system, collective, 2 * GIB, algo)
+    assert 1.95 < two / one <= 2.0
+
+
+def _ring_formula(p, nbytes, bw, hop_lat, base):
+    """COSTS.md / NCCL: base + 2(p-1) intra-node hop latencies + 2(p-1)/p · S / busBw."""
+    return base + 2 * (p - 1) * hop_lat + 2 * (p - 1) / p * nbytes / bw
+
+
+def test_ring_allreduce_follows_nccls_formula_on_one_nvswitch_node():
+    system = load_system("dgx-a100", nodes=1)
+    port = 12 * 25e9 * 0.772
+    for nbytes in (1 << 10, 1 << 26, 1 << 33):
+        expected = _ring_formula(8, nbytes, port, 3.4e-6, 8.4e-6)
+        assert flat_collective_time(system, "allreduce", nbytes, "ring") == pytest.approx(expected, rel=1e-9)
+
+
+def test_tree_and_ring_differ_as_nccls_formulas_say():
+    one = load_system("dgx-a100", nodes=1)
+    port, eff = 12 * 25e9 * 0.772, 0.92
+    big = 1 << 34
+    ring = flat_collective_time(one, "allreduce", big, "ring")
+    tree = flat_collective_time(one, "allreduce", big, "tree")
+    # Tree: a chain, every interior GPU sends S up and S down through its one switch port, at 0.92×;
+    # ring: 2(p-1)/p·S. Bandwidth-bound ratio 2/0.92 / (2·7/8) = 1.242 (NCCL: tree algBw = busBw/2).
+    assert tree / ring == pytest.approx((2 / eff) / (2 * 7 / 8), rel=1e-3)
+    assert tree == pytest.approx(2 * 7 * 3.4e-6 + 2 * big / (eff * port), rel=1e-9)
+    # Latency: ring pays every hop twice (linear in ranks), tree 2(chain + log2(nodes)·network).
+    many = load_system("dgx-a100", nodes=16)
+    small = 1 << 10
+    ring_lat = flat_collective_time(many, "allreduce", small, "ring")
+    tree_lat = flat_collective_time(many, "allreduce", small, "tree")
+    assert tree_lat == pytest.approx(2 * (7 * 3.4e-6 + 4 * 14e-6), rel=0.02)
+    assert ring_lat > 5 * tree_lat
+    # Tree only exists for AllReduce in NCCL: other collectives run as rings.
+    assert flat_collective_time(many, "allgather", GIB, "tree") == flat_collective_time(many, "allgather", GIB, "ring")
+
+
+def test_nvls_is_used_where_the_switch_supports_it():
+    h100, a100 = load_system("dgx-h100", nodes=1), load_system("dgx-a100", nodes=1)
+    nbytes = 1 << 30
+    assert flat_collective_time(h100, "allreduce", nbytes, "nvls") < flat_collective_time(h100, "allreduce", nbytes, "ring")
+    assert flat_collective_time(h100, "allreduce", nbytes, "auto") == flat_collective_time(h100, "allreduce", nbytes, "nvls")
+    assert flat_collective_time(a100, "allreduce", nbytes, "nvls") == flat_collective_time(a100, "allreduce", nbytes, "ring")
+
+
+def test_message_bytes_is_the_one_volume_rule():
+    assert message_bytes(Collective.ALL_REDUCE, [8.0, 8.0]) == 8.0
+    assert message_bytes(Collective.REDUCE_SCATTER, [8.0, 8.0, 8.0, 8.0]) == 8.0
+    assert message_bytes(Collective.ALL_GATHER, [2.0, 2.0, 2.0, 2.0]) == 8.0
+    assert message_bytes(Collective.BROADCAST, [8.0, 0.0]) == 8.0
+    assert message_bytes(Collective.REDUCE, [8.0, 8.0]) == 8.0
+
+
+def test_volumes_follow_the_state():
+    system = load_system("a100-2x16")
+    h = _hierarchy(system, (32,), ((2, 16),), (0,))
+    vols = program_volumes(h, parse_program(RS_AR_AG, h), 1600.0)
+    assert all(v == 1600.0 for v in vols[0].values())
+    assert all(v == 100.0 for v in vols[1].values()) and all(v == 100.0 for v in vols[2].values())
+    reduce_first = parse_program("(node, InsideGroup, Reduce); (node, Master(root), AllReduce); "
+                                 "(node, InsideGroup, Broadcast)", h)
+    vols = program_volumes(h, reduce_first, 1600.0)
+    assert vols[1][0] == 1600.0 and vols[1][1] == 0.0 and vols[1][16] == 1600.0
+
+
+def test_flows_sharing_a_link_share_its_bandwidth():
+    topo = build_topology(load_system("a100-2x16"))
+    alone = collective_time(topo, AR, [(0, 16)], 8 * GIB)
+    both = collective_time(topo, AR, [(0, 16), (1, 17)], 8 * GIB)
+    assert both / alone == pytest.approx(2.0, rel=1e-3)
+    # Disjoint NICs on a DGX A100: no contention.
+    dgx = build_topology(load_system("dgx-a100"))
+    assert collective_time(dgx, AR, [(0, 8), (2, 10)], GIB) == pytest.approx(collective_time(dgx, AR, [(0, 8)], GIB))
+
+
+def test_fluid_model_is_max_min_fair_and_reallocates():
+    cap = {"shared": 10.0, "narrow": 2.0}
+    # B is held to 2 by its narrow link; A takes the remaining 8 of the shared one, then all 10.
+    a, b = fluid_finish_times([{"shared": 100.0}, {"shared": 20.0, "narrow": 20.0}], cap.__getitem__)
+    assert b == pytest.approx(10.0)
+    assert a == pytest.approx(10.0 + 20.0 / 10.0)
+    (x, y) = fluid_finish_times([{"shared": 10.0}, {"shared": 30.0}], cap.__getitem__)
+    assert x == pytest.approx(2.0) and y == pytest.approx(4.0)
+
+
+def test_dgx1_packs_several_nvlink_rings():
+    topo = build_topology(load_system("dgx1-v100", nodes=1))
+    chans = group_channels(topo, AR, tuple(range(8)), "ring")
+    assert len(chans) == 4  # double-link cycle both ways, single-link cycle both ways
+    busbw = 2 * 7 / 8 * GIB / flat_collective_time(load_system("dgx1-v100", nodes=1), "allreduce", GIB) / 1e9
+    assert 120 < busbw < 135  # COSTS.md: 8-GPU AllReduce busbw ≈ 130 GB/s
+
+
+def test_bad_inputs_are_one_line_errors():
+    system = load_system("dgx-a100")
+    with pytest.raises(P2Error):
+        flat_collective_time(system, "allreduce", 0)
+    with pytest.raises(P2Error):
+        flat_collective_time(system, "allreduce", GIB, "butterfly")
+    with pytest.raises(P2Error):
+        flat_collective_time(system, "alltoall", GIB)
+
+
+def _benchmark():
+    path = Path(__file__).resolve().parents[1] / "benchmarks" / "cost.py"
+    spec = importlib.util.spec_from_file_location("p2smt_cost_benchmark", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_calibration_error_is_small_at_bandwidth_bound_sizes():
+    bench = _benchmark()
+    points = bench.calibration_points()
+    summary = bench.summarize(points)
+    assert summary["points"] == 11
+    assert summary["geomean_abs_relative_error"] < 0.10
+    for p in points:
+        if p["bytes"] >= 256 << 20 or p["collective"] == "allgather" and p["bytes"] >= 64 << 20:
+            assert abs(p["relative_error"]) < 0.10, p
+        elif p["bytes"] >= 64 << 20:
+            # Known gap at 64 MB for AllReduce: measured NCCL still pays ~150-200 us of pipeline start-up
+            # that NCCL's own latency constants (used here, unfitted) do not contain.
+            assert abs(p["relative_error"]) < 0.25, p

@@ -1,0 +1,67 @@
+"""Ranking: the JSON contract of ``p2smt rank``, ordering, ``top``, determinism and bad input."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from p2smt.errors import P2Error
+from p2smt.rank import rank, render_rank
+from p2smt.system import load_system
+
+
+@pytest.fixture(scope="module")
+def report():
+    return rank(load_system("a100-2x16"), (2, 16), (1,))
+
+
+def test_json_contract_shape(report):
+    assert set(report) == {"bytes_per_device", "algo", "matrices", "best"}
+    assert report["bytes_per_device"] == 4 * 2**29 * 2 and report["algo"] == "ring"
+    assert [m["matrix"] for m in report["matrices"]] == [[[1, 2], [2, 8]], [[2, 1], [1, 16]]]
+    for m in report["matrices"]:
+        assert set(m) == {"matrix", "allreduce_seconds", "programs"}
+        assert m["allreduce_seconds"] > 0
+        for p in m["programs"]:
+            assert set(p) == {"program", "seconds"} and isinstance(p["program"], str) and p["seconds"] > 0
+        keys = [(p["seconds"], p["program"]) for p in m["programs"]]
+        assert keys == sorted(keys, key=lambda k: (float(f"{k[0]:.9g}"), k[1]))
+    assert set(report["best"]) == {"matrix", "program", "seconds"}
+    json.loads(json.dumps(report))
+
+
+def test_best_is_the_fastest_program_over_all_matrices(report):
+    fastest = min((p["seconds"], m["matrix"], p["program"]) for m in report["matrices"] for p in m["programs"])
+    assert report["best"] == {"matrix": fastest[1], "program": fastest[2], "seconds": fastest[0]}
+    # Reducing inside a node: the local AllReduce is (one of) the best; across nodes a program beats it.
+    local = report["matrices"][1]
+    assert local["programs"][0]["seconds"] == pytest.approx(local["allreduce_seconds"])
+    spread = report["matrices"][0]
+    assert spread["programs"][0]["seconds"] < spread["allreduce_seconds"] / 1.5
+    assert "(root, InsideGroup, AllReduce)" in [p["program"] for p in spread["programs"]]
+
+
+def test_top_bytes_and_algorithm_are_honoured(report):
+    small = rank(load_system("a100-2x16"), (2, 16), (1,), top=2, bytes_per_device=1 << 20, algo="tree")
+    assert small["bytes_per_device"] == 1 << 20 and small["algo"] == "tree"
+    assert all(len(m["programs"]) == 2 for m in small["matrices"])
+    assert small["matrices"][0]["allreduce_seconds"] < report["matrices"][0]["allreduce_seconds"]
+
+
+def test_same_inputs_same_report(report):
+    assert rank(load_system("a100-2x16"), (2, 16), (1,)) == report
+
+
+def test_render_builds_tables(report):
+    from rich.console import Console
+
+    console = Console(width=160, record=True)
+    console.print(render_rank(report))
+    assert "AllReduce" in console.export_text()
+
+
+@pytest.mark.parametrize("kwargs", [{"algo": "butterfly"}, {"top": 0}, {"bytes_per_device": -1}])
+def test_bad_input_is_a_p2error(kwargs):
+    with pytest.raises(P2Error):
+        rank(load_system("a100-2x16"), (2, 16), (1,), **kwargs)
