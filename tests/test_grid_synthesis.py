@@ -103,3 +103,13 @@ def test_grid_configuration_synthesizes(name, axes, red, kind):
         assert texts[0] == "(root, InsideGroup, AllReduce)"
         assert all(parse_program(t, h) == p for t, p in zip(texts, mr.programs))
         _check_lowered(system, axes, mr, red, mr.programs)
+
+
+def test_package_grid_is_this_grid():
+    from p2smt.grid import paper_grid
+
+    grid = paper_grid()
+    assert [(c.system, c.axes, c.reduction_axes) for c in grid] == PAPER
+    for c in grid:
+        expected = ("ring",) if c.system.startswith("v100") and len(c.axes) == 3 else ("ring", "tree")
+        assert c.algorithms == expected
