@@ -30,11 +30,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
-import yaml
 from pydantic import BaseModel, ConfigDict, Field, StrictInt, ValidationError, field_validator
 
 from . import __version__
 from .errors import P2Error
+from .yamlfile import read_yaml
 
 STATUSES = ("ok", "unknown", "timeout", "error", "skipped")
 """Statuses of a result line: synthesis complete / engine gave up / killed at the hard limit /
@@ -179,17 +179,7 @@ def load_grid(path: str | Path) -> Grid:
         p = grids_dir() / f"{p.name}.yaml"
     if not p.is_file():
         raise P2Error(f"grid file {str(path)!r} does not exist (shipped grids: {', '.join(shipped_grids())})")
-    try:
-        data = yaml.safe_load(p.read_text(encoding="utf-8"))
-    except yaml.YAMLError as err:
-        mark = getattr(err, "problem_mark", None)
-        where = f":{mark.line + 1}:{mark.column + 1}" if mark else ""
-        problem = getattr(err, "problem", None) or str(err).splitlines()[0]
-        raise P2Error(f"{p}{where}: malformed YAML: {problem}") from None
-    except UnicodeDecodeError as err:
-        raise P2Error(f"{p}: not UTF-8 text (byte {err.start})") from None
-    except OSError as err:
-        raise P2Error(f"cannot read grid file {p}: {err.strerror}") from None
+    data = read_yaml(p, "grid file")
     return parse_grid(data, str(p), p.resolve().parent)
 
 

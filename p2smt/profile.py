@@ -7,11 +7,11 @@ from math import prod
 from pathlib import Path
 from typing import Literal
 
-import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from .errors import P2Error
 from .system import IDENTIFIER, _format_validation_error
+from .yamlfile import read_yaml
 
 
 class Axis(BaseModel):
@@ -63,7 +63,7 @@ class Profile(BaseModel):
     communication: tuple[Communication, ...] = Field(min_length=1)
 
     @model_validator(mode="after")
-    def _consistent(self) -> "Profile":
+    def _consistent(self) -> Profile:
         names = [a.name for a in self.axes]
         if len(set(names)) != len(names):
             raise ValueError(f"axis names must be distinct, got {names}")
@@ -117,14 +117,7 @@ def load_profile(name_or_path: str | Path) -> Profile:
             raise P2Error(f"unknown profile {str(name_or_path)!r}; shipped: {', '.join(shipped_profiles())}")
     if not path.is_file():
         raise P2Error(f"profile file {str(path)!r} does not exist")
-    try:
-        data = yaml.safe_load(path.read_text(encoding="utf-8"))
-    except yaml.YAMLError as err:
-        mark = getattr(err, "problem_mark", None)
-        where = f":{mark.line + 1}:{mark.column + 1}" if mark else ""
-        raise P2Error(f"{path}{where}: malformed YAML: {getattr(err, 'problem', None) or err}") from None
-    except (OSError, UnicodeDecodeError) as err:
-        raise P2Error(f"cannot read profile {path}: {err}") from None
+    data = read_yaml(path, "profile")
     if not isinstance(data, dict):
         raise P2Error(f"{path}: a profile must be a mapping")
     try:

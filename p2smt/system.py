@@ -7,11 +7,11 @@ from importlib import resources
 from pathlib import Path
 from typing import Any, Literal
 
-import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from .errors import P2Error
 from .layout import PhysicalLayout
+from .yamlfile import read_yaml
 
 IDENTIFIER = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 RESERVED_LEVEL_NAMES = frozenset({"root", "InsideGroup", "Parallel", "Master"})
@@ -69,7 +69,7 @@ class System(BaseModel):
     )
 
     @model_validator(mode="after")
-    def _consistent(self) -> "System":
+    def _consistent(self) -> System:
         names = [lv.name for lv in self.levels]
         if len(set(names)) != len(names):
             raise ValueError(f"level names must be distinct, got {names}")
@@ -100,7 +100,7 @@ class System(BaseModel):
     def nodes_level(self) -> str:
         return self.scalable_level or self.levels[0].name
 
-    def with_nodes(self, nodes: int) -> "System":
+    def with_nodes(self, nodes: int) -> System:
         """The same system with ``nodes`` nodes at its scalable level."""
         if nodes < 1:
             raise P2Error(f"--nodes must be at least 1, got {nodes}")
@@ -160,16 +160,6 @@ def load_system(name_or_path: str | Path, nodes: int | None = None) -> System:
         if not path.is_file():
             known = ", ".join(shipped_systems())
             raise P2Error(f"unknown system {str(name_or_path)!r}; shipped systems: {known}")
-    try:
-        data = yaml.safe_load(path.read_text(encoding="utf-8"))
-    except yaml.YAMLError as err:
-        mark = getattr(err, "problem_mark", None)
-        where = f":{mark.line + 1}:{mark.column + 1}" if mark else ""
-        problem = getattr(err, "problem", None) or str(err).splitlines()[0]
-        raise P2Error(f"{path}{where}: malformed YAML: {problem}") from None
-    except OSError as err:
-        raise P2Error(f"cannot read system file {path}: {err.strerror}") from None
-    except UnicodeDecodeError as err:
-        raise P2Error(f"{path}: not UTF-8 text (byte {err.start})") from None
+    data = read_yaml(path, "system file")
     system = parse_system(data, str(path))
     return system.with_nodes(nodes) if nodes is not None else system
