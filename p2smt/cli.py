@@ -15,7 +15,7 @@ from rich.table import Table
 from . import __version__
 from .errors import InternalError, P2Error
 
-EXIT_OK, EXIT_FAIL, EXIT_BAD_INPUT, EXIT_INTERNAL = 0, 1, 2, 3
+EXIT_OK, EXIT_FAIL, EXIT_BAD_INPUT, EXIT_INTERNAL, EXIT_UNKNOWN = 0, 1, 2, 3, 4
 
 
 class _ArgumentParser(argparse.ArgumentParser):
@@ -479,6 +479,83 @@ def cmd_sweep(args: argparse.Namespace) -> int:
     return EXIT_OK if summary.finished == summary.submitted else EXIT_FAIL
 
 
+def cmd_verify(args: argparse.Namespace) -> int:
+    """Prove a plan with Z3 (Boolean state, or ∀ data values with --values) or give a counterexample."""
+    from .semantics import execute
+
+    system, placement, reduce, h = one_hierarchy(args)
+    plan, program = plan_from_args(args, h, placement, reduce)
+    goal_groups = placement.reduction_groups(reduce)
+    steps = [(s.collective, s.groups) for s in plan]
+    timeout_ms = int(args.timeout * 1000) if args.timeout else None
+    common = dict(require_progress=not args.allow_noop, timeout_ms=timeout_ms, chunks=len(goal_groups[0]))
+    if args.values:
+        from .smt.cegis import verify_values
+
+        proof = verify_values(placement.num_devices, steps, goal_groups, **common)
+    else:
+        from .smt.verify import prove_plan
+
+        proof = prove_plan(placement.num_devices, steps, goal_groups, encoding=args.encoding, **common)
+    oracle = execute(placement.num_devices, steps, goal_groups, not args.allow_noop, len(goal_groups[0]))
+    if proof.status != "unknown" and (proof.status == "proved") != oracle.valid and not args.values:
+        raise InternalError(
+            f"Z3 says {proof.status} but the interpreter says {'valid' if oracle.valid else 'invalid'}"
+        )
+    payload = proof.to_json() | {"program": str(program) if program else None, "steps": len(plan)}
+
+    def render(c: Console) -> None:
+        if proof.status == "proved":
+            what = "for every integer input" if args.values else "the goal holds and no precondition fails"
+            c.print(f"[green]PROVED[/green]: {what} ({len(plan)} steps, {placement.num_devices} devices)")
+            return
+        if proof.status == "unknown":
+            c.print(f"[yellow]UNKNOWN[/yellow]: {payload.get('message', 'the solver gave up')}")
+            return
+        c.print(f"[red]COUNTEREXAMPLE[/red]: {payload.get('message', '')}")
+        for key in ("failing_step", "group", "devices", "chunk", "rule"):
+            if payload.get(key) is not None:
+                c.print(f"  {key.replace('_', ' ')}: {payload[key]}")
+        for d in payload.get("defects", [])[:8]:
+            c.print(f"  defect: {d}")
+        for dev, rows in list(payload.get("states", {}).items())[:8]:
+            c.print(f"  final state of device {dev}: {rows}")
+        for key in ("input", "counterexample_input", "witness"):
+            if payload.get(key):
+                c.print(f"  {key.replace('_', ' ')}: {payload[key]}")
+
+    emit(args, payload, render)
+    return {"proved": EXIT_OK, "counterexample": EXIT_FAIL}.get(proof.status, EXIT_UNKNOWN)
+
+
+def cmd_encodings(args: argparse.Namespace) -> int:
+    from .smt.registry import available_encodings
+
+    extra = [args.encodings_dir] if args.encodings_dir else []
+    specs = available_encodings(extra)
+    payload = {
+        "encodings": [
+            {"name": e.name, "description": e.description, "source": e.source,
+             "options": json.loads(json.dumps(e.options.model_json_schema().get("properties", {}), default=str))}
+            for e in specs
+        ]
+    }
+
+    def render(c: Console) -> None:
+        t = Table(title="SMT encodings")
+        for col in ("name", "description", "options"):
+            t.add_column(col, overflow="fold")
+        for e in payload["encodings"]:
+            opts = "; ".join(
+                f"{k}: {v.get('enum', v.get('type', ''))} = {v.get('default')!r}" for k, v in e["options"].items()
+            )
+            t.add_row(e["name"], e["description"], opts)
+        c.print(t)
+
+    emit(args, payload, render)
+    return EXIT_OK
+
+
 # ---------------------------------------------------------------- parser
 
 
@@ -581,6 +658,22 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--timeout", type=float, help="per-task seconds")
     add_json(p)
     p.set_defaults(func=cmd_sweep)
+
+    p = sub.add_parser("verify", help="prove a plan with Z3, or return a counterexample")
+    add_request(p, matrix_required=True)
+    p.add_argument("--program", help="DSL text or @FILE")
+    p.add_argument("--plan", help="JSON file: [{collective, replica_groups}, …] on physical device ids")
+    p.add_argument("--values", action="store_true", help="prove over all integer data values (CEGIS encoding)")
+    p.add_argument("--encoding", default="bool-matrix", help="encoding that proves the Boolean semantics")
+    p.add_argument("--timeout", type=float, help="seconds per solver call")
+    p.add_argument("--allow-noop", action="store_true")
+    add_json(p)
+    p.set_defaults(func=cmd_verify)
+
+    p = sub.add_parser("encodings", help="list the SMT encoding variants and their options")
+    p.add_argument("--encodings-dir", help="another folder of encoding files")
+    add_json(p)
+    p.set_defaults(func=cmd_encodings)
 
     p = sub.add_parser("plan", help="rank placements for a whole model's communication profile")
     p.add_argument("--profile", required=True, help="shipped profile name or path to a YAML file")
