@@ -61,6 +61,8 @@ def emit(args: argparse.Namespace, payload: dict[str, Any], render: Callable[[Co
 def add_system(p: argparse.ArgumentParser) -> None:
     p.add_argument("--system", required=True, help="shipped system name or path to a YAML file")
     p.add_argument("--nodes", type=int, help="re-instantiate the system with N nodes")
+    p.add_argument("--level", action="append", default=[], metavar="NAME=SIZE",
+                   help="resize a level, e.g. --level su=2 (repeatable)")
 
 
 def add_request(p: argparse.ArgumentParser, matrix_required: bool = False) -> None:
@@ -81,10 +83,21 @@ def add_json(p: argparse.ArgumentParser) -> None:
     p.add_argument("--json", action="store_true", help="machine-readable output")
 
 
+def level_sizes(items: list[str]) -> dict[str, int]:
+    out = {}
+    for item in items:
+        name, _, size = item.partition("=")
+        try:
+            out[name.strip()] = int(size)
+        except ValueError:
+            raise P2Error(f"--level expects NAME=SIZE, got {item!r}") from None
+    return out
+
+
 def load(args: argparse.Namespace):
     from .system import load_system
 
-    return load_system(args.system, args.nodes)
+    return load_system(args.system, args.nodes, level_sizes(args.level))
 
 
 def request(args: argparse.Namespace):

@@ -9,7 +9,9 @@ COST_MODEL (the block the README quotes):
   with the widest bottleneck, then the next one in the capacity left, while it has the same path class
   (NVLink, PCIe, cross-socket, network), up to ``nccl.max_channels``. Across nodes each channel
   visits the nodes in order and enters/leaves each node through a GPU chosen so that the channels
-  spread over the nodes' NICs. Hops between consecutive ranks follow the topology's routes.
+  spread over the nodes' NICs. Hops between consecutive ranks follow the topology's routes (in a
+  rail-optimized leaf/spine fabric with PXN a hop to another node first moves, over NVLink, to the
+  GPU on the destination's rail, so it stays on one leaf inside a scalable unit; see topology.py).
 - Data (per message byte S, nccl-tests convention): Ring AllReduce sends 2(p-1)/p·S over every
   ring hop, ReduceScatter/AllGather (p-1)/p·S, Reduce/Broadcast S over the p-1 hops of the ring
   rotated to end/start at the root. Tree AllReduce sends S up and S down every chain hop and S/2
@@ -28,7 +30,12 @@ COST_MODEL (the block the README quotes):
   Latency adds to the bandwidth time (β); no protocol switching (Simple protocol throughout).
 - Data volume follows the state: before each step a device holds (non-empty rows of its state / k)
   of the full per-device bytes; ``message_bytes`` turns the members' holdings into the collective's
-  message size (the one place where that is computed).
+  message size (the one place where that is computed). Above ``INTERPRETED_DEVICES`` synthesis
+  devices the rows come from the interpreter's row abstraction (``apply_rows``): the same volumes.
+
+Scale (results unchanged): a step's time is memoized per (instruction, message sizes); channel orders
+per group shape (local members per node); a group's stand-alone time per translate by
+``Topology.period``; the fluid model runs on sparse (flow, resource) entries.
 """
 
 from __future__ import annotations
@@ -52,6 +59,9 @@ from .topology import Topology, build_topology
 Algo = Literal["ring", "tree", "nvls", "auto"]
 ALGOS: tuple[str, ...] = ("ring", "tree", "nvls", "auto")
 FLOAT32_BYTES = 4
+INTERPRETED_DEVICES = 256
+"""Up to this many synthesis devices, volumes come from the interpreter's k³ state (which also rechecks
+every precondition); above, from its row abstraction (k² state, ``apply_rows``): the same volumes."""
 EdgeKey = int | tuple[str, str]
 
 
@@ -195,18 +205,37 @@ def _rotate(order: tuple[int, ...], start: int) -> tuple[int, ...]:
 
 
 def _channel_orders(topo: Topology, group: Group) -> tuple[tuple[tuple[tuple[int, ...], ...], float], ...]:
-    """Per channel: the per-node member sequences (in node order) and the channel's share of data."""
+    """Per channel: the per-node member sequences (in node order) and the channel's share of data.
+
+    They depend only on the group's shape (the local members of each of its nodes, in node order), so
+    they are computed once per shape on nodes 0, 1, … and moved onto the group's nodes.
+    """
+    gpn = topo.gpus_per_node
     by_node: dict[int, list[int]] = {}
     for d in sorted(group):
-        by_node.setdefault(topo.node_of(d), []).append(d)
+        by_node.setdefault(d // gpn, []).append(d % gpn)
     nodes = sorted(by_node)
+    shape = tuple(tuple(by_node[n]) for n in nodes)
+    rel = topo.memo(("orders", shape), lambda: _shape_orders(topo, shape))
+    return tuple((tuple(tuple(nodes[i] * gpn + d for d in seq) for i, seq in enumerate(seqs)), share)
+                 for seqs, share in rel)
+
+
+def _shape_orders(topo: Topology, shape: tuple[tuple[int, ...], ...]):
+    """``_channel_orders`` of the group with local members ``shape[i]`` on node i (local ids out).
+
+    Inside one node: the packed rings, data split by their rates. Across nodes: one channel per NIC
+    the nodes can all use (up to ``max_channels``), each taking ring c mod (rings) of every node,
+    rotated so that the channels' exits and entries spread over the nodes' NICs.
+    """
     gpn = topo.gpus_per_node
-    packed = {n: _node_rings(topo, tuple(d - n * gpn for d in by_node[n]), n) for n in nodes}
-    if len(nodes) == 1:
-        rings = packed[nodes[0]]
+    nodes = range(len(shape))
+    packed = {n: _node_rings(topo, shape[n], n) for n in nodes}
+    if len(shape) == 1:
+        rings = packed[0]
         total = sum(rate for _, rate in rings)
         return tuple(((order,), rate / total) for order, rate in rings)
-    nics = min(len({topo.nic_of(d) for d in by_node[n]}) for n in nodes)
+    nics = min(len({topo.nic_of(n * gpn + d) for d in shape[n]}) for n in nodes)
     channels = max(1, min(topo.nccl.max_channels, nics))
     sends: dict[str, int] = {}
     recvs: dict[str, int] = {}
@@ -224,9 +253,14 @@ def _channel_orders(topo: Topology, group: Group) -> tuple[tuple[tuple[tuple[int
             seq = _rotate(base, best)
             sends[topo.nic_of(seq[-1])] = sends.get(topo.nic_of(seq[-1]), 0) + 1
             recvs[topo.nic_of(seq[0])] = recvs.get(topo.nic_of(seq[0]), 0) + 1
-            seqs.append(seq)
+            seqs.append(tuple(d % gpn for d in seq))
         out.append((tuple(seqs), 1.0 / channels))
     return tuple(out)
+
+
+def _sorted(load: dict[EdgeKey, float]) -> tuple[tuple[EdgeKey, float], ...]:
+    """A channel's load in a fixed order: edge ids ascending, then the named resources."""
+    return tuple(sorted(load.items(), key=lambda kv: (1, 0, kv[0]) if isinstance(kv[0], tuple) else (0, kv[0], ())))
 
 
 def _add(load: dict[EdgeKey, float], route: tuple[int, ...], amount: float) -> None:
@@ -253,7 +287,7 @@ def _ring_channel(topo: Topology, collective: Collective, seqs, share: float, ro
         _add(load, route, coef * share)
         latency += topo.route_latency(route)
     base = topo.nccl.base_latency_us["ring"] * 1e-6
-    return Channel(tuple(sorted(load.items(), key=str)), base + lat_factor * latency)
+    return Channel(_sorted(load), base + lat_factor * latency)
 
 
 def _tree_channel(topo: Topology, seqs, share: float) -> Channel:
@@ -282,7 +316,7 @@ def _tree_channel(topo: Topology, seqs, share: float) -> Channel:
                 net_lat = max(net_lat, topo.route_latency(up))
     depth = math.ceil(math.log2(n)) if n > 1 else 0
     latency = topo.nccl.base_latency_us["tree"] * 1e-6 + 2 * (chain_lat + depth * net_lat)
-    return Channel(tuple(sorted(load.items(), key=str)), latency)
+    return Channel(_sorted(load), latency)
 
 
 def _nvls_channel(topo: Topology, group: Group, switch: str) -> Channel:
@@ -293,7 +327,7 @@ def _nvls_channel(topo: Topology, group: Group, switch: str) -> Channel:
         _add(load, (topo.edge_index(g, switch), topo.edge_index(switch, g)), 1.0)
         load[("nvls", switch, g)] = 1.0
     latency = topo.nccl.base_latency_us["nvls"] * 1e-6 + data["nvls_latency_us"] * 1e-6
-    return Channel(tuple(sorted(load.items(), key=str)), latency)
+    return Channel(_sorted(load), latency)
 
 
 def group_channels(topo: Topology, collective: Collective, group: Group, algo: str) -> tuple[Channel, ...]:
@@ -325,7 +359,7 @@ def group_channels(topo: Topology, collective: Collective, group: Group, algo: s
 def _capacity(topo: Topology, key: EdgeKey) -> float:
     if isinstance(key, tuple):
         return topo.graph.nodes[key[1]]["nvls_gbps"] * 1e9 if key[0] == "nvls" else math.inf
-    return topo.capacity(key)
+    return topo.capacities[key]
 
 
 def fluid_finish_times(loads: Sequence[Mapping[EdgeKey, float]], capacity) -> list[float]:
@@ -335,18 +369,35 @@ def fluid_finish_times(loads: Sequence[Mapping[EdgeKey, float]], capacity) -> li
     fraction w of that amount it uses w·r. Rates come from progressive filling: all unfrozen flows
     rise together until some resource is full, whose flows then freeze.
     """
-    n = len(loads)
-    keys = sorted({k for load in loads for k in load}, key=str)
-    if n == 0:
-        return []
-    col = {k: j for j, k in enumerate(keys)}
-    peak = np.array([max(load.values()) if load else 0.0 for load in loads])
-    w = np.zeros((n, len(keys)))
+    col: dict = {}
+    flow_of: list[int] = []
+    col_of: list[int] = []
+    amount: list[float] = []
     for i, load in enumerate(loads):
         for k, v in load.items():
-            if peak[i] > 0:
-                w[i, col[k]] = v / peak[i]
-    cap = np.array([capacity(k) for k in keys])
+            flow_of.append(i)
+            col_of.append(col.setdefault(k, len(col)))
+            amount.append(v)
+    cap = np.array([capacity(k) for k in col], dtype=float)
+    return _fill(len(loads), np.array(flow_of, dtype=np.intp), np.array(col_of, dtype=np.intp),
+                 np.array(amount, dtype=float), cap).tolist()
+
+
+def _fill(n: int, flow_of: np.ndarray, col_of: np.ndarray, amount: np.ndarray, cap: np.ndarray) -> np.ndarray:
+    """``fluid_finish_times`` on sparse entries (flow, resource, bytes), listed flow by flow.
+
+    Sparse so that a step with thousands of flows costs its entries, not flows × resources; sums over
+    flows run in flow order, as a dense column sum would.
+    """
+    if n == 0:
+        return np.zeros(0)
+    peak = np.zeros(n)
+    np.maximum.at(peak, flow_of, amount)
+    w = np.where(peak[flow_of] > 0, amount / np.where(peak[flow_of] > 0, peak[flow_of], 1.0), 0.0)
+    used = w > 0
+    flow_of, col_of, w = flow_of[used], col_of[used], w[used]
+    ncols = len(cap)
+    floor = 1e-9 * np.maximum(cap, 1.0)
     remaining = peak.copy()
     finish = np.zeros(n)
     active = remaining > 0
@@ -356,7 +407,8 @@ def fluid_finish_times(loads: Sequence[Mapping[EdgeKey, float]], capacity) -> li
         left = cap.copy()
         free = active.copy()
         while free.any():
-            demand = w[free].sum(axis=0)
+            sel = free[flow_of]
+            demand = np.bincount(col_of[sel], weights=w[sel], minlength=ncols)
             with np.errstate(divide="ignore", invalid="ignore"):
                 room = np.where(demand > 0, left / demand, np.inf)
             step = room.min()
@@ -364,8 +416,9 @@ def fluid_finish_times(loads: Sequence[Mapping[EdgeKey, float]], capacity) -> li
                 raise P2Error("a flow uses no finite resource")
             rate[free] += step
             left -= step * demand
-            full = (demand > 0) & (left <= 1e-9 * np.maximum(cap, 1.0))
-            hit = free & (w[:, full] > 0).any(axis=1)
+            full = (demand > 0) & (left <= floor)
+            hit = np.zeros(n, dtype=bool)
+            hit[flow_of[full[col_of]]] = True
             free &= ~hit
         with np.errstate(divide="ignore", invalid="ignore"):
             until = np.where(active, remaining / rate, np.inf)
@@ -375,7 +428,7 @@ def fluid_finish_times(loads: Sequence[Mapping[EdgeKey, float]], capacity) -> li
         done = active & (remaining <= 1e-9 * np.maximum(peak, 1.0))
         finish[done] = now
         active &= ~done
-    return finish.tolist()
+    return finish
 
 
 # ----------------------------------------------------------------------------- steps, plans, programs
@@ -383,17 +436,33 @@ def fluid_finish_times(loads: Sequence[Mapping[EdgeKey, float]], capacity) -> li
 
 def _flow_times(topo: Topology, channels: Sequence[tuple[Channel, ...]], sizes: Sequence[float]):
     """(latency, fluid finish time) of every channel of every group, all groups sharing the links."""
-    loads, lats = [], []
+    col: dict = {}
+    flow_of: list[int] = []
+    col_of: list[int] = []
+    amount: list[float] = []
+    lats: list[float] = []
+    scale: list[float] = []
     for chans, size in zip(channels, sizes):
         for ch in chans:
-            loads.append({k: v * size for k, v in ch.load})
+            i = len(lats)
+            for k, v in ch.load:
+                flow_of.append(i)
+                col_of.append(col.setdefault(k, len(col)))
+                amount.append(v)
+                scale.append(size)
             lats.append(ch.latency)
-    return list(zip(lats, fluid_finish_times(loads, lambda k: _capacity(topo, k))))
+    cap = np.array([_capacity(topo, k) for k in col], dtype=float)
+    finish = _fill(len(lats), np.array(flow_of, dtype=np.intp), np.array(col_of, dtype=np.intp),
+                   np.array(amount, dtype=float) * np.array(scale, dtype=float), cap)
+    return list(zip(lats, finish.tolist()))
 
 
 def _solo_seconds(topo: Topology, collective: Collective, group: Group, algo: str, size: float) -> float:
-    flows = topo.memo(("solo", algo, collective, group),
-                      lambda: _flow_times(topo, [group_channels(topo, collective, group, algo)], [1.0]))
+    """A group's time on the idle topology; translates by ``topo.period`` share it (an automorphism)."""
+    shift = min(group) // topo.period * topo.period
+    canon = tuple(d - shift for d in group)
+    flows = topo.memo(("solo", algo, collective, canon),
+                      lambda: _flow_times(topo, [group_channels(topo, collective, canon, algo)], [1.0]))
     return max(lat + size * f for lat, f in flows)
 
 
@@ -456,6 +525,8 @@ def held_fractions_of_programs(hierarchy: SynthesisHierarchy,
 @lru_cache(maxsize=64)
 def _held_fractions(hierarchy: SynthesisHierarchy, programs: tuple[Program, ...]) -> dict[Program, list[np.ndarray]]:
     k = hierarchy.num_devices
+    if k > INTERPRETED_DEVICES:
+        return _held_fractions_by_rows(hierarchy, programs)
     out: dict[Program, list[np.ndarray]] = {}
     stack: list[tuple[tuple, np.ndarray, np.ndarray]] = [((), initial_state(k), None)]
     stack[0] = ((), stack[0][1], held_fractions([stack[0][1]])[0])
@@ -474,6 +545,68 @@ def _held_fractions(hierarchy: SynthesisHierarchy, programs: tuple[Program, ...]
     return out
 
 
+def _held_fractions_by_rows(hierarchy: SynthesisHierarchy,
+                            programs: tuple[Program, ...]) -> dict[Program, list[np.ndarray]]:
+    """As ``_held_fractions`` on the row abstraction (``rows[d, r]``: device d's chunk r is non-empty)."""
+    k = hierarchy.num_devices
+    out: dict[Program, list[np.ndarray]] = {}
+    start = np.ones((k, k), dtype=bool)
+    stack: list[tuple[tuple, np.ndarray]] = [((), start)]
+    for prog in programs:
+        instrs = prog.instructions
+        while stack[-1][0] != instrs[: len(stack[-1][0])]:
+            stack.pop()
+        while len(stack[-1][0]) < len(instrs):
+            prefix, rows = stack[-1]
+            ins = instrs[len(prefix)]
+            nxt = apply_rows(rows, ins.collective, instruction_groups(hierarchy, ins))
+            if isinstance(nxt, str):
+                raise P2Error(f"program {prog} is invalid here: step {len(prefix)}: {nxt}")
+            stack.append((prefix + (ins,), nxt))
+        out[prog] = [rows.sum(axis=1) / k for _, rows in stack[: len(instrs)]]
+    return out
+
+
+def apply_rows(rows: np.ndarray, collective: Collective, groups: Sequence[Group]) -> np.ndarray | str:
+    """One step of the interpreter's row abstraction: which chunks each device holds afterwards.
+
+    It follows ``semantics.apply_group`` on rows only (AllReduce/AllGather: the union; Reduce: the
+    union at the root; ReduceScatter: member i keeps the i-th block of the union; Broadcast: the
+    root's), and checks the row-level preconditions (same chunks, divisibility, disjoint equal pieces);
+    the contribution-level ones need the full state. Returns the new rows or a violation message.
+    """
+    new = rows.copy()
+    by_size: dict[int, list[Group]] = {}
+    for g in groups:
+        by_size.setdefault(len(g), []).append(g)
+    for m, gs in by_size.items():
+        idx = np.array(gs)
+        members = rows[idx]
+        union = members.any(axis=1)
+        if collective is Collective.ALL_GATHER:
+            counts = members.sum(axis=2)
+            if (members.sum(axis=1) > 1).any() or (counts != counts[:, :1]).any():
+                return "AllGather needs members to hold disjoint chunks of equal number"
+            new[idx] = union[:, None, :]
+        elif collective is Collective.BROADCAST:
+            new[idx] = members[:, :1, :]
+        else:
+            if (members != members[:, :1, :]).any():
+                return f"{collective.value} needs every member to hold the same chunks"
+            if collective is Collective.ALL_REDUCE:
+                new[idx] = union[:, None, :]
+            elif collective is Collective.REDUCE:
+                new[idx] = False
+                new[idx[:, 0]] = union
+            else:
+                count = union.sum(axis=1)
+                if (count % m).any():
+                    return f"ReduceScatter over {m} devices needs the non-empty chunks to divide by {m}"
+                owner = (np.cumsum(union, axis=1) - 1) // np.maximum(count // m, 1)[:, None]
+                new[idx] = union[:, None, :] & (owner[:, None, :] == np.arange(m)[None, :, None])
+    return new
+
+
 def _physical_volumes(hierarchy: SynthesisHierarchy, fractions: Sequence[np.ndarray],
                       bytes_per_device: float) -> list[dict[int, float]]:
     return [{rep[i]: float(f[i]) * bytes_per_device for rep in hierarchy.replicas for i in range(len(rep))}
@@ -490,15 +623,29 @@ def program_time(system: System, hierarchy: SynthesisHierarchy, program: Program
                  bytes_per_device: float | None = None, fractions: Sequence[np.ndarray] | None = None) -> ProgramCost:
     """Predicted time of a synthesized program lowered onto ``system`` (sum of its steps).
 
-    ``fractions`` (from ``held_fractions_of_programs``) skips re-running the interpreter.
+    ``fractions`` (from ``held_fractions_of_programs``) skips re-running the interpreter. A step's
+    time is kept per (instruction, message sizes of its synthesis groups), which is all it depends
+    on: every replica of a synthesis group holds the same share, so programs sharing a step share it.
     """
     topo = build_topology(system)
     b = default_bytes_per_device(system) if bytes_per_device is None else bytes_per_device
     if fractions is None:
         fractions = held_fractions_of_programs(hierarchy, [program])[program]
-    volumes = _physical_volumes(hierarchy, fractions, b)
-    steps = plan_time(topo, lower_program(hierarchy, program), volumes, algo)
+    steps = []
+    for ins, frac in zip(program.instructions, fractions):
+        groups, lowered = _lowered(hierarchy, ins)
+        sizes = tuple(message_bytes(ins.collective, [float(frac[i]) * b for i in g]) for g in groups)
+        key = ("instruction", hierarchy, ins, algo, sizes)
+        steps.append(topo.memo(key, lambda c=ins.collective, lw=lowered, sz=sizes: step_time(
+            topo, c, lw, sz * len(hierarchy.replicas), algo)))
     return ProgramCost(sum(steps), tuple(steps))
+
+
+@lru_cache(maxsize=4096)
+def _lowered(hierarchy: SynthesisHierarchy, instruction) -> tuple[tuple[Group, ...], tuple[Group, ...]]:
+    """An instruction's groups in synthesis indices, and lowered onto every replica (``lower_program``)."""
+    (step,) = lower_program(hierarchy, Program((instruction,)))
+    return instruction_groups(hierarchy, instruction), step.groups
 
 
 def flat_collective_time(system: System, collective: Collective | str, nbytes: float, algo: str = "ring") -> float:

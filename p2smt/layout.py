@@ -1,7 +1,9 @@
 """Pydantic models of the ``physical:`` section of system files: the layout of one node plus link types.
 
 The section describes one node (the unit at ``node_level``, by default the system's scalable level);
-the topology builder instantiates it once per node and joins every NIC to one non-blocking network.
+the topology builder instantiates it once per node and joins every NIC to one non-blocking network,
+or, when a ``network:`` entry is given, to a two-tier leaf/spine fabric (leaves per scalable unit,
+one per rail or one per unit, and spines across units).
 GPUs are named ``gpu0 … gpu{n-1}`` (local index = device id modulo ``gpus_per_node``). Link endpoints
 may use a range pattern, ``gpu[0-3]`` or ``pcie[0,1]``; two lists of equal length pair up element-wise,
 a single name pairs with every element of the other list, and ``ring: gpu[0-7]`` closes a cycle.
@@ -134,6 +136,30 @@ class NcclParams(BaseModel):
     max_channels: int = Field(default=16, ge=1, description="most rings/trees one collective runs at once")
 
 
+class Network(BaseModel):
+    """A two-tier leaf/spine fabric between the nodes' NICs; without it the NICs share one ideal switch.
+
+    Every instance of ``unit_level`` (a scalable unit, SU) gets its own leaves: one per rail (rail ``r``
+    = the r-th NIC of the node in file order; the leaf joins that NIC of every node of the unit) or one
+    for all NICs of the unit. Each leaf has ``ceil(downlinks / oversubscription)`` uplinks of link type
+    ``uplink``, dealt round-robin to the ``spines`` (uplink p goes to spine p mod spines; spines left
+    without a cable, when a leaf has fewer uplinks than there are spines, are not built).
+    """
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+    unit_level: str = Field(description="level whose instances (scalable units) get their own leaves")
+    leaves: Literal["rail", "unit"] = Field(default="rail", description="one leaf per rail, or per unit")
+    uplink: str = Field(description="link type (kind nic) of one leaf-spine cable")
+    spines: int = Field(ge=1)
+    oversubscription: float = Field(default=1.0, gt=0, description="leaf downlink : uplink bandwidth")
+    pxn: bool = Field(
+        default=True,
+        description="rail leaves only: traffic to another node leaves through the NIC on the destination's "
+        "rail, reached inside the source node over the GPU that owns that NIC (NCCL's PXN)",
+    )
+    note: str = ""
+
+
 class PhysicalLayout(BaseModel):
     """One node's boxes and links, the link types, and NCCL constants; instantiated once per node."""
 
@@ -143,6 +169,7 @@ class PhysicalLayout(BaseModel):
     link_types: dict[str, LinkType] = Field(min_length=1)
     components: tuple[Component, ...] = ()
     links: tuple[Link, ...] = ()
+    network: Network | None = Field(default=None, description="leaf/spine fabric (default: one switch)")
     nccl: NcclParams = Field(default_factory=NcclParams)
 
     @model_validator(mode="after")
@@ -165,4 +192,15 @@ class PhysicalLayout(BaseModel):
                         raise ValueError(f"link endpoint {end!r} is neither a GPU nor a component")
                 if a == b:
                     raise ValueError(f"link from {a!r} to itself")
+        if self.network is not None:
+            lt = self.link_types.get(self.network.uplink)
+            if lt is None or lt.kind != "nic":
+                raise ValueError(f"network uplink {self.network.uplink!r} must name a link type of kind nic")
+            if not any(c.kind == "nic" for c in self.components):
+                raise ValueError("a leaf/spine network needs NICs among the components")
         return self
+
+    @property
+    def rails(self) -> tuple[str, ...]:
+        """The node's NICs in file order; rail r of a node is its r-th NIC."""
+        return tuple(c.name for c in self.components if c.kind == "nic")

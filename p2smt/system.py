@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+from collections.abc import Mapping
 from importlib import resources
 from pathlib import Path
 from typing import Any, Literal
@@ -100,6 +101,17 @@ class System(BaseModel):
     def nodes_level(self) -> str:
         return self.scalable_level or self.levels[0].name
 
+    def with_levels(self, sizes: Mapping[str, int]) -> System:
+        """The same system with some levels resized, e.g. ``{"su": 2}``."""
+        unknown = sorted(set(sizes) - set(self.level_names))
+        if unknown:
+            raise P2Error(f"unknown level(s) {unknown}; levels are {', '.join(self.level_names)}")
+        bad = sorted(name for name, v in sizes.items() if v < 1)
+        if bad:
+            raise P2Error(f"level sizes must be at least 1 ({', '.join(bad)})")
+        levels = tuple(Level(name=lv.name, size=sizes.get(lv.name, lv.size)) for lv in self.levels)
+        return self.model_copy(update={"levels": levels})
+
     def with_nodes(self, nodes: int) -> System:
         """The same system with ``nodes`` nodes at its scalable level."""
         if nodes < 1:
@@ -148,8 +160,11 @@ def parse_system(data: Any, source: str) -> System:
         raise P2Error(_format_validation_error(source, err)) from None
 
 
-def load_system(name_or_path: str | Path, nodes: int | None = None) -> System:
-    """Load a shipped system by name or a YAML file by path; ``nodes`` re-instantiates its node count."""
+def load_system(
+    name_or_path: str | Path, nodes: int | None = None, levels: Mapping[str, int] | None = None
+) -> System:
+    """Load a shipped system by name or a YAML file by path; ``nodes`` re-instantiates its node count
+    (its scalable level) and ``levels`` resizes any named levels."""
     text_path = Path(name_or_path)
     if text_path.suffix in (".yaml", ".yml") or text_path.exists():
         path = text_path
@@ -162,4 +177,6 @@ def load_system(name_or_path: str | Path, nodes: int | None = None) -> System:
             raise P2Error(f"unknown system {str(name_or_path)!r}; shipped systems: {known}")
     data = read_yaml(path, "system file")
     system = parse_system(data, str(path))
-    return system.with_nodes(nodes) if nodes is not None else system
+    if nodes is not None:
+        system = system.with_nodes(nodes)
+    return system.with_levels(levels) if levels else system

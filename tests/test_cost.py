@@ -6,6 +6,7 @@ from __future__ import annotations
 import importlib.util
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from p2smt.collectives import Collective
@@ -156,6 +157,44 @@ def test_fluid_model_is_max_min_fair_and_reallocates():
     assert a == pytest.approx(10.0 + 20.0 / 10.0)
     (x, y) = fluid_finish_times([{"shared": 10.0}, {"shared": 30.0}], cap.__getitem__)
     assert x == pytest.approx(2.0) and y == pytest.approx(4.0)
+
+
+def _dense_progressive_filling(loads, cap):
+    """Reference: the same fluid model on a dense flows × resources matrix (no shortcuts)."""
+    keys = sorted({k for load in loads for k in load})
+    peak = np.array([max(load.values()) for load in loads])
+    w = np.array([[load.get(k, 0.0) / p for k in keys] for load, p in zip(loads, peak)])
+    c = np.array([cap[k] for k in keys])
+    remaining, finish, active, now = peak.copy(), np.zeros(len(loads)), np.ones(len(loads), bool), 0.0
+    while active.any():
+        rate, left, free = np.zeros(len(loads)), c.copy(), active.copy()
+        while free.any():
+            demand = w[free].sum(axis=0)
+            step = np.min(np.where(demand > 0, left / np.where(demand > 0, demand, 1), np.inf))
+            rate[free] += step
+            left -= step * demand
+            full = (demand > 0) & (left <= 1e-9 * np.maximum(c, 1.0))
+            free &= ~(w[:, full] > 0).any(axis=1)
+        until = np.where(active, remaining / np.where(active, rate, 1), np.inf)
+        dt = until.min()
+        now += dt
+        remaining = np.where(active, remaining - rate * dt, remaining)
+        done = active & (remaining <= 1e-9 * np.maximum(peak, 1.0))
+        finish[done] = now
+        active &= ~done
+    return finish.tolist()
+
+
+def test_sparse_fluid_model_matches_the_dense_reference():
+    rng = np.random.default_rng(7)
+    cap = {f"r{j}": float(rng.uniform(1, 10)) for j in range(12)}
+    for _ in range(20):
+        loads = []
+        for _ in range(int(rng.integers(1, 9))):
+            keys = rng.choice(sorted(cap), size=int(rng.integers(1, 5)), replace=False)
+            loads.append({str(k): float(rng.uniform(0.5, 20)) for k in keys})
+        assert fluid_finish_times(loads, cap.__getitem__) == pytest.approx(_dense_progressive_filling(loads, cap),
+                                                                           rel=1e-12)
 
 
 def test_dgx1_packs_several_nvlink_rings():

@@ -25,8 +25,18 @@ PER_NODE = {
 }
 
 
+LEAF_SPINE = {"h100-superpod"}  # counted in test_superpod.py
+
+
 def test_every_shipped_system_is_counted():
-    assert set(shipped_systems()) == set(PER_NODE)
+    assert set(shipped_systems()) == set(PER_NODE) | LEAF_SPINE
+
+
+@pytest.mark.parametrize("name", sorted(PER_NODE))
+def test_single_switch_networks_stay_single_switch(name):
+    topo = build_topology(load_system(name, nodes=3))
+    assert topo.fabric is None and topo.period == topo.gpus_per_node
+    assert not any(d["kind"] in ("leaf", "spine") for _, d in topo.graph.nodes(data=True))
 
 
 @pytest.mark.parametrize("name", sorted(PER_NODE))
