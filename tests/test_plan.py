@@ -106,3 +106,22 @@ def test_cli_plan_json_and_errors(tmp_path, capsys):
     assert main(["plan", "--profile", "nope", "--system", "a100-4x16"]) == 2
     err = capsys.readouterr().err
     assert "unknown profile" in err and "Traceback" not in err
+
+
+def test_cli_plan_exports_mesh_order_and_lowered_programs(tmp_path, capsys):
+    out = tmp_path / "export"
+    assert main(["plan", "--profile", "gpt3-13b-tp-dp", "--system", "fig2-16gpu", "--json",
+                 "--export-dir", str(out)]) == 0
+    report = json.loads(capsys.readouterr().out)
+    mesh = json.loads((out / "mesh.json").read_text())
+    assert mesh["matrix"] == report["best"]["matrix"] and mesh["axis_names"] == ["data", "tensor"]
+    placement = Placement((1, 2, 2, 4), tuple(mesh["axes"]), tuple(tuple(r) for r in mesh["matrix"]))
+    assert tuple(mesh["device_order"]) == placement.mesh_order()
+    for comm in report["best"]["communications"]:
+        for backend in ("jax", "torch"):
+            source = (out / f"{comm['name']}_{backend}.py").read_text()
+            compile(source, f"{comm['name']}_{backend}.py", "exec")
+            assert "def reduce(" in source
+            for instruction in comm["program"].split("; "):
+                assert instruction in source
+    assert sorted(report["exported"]) == sorted(str(p) for p in out.iterdir())
