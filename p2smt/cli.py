@@ -526,14 +526,14 @@ def cmd_verify(args: argparse.Namespace) -> int:
             c.print(f"[yellow]UNKNOWN[/yellow]: {payload.get('message', 'the solver gave up')}")
             return
         c.print(f"[red]COUNTEREXAMPLE[/red]: {payload.get('message', '')}")
-        for key in ("failing_step", "group", "devices", "chunk", "rule"):
+        for key in ("failing_step", "group", "devices", "device", "chunk", "rule", "expected", "actual"):
             if payload.get(key) is not None:
                 c.print(f"  {key.replace('_', ' ')}: {payload[key]}")
         for d in payload.get("defects", [])[:8]:
             c.print(f"  defect: {d}")
         for dev, rows in list(payload.get("states", {}).items())[:8]:
             c.print(f"  final state of device {dev}: {rows}")
-        for key in ("input", "counterexample_input", "witness"):
+        for key in ("inputs", "witness"):
             if payload.get(key):
                 c.print(f"  {key.replace('_', ' ')}: {payload[key]}")
 

@@ -1,0 +1,133 @@
+"""Synthesis time per configuration of P2.md §7's grid: enumerative engine versus Z3 (issue 3 must-show).
+
+For every configuration (all matrices of one axes/reduction request, max length 5) it prints the
+number of programs, the enumerative time, the Z3 time (engine alone, and with the interpreter's
+re-check of every program that ``synthesize`` performs), their ratio, P²'s reported range
+(0.0035–1.16 s per configuration), whether both engines found the same programs, then the totals and
+the machine. ``--engines`` adds ``z3-cegis``; ``--json FILE`` writes every row.
+
+    python benchmarks/synthesis.py                 # the whole grid
+    python benchmarks/synthesis.py --only a100-4x16 --engines enumerative,z3,z3-cegis
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import sys
+import time
+from pathlib import Path
+
+import z3
+
+from p2smt.grid import paper_grid
+from p2smt.synth import EngineOptions, synthesize
+from p2smt.system import load_system
+
+P2_RANGE = (0.0035, 1.16)
+
+
+def machine() -> str:
+    cpu = platform.processor() or platform.machine()
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                cpu = line.split(":", 1)[1].strip()
+                break
+    except OSError:
+        pass
+    mem = ""
+    try:
+        kb = int(
+            next(
+                x for x in Path("/proc/meminfo").read_text().splitlines() if x.startswith("MemTotal")
+            ).split()[1]
+        )
+        mem = f", {kb / 2**20:.0f} GiB RAM"
+    except (OSError, StopIteration, ValueError):
+        pass
+    return (
+        f"{cpu}, {os.cpu_count()} cores{mem}; Python {platform.python_version()}, "
+        f"z3 {z3.get_version_string()}, {platform.system()} {platform.release()}"
+    )
+
+
+def run(engine: str, cfg, timeout_ms: int | None):
+    system = load_system(cfg.system)
+    opts = EngineOptions(timeout_ms=timeout_ms)
+    start = time.perf_counter()
+    res = synthesize(system, cfg.axes, cfg.reduction_axes, engine=engine, opts=opts)
+    total = time.perf_counter() - start
+    engine_only = sum(float(m.stats.get("seconds", m.seconds)) for m in res.matrices)
+    programs = [tuple(str(p) for p in m.programs) for m in res.matrices]
+    return res, total, engine_only, programs
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--engines", default="enumerative,z3", help="comma list; the first is the baseline")
+    ap.add_argument("--only", help="only configurations whose label contains this text")
+    ap.add_argument("--timeout", type=int, help="per solver call, ms")
+    ap.add_argument("--json", help="write the rows as JSON to this file")
+    args = ap.parse_args(argv)
+    engines = [e.strip() for e in args.engines.split(",") if e.strip()]
+    base = engines[0]
+    configs = [c for c in paper_grid() if not args.only or args.only in c.label]
+    rows = []
+    totals = {e: 0.0 for e in engines}
+    engine_totals = {e: 0.0 for e in engines}
+    head = (
+        f"{'configuration':44s} {'mats':>4s} {'progs':>5s} "
+        + " ".join(f"{e + ' s':>12s}" for e in engines)
+        + " "
+        + " ".join(f"{e + '/' + base:>16s}" for e in engines[1:])
+    )
+    head += "  same  P² range"
+    print(head)
+    print("-" * len(head))
+    for cfg in configs:
+        results = {e: run(e, cfg, args.timeout) for e in engines}
+        ref = results[base][3]
+        same = all(results[e][3] == ref for e in engines)
+        row = {
+            "config": cfg.label,
+            "matrices": len(results[base][0].matrices),
+            "programs": results[base][0].total_programs,
+            "same_programs": same,
+        }
+        for e in engines:
+            res, total, eng, _ = results[e]
+            totals[e] += total
+            engine_totals[e] += eng
+            row[e] = {"seconds": round(total, 4), "engine_seconds": round(eng, 4), "status": res.status}
+        line = f"{cfg.label:44s} {row['matrices']:4d} {row['programs']:5d} " + " ".join(
+            f"{results[e][1]:12.3f}" for e in engines
+        )
+        line += " " + " ".join(f"{results[e][1] / max(results[base][1], 1e-9):16.1f}" for e in engines[1:])
+        line += f"  {'yes' if same else 'NO':4s}  {P2_RANGE[0]}–{P2_RANGE[1]} s"
+        print(line, flush=True)
+        rows.append(row)
+    print("-" * len(head))
+    print(
+        "totals: "
+        + ", ".join(f"{e} {totals[e]:.2f} s (engine alone {engine_totals[e]:.2f} s)" for e in engines)
+    )
+    for e in engines[1:]:
+        print(
+            f"ratio {e}/{base}: {totals[e] / max(totals[base], 1e-9):.2f}x overall; "
+            f"configurations under P²'s 1.16 s: "
+            f"{sum(1 for r in rows if r[e]['seconds'] <= P2_RANGE[1])}/{len(rows)}"
+        )
+    print(f"all program sets equal: {all(r['same_programs'] for r in rows)}")
+    print(f"machine: {machine()}")
+    if args.json:
+        Path(args.json).write_text(
+            json.dumps({"machine": machine(), "rows": rows, "totals": totals}, indent=2)
+        )
+    return 0 if all(r["same_programs"] for r in rows) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,170 @@
+"""bool-matrix: the device-state matrix of Booleans (P2.md §4), the default encoding.
+
+Cell ``s[t][d][r][c]`` — device d's chunk r holds device c's contribution after t steps — is a
+Boolean term. The synthesizer keeps each device's number of non-empty chunks and of contributions
+exactly, per cell of the problem's stable partition (so its size does not grow with the devices),
+with the Hoare rules' consequences on them; the checker proves each candidate on *every* cell (r, c)
+at once through a symbolic cell, and a failing candidate is refuted by blocking its invalid prefix
+(``refine="prefix"``) or by constraining the failing cell from then on (``refine="witness"``).
+``cells="all"`` constrains every cell up front: the literal unrolled matrix (small problems only).
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import Field
+
+from p2smt.collectives import Collective
+from p2smt.problem import SynthesisProblem
+from p2smt.smt import terms as T
+from p2smt.smt.base import EncodingOptions, EncodingSpec
+from p2smt.smt.lazy import CheckedEncoding
+from p2smt.smt.unroll import Payload, TrackState
+
+AR, RS, AG, RED, BC = (
+    Collective.ALL_REDUCE,
+    Collective.REDUCE_SCATTER,
+    Collective.ALL_GATHER,
+    Collective.REDUCE,
+    Collective.BROADCAST,
+)
+
+
+class BoolMatrixOptions(EncodingOptions):
+    refine: Literal["witness", "prefix"] = Field(
+        "witness",
+        description="refute a failing candidate by constraining the failing cell or by blocking its prefix",
+    )
+    cells: Literal["none", "first", "corners", "all"] = Field(
+        "first", description="cells constrained up front: none, (chunk 0, device 0), four corners, or all"
+    )
+    weights: bool = Field(True, description="constrain per-device contribution counts (necessary conditions)")
+    lemma_depth: int = Field(
+        1, ge=0, le=3, description="Broadcasts excluded after up to this many steps that equalize its members"
+    )
+    arithmetic: Literal["bv", "int"] = Field("bv", description="counts as signed bit-vectors or integers")
+
+
+class Column(Payload):
+    """The payload of a cell track: whether the chunk holds contribution ``column``."""
+
+    def __init__(self, column, member_of):
+        self.column = column
+        self.member_of = member_of  # d -> term: ``column`` is in d's goal group
+
+    def initial(self, d: int):
+        return T.eq(self.column, d)
+
+    def combine(self, coll, g, state: TrackState):
+        return T.or_(state.payload[d] for d in g)
+
+    def moved(self, coll, g, rank, new_present, state, union):
+        if coll in (AR, AG):
+            return union()
+        if coll is RS:
+            return T.and_((new_present, union()))
+        if coll is RED:
+            return union() if rank == 0 else False
+        return state.payload[g[0]]
+
+    def rules(self, coll, g, state):
+        h = [state.payload[d] for d in g]
+        if coll in (AR, RS, RED):
+            return [("disjoint", T.at_most_one(h))]
+        if coll is BC:
+            return [("below_root", T.and_(T.implies(v, h[0]) for v in h[1:]))]
+        return []
+
+    def goal(self, d: int, value):
+        return T.eq(value, self.member_of(d))
+
+    def differs(self, a, b, present_a, present_b):
+        return T.not_(T.eq(a, b))
+
+
+class Mask(Column):
+    """Every column of one chunk at once as an integer bit mask (fixed plans, concrete row: reports)."""
+
+    def __init__(self):
+        super().__init__(None, None)
+
+    def initial(self, d: int):
+        return 1 << d
+
+    def combine(self, coll, g, state):
+        out = 0
+        for d in g:
+            out |= state.payload[d]
+        return out
+
+    def moved(self, coll, g, rank, new_present, state, union):
+        if coll in (AR, AG):
+            return union()
+        if coll is RS:
+            return union() if new_present else 0
+        if coll is RED:
+            return union() if rank == 0 else 0
+        return state.payload[g[0]]
+
+
+def _members(problem: SynthesisProblem, column):
+    owner = {d: i for i, g in enumerate(problem.goal_groups) for d in g}
+    if isinstance(column, int):
+        return lambda d: owner.get(d) is not None and owner.get(d) == owner.get(column)
+    by_group = {i: T.or_(column == d for d in g) for i, g in enumerate(problem.goal_groups)}
+    return lambda d: by_group[owner[d]] if d in owner else False
+
+
+def column_payload(checker):
+    """The checker's symbolic cell column (with its domain)."""
+    column = checker.arith.var("column")
+    payload = Column(column, _members(checker.problem, column))
+    return payload, [("column", column)], [0 <= column, column < checker.k]
+
+
+class BoolMatrixEncoding(CheckedEncoding):
+    name = "bool-matrix"
+
+    def __init__(self, problem: SynthesisProblem, max_len: int, options: BoolMatrixOptions):
+        self.options = options
+        super().__init__(
+            problem,
+            max_len,
+            refine=options.refine,
+            arithmetic=options.arithmetic,
+            lemma_depth=options.lemma_depth,
+            use_weights=options.weights,
+        )
+
+    def payload_factory(self):
+        return column_payload
+
+    def mask_payload(self):
+        """All contributions of a chunk as one bit mask, for reporting the states of a fixed plan."""
+        return Mask()
+
+    def witness_payload(self, witness):
+        row, column = witness
+        return row, Column(column, _members(self.problem, column))
+
+    def witness_of(self, found):
+        return (found["chunk"], found["column"])
+
+    def initial_witnesses(self):
+        k, chunks = self.problem.num_devices, self.chunks
+        if self.options.cells == "all":
+            return [(r, c) for r in range(chunks) for c in range(k)]
+        if self.options.cells == "corners":
+            return list(dict.fromkeys([(0, 0), (chunks - 1, k - 1), (chunks - 1, 0), (0, k - 1)]))
+        if self.options.cells == "first":
+            return [(0, 0)]  # chunk 0 lies below every other chunk: its track needs no rank arithmetic
+        return []
+
+
+ENCODING = EncodingSpec(
+    name="bool-matrix",
+    description="device-state matrix of Booleans; every candidate proved on all cells by a symbolic cell",
+    options=BoolMatrixOptions,
+    factory=lambda problem, max_len, options: BoolMatrixEncoding(problem, max_len, options),
+)

@@ -1,0 +1,193 @@
+"""values: every device chunk holds a symbolic integer; correct iff every device ends with its group's sum.
+
+Data movement follows P2.md §4 chunk by chunk, and a chunk that a rule leaves empty keeps whatever
+its buffer held (a *stale* value, as NCCL leaves a buffer region it does not write):
+
+* AllReduce, ReduceScatter and Reduce run over the first member's (the root's) non-empty chunks and
+  add the members' values element-wise, stale ones included. So ReduceScatter then AllReduce over the
+  same pair adds a stale half to a reduced one, and two overlapping AllReduces add a value twice: both
+  show up as a wrong sum for a concrete input. ReduceScatter keeps block i of those chunks on member i
+  (the count must divide); Reduce leaves non-roots' chunks empty (stale).
+* AllGather: members hold disjoint chunks of equal number (buffer shapes); every member receives the
+  holder's value of each chunk.
+* Broadcast copies the root's chunks and values. It must not discard data: no member may hold a
+  chunk the root lacks, and for every non-negative input each member's value is at most the root's
+  (a member holds a sub-sum of the root's sum: P²'s s_i <= s_0 read on values). It must change some
+  member (some present value differs for some input, or a chunk's presence differs).
+
+With ``require_progress`` a non-Broadcast group's root must hold a chunk. A program is correct iff for
+all inputs every device holds every chunk with the sum of its goal group's inputs for that chunk.
+
+The synthesizer constrains a growing set of examples (chunk, input values); the checker proves a
+candidate for all inputs and chunks (values are linear in the inputs for a fixed program and chunk, so
+inputs in 0..9 suffice) or returns a counterexample input that becomes a new example (CEGIS).
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+import z3
+from pydantic import Field
+
+from p2smt.collectives import Collective
+from p2smt.problem import SynthesisProblem
+from p2smt.smt import terms as T
+from p2smt.smt.base import EncodingOptions, EncodingSpec
+from p2smt.smt.lazy import CheckedEncoding
+from p2smt.smt.unroll import Payload, TrackState
+
+AR, RS, AG, RED, BC = (
+    Collective.ALL_REDUCE,
+    Collective.REDUCE_SCATTER,
+    Collective.ALL_GATHER,
+    Collective.REDUCE,
+    Collective.BROADCAST,
+)
+INPUT_MAX = 9
+
+
+class ValuesOptions(EncodingOptions):
+    refine: Literal["witness", "prefix"] = Field(
+        "witness", description="witness: add the counterexample input as an example (CEGIS); prefix: block"
+    )
+    seed: Literal["none", "ones", "generic"] = Field(
+        "ones",
+        description="first example: none, all inputs 1 on chunk 0, or distinct powers of two on chunk 0",
+    )
+    lemma_depth: int = Field(
+        3, ge=0, le=3, description="Broadcasts excluded after up to this many steps that equalize its members"
+    )
+    arithmetic: Literal["bv", "int"] = Field(
+        "bv", description="chunk counts as signed bit-vectors or integers"
+    )
+
+
+class Value(Payload):
+    """A chunk's data value; ``inputs[d]`` is device d's input for this chunk and ``contents[(t, d)]``
+    what device d's chunk holds when step t leaves it empty (symbolic or concrete)."""
+
+    blanks = True
+
+    def __init__(
+        self, inputs, contents, groups: dict[int, tuple[int, ...]], ctx: z3.Context, width: int | None = None
+    ):
+        self.inputs = list(inputs)
+        self.contents = contents
+        self.groups = groups
+        if width is None:
+            self.lift = lambda v: z3.IntVal(v, ctx)
+        else:
+            self.lift = lambda v: z3.BitVecVal(v, width, ctx)
+
+    def blank(self, t: int, d: int):
+        return self.contents[(t, d)]
+
+    def initial(self, d: int):
+        return self.inputs[d]
+
+    def combine(self, coll, g, state: TrackState):
+        if coll is AG:
+            return T.add(T.ite(state.present[d], state.payload[d], 0, self.lift) for d in g)
+        return T.add(state.payload[d] for d in g)
+
+    def moved(self, coll, g, rank, new_present, state, union):
+        if coll in (AR, RS, AG):
+            return union()  # the step replaces the value of a chunk it leaves empty by a blank
+        if coll is RED:
+            return union() if rank == 0 else state.payload[g[rank]]
+        return state.payload[g[0]]
+
+    def rules(self, coll, g, state):
+        if coll is not BC:
+            return []
+        root = state.payload[g[0]]
+        return [
+            ("below_root", T.and_(T.implies(state.present[d], T.le(state.payload[d], root)) for d in g[1:]))
+        ]
+
+    def goal(self, d: int, value):
+        return T.eq(value, T.add(self.inputs[j] for j in self.groups.get(d, ())))
+
+    def differs(self, a, b, present_a, present_b):
+        return T.and_((present_b, T.not_(T.eq(a, b))))
+
+
+def _groups(problem: SynthesisProblem) -> dict[int, tuple[int, ...]]:
+    return {d: tuple(g) for g in problem.goal_groups for d in g}
+
+
+def blank_slots(k: int, steps: int) -> list[tuple[int, int]]:
+    """Every (step, device) whose emptied chunk content is a free value."""
+    return [(t, d) for t in range(1, steps + 1) for d in range(k)]
+
+
+def input_payload(steps: int):
+    """The checker's symbolic inputs and empty-chunk contents (for the symbolic chunk), in 0..INPUT_MAX."""
+
+    def make(checker):
+        xs = [z3.Int(f"c_input_{d}", checker.ctx) for d in range(checker.k)]
+        blanks = {
+            key: z3.Int(f"c_blank_{key[0]}_{key[1]}", checker.ctx) for key in blank_slots(checker.k, steps)
+        }
+        payload = Value(xs, blanks, _groups(checker.problem), checker.ctx)
+        names = [(f"input_{d}", x) for d, x in enumerate(xs)]
+        names += [(f"blank_{t}_{d}", v) for (t, d), v in blanks.items()]
+        domain = [z3.And(0 <= v, v <= INPUT_MAX) for _, v in names]
+        return payload, names, domain
+
+    return make
+
+
+class ValuesEncoding(CheckedEncoding):
+    """Examples are tracked with bit-vector values wide enough for every correct program's sums (a
+    wrap-around can only let a wrong candidate through, which the checker, over integers, refutes)."""
+
+    name = "values"
+    strict_rows = False
+
+    def __init__(self, problem: SynthesisProblem, max_len: int, options: ValuesOptions):
+        self.options = options
+        super().__init__(
+            problem,
+            max_len,
+            refine=options.refine,
+            arithmetic=options.arithmetic,
+            lemma_depth=options.lemma_depth,
+        )
+
+    def payload_factory(self):
+        return input_payload(self.max_len)
+
+    def concrete_payload(self, inputs, contents):
+        """A payload with concrete inputs and contents (a fixed plan evaluates to Python integers)."""
+        return Value(inputs, contents, _groups(self.problem), self.context)
+
+    def witness_payload(self, witness):
+        row, inputs, blanks = witness
+        contents = dict(zip(blank_slots(self.problem.num_devices, self.max_len), blanks))
+        # a correct program's values that rules or the goal read are sums of inputs: they fit
+        width = (sum(inputs) + max(blanks, default=0) + 1).bit_length() + 2
+        return row, Value(inputs, contents, _groups(self.problem), self.context, width)
+
+    def witness_of(self, found):
+        k = self.problem.num_devices
+        blanks = tuple(found[f"blank_{t}_{d}"] for t, d in blank_slots(k, self.max_len))
+        return (found["chunk"], tuple(found[f"input_{d}"] for d in range(k)), blanks)
+
+    def initial_witnesses(self):
+        k = self.problem.num_devices
+        zeros = (0,) * len(blank_slots(k, self.max_len))
+        if self.options.seed == "ones":
+            return [(0, (1,) * k, zeros)]
+        if self.options.seed == "generic":
+            return [(0, tuple(1 << d for d in range(k)), zeros)]
+        return []
+
+
+ENCODING = EncodingSpec(
+    name="values",
+    description="symbolic data values per chunk; CEGIS over counterexample inputs (stale buffers kept)",
+    options=ValuesOptions,
+    factory=lambda problem, max_len, options: ValuesEncoding(problem, max_len, options),
+)

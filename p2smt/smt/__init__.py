@@ -1,0 +1,1 @@
+"""Z3 engine: encodings as plug-ins (``encodings/``), enumeration, plan proofs and CEGIS over values."""

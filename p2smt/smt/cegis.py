@@ -1,0 +1,195 @@
+"""CEGIS over data values: synthesize with the ``values`` encoding, verify plans for all inputs.
+
+``enumerate_cegis`` runs the value encoding (``encodings/values.py``): the synthesizer proposes a
+program consistent with the examples gathered so far, the verifier checks it for every input and
+chunk with Z3, and a counterexample input becomes a new example. ``verify_values`` proves one plan
+or returns a concrete input (per device and chunk) on which some device ends with a wrong value.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from ..collectives import Group
+from ..errors import InternalError, P2Error
+from ..problem import SynthesisProblem
+from . import terms as T
+from .check import Unknown
+from .engine import EngineResult, enumerate_z3
+from .registry import load_encoding
+from .unroll import Semantics
+from .verify import Step, _quotients, plan_problem
+
+ENCODING = "values"
+
+
+def enumerate_cegis(
+    problem: SynthesisProblem,
+    max_len: int,
+    *,
+    timeout_ms: int | None = None,
+    options: dict[str, Any] | None = None,
+    extra_dirs: Iterable[str | Path] = (),
+) -> EngineResult:
+    """Every program correct for all inputs, in canonical order; stats carry ``cegis_iterations``."""
+    res = enumerate_z3(
+        problem, max_len, encoding=ENCODING, options=options, timeout_ms=timeout_ms, extra_dirs=extra_dirs
+    )
+    stats = dict(res.stats)
+    stats["cegis_iterations"] = stats.get("checks", 0)
+    stats["counterexamples"] = stats.get("witnesses", 0)
+    return EngineResult(res.status, res.programs, stats)
+
+
+@dataclass(frozen=True)
+class ValueProof:
+    """``status``: "proved", "counterexample" or "unknown". A value counterexample gives the input
+    (``inputs[d][r]``: device d's chunk r), the contents it assumes for chunks left empty that reach
+    the result (``blanks``: (step, device, chunk, value), step 1-based), a device and chunk that end
+    wrong, and both values; a structural failure (shapes, Broadcast not adding information or
+    discarding data, progress) gives its step and rule."""
+
+    status: str
+    failing_step: int | None = None
+    rule: str | None = None
+    device: int | None = None
+    chunk: int | None = None
+    inputs: tuple[tuple[int, ...], ...] | None = None
+    expected: int | None = None
+    actual: int | None = None
+    message: str = ""
+    stats: dict[str, Any] = field(default_factory=dict)
+    blanks: tuple[tuple[int, int, int, int], ...] = ()
+
+    @property
+    def proved(self) -> bool:
+        return self.status == "proved"
+
+    def to_json(self) -> dict[str, Any]:
+        out: dict[str, Any] = {"status": self.status, "message": self.message}
+        if self.status == "counterexample":
+            out.update(
+                failing_step=self.failing_step,
+                rule=self.rule,
+                device=self.device,
+                chunk=self.chunk,
+                inputs=[list(r) for r in self.inputs] if self.inputs else None,
+                empty_chunk_contents=[
+                    {"after_step": t - 1, "device": d, "chunk": r, "value": v} for t, d, r, v in self.blanks
+                ],
+                expected=self.expected,
+                actual=self.actual,
+            )
+        out["stats"] = dict(self.stats)
+        return out
+
+
+def verify_values(
+    num_devices: int,
+    steps: Sequence[Step],
+    goal_groups: Sequence[Group],
+    *,
+    require_progress: bool = False,
+    timeout_ms: int | None = None,
+    chunks: int | None = None,
+    extra_dirs: Iterable[str | Path] = (),
+) -> ValueProof:
+    """Prove a plan for all integer inputs, or give a concrete input on which it computes a wrong sum."""
+    start = time.perf_counter()
+    if not steps:
+        raise P2Error("a plan needs at least one step")
+    chunks = num_devices if chunks is None else chunks
+    if chunks < 1:
+        raise P2Error(f"chunks must be positive, got {chunks}")
+    problem, plan = plan_problem(num_devices, steps, goal_groups, require_progress)
+    enc = load_encoding(ENCODING, extra_dirs).create(problem, len(plan))
+    checker = enc.new_checker(chunks=chunks, timeout_ms=timeout_ms)
+    stats = lambda: {"solver_calls": checker.calls, "seconds": round(time.perf_counter() - start, 6)}
+    try:
+        fail = checker.first_failure(plan, terminal_goal=True, detail=True)
+    except Unknown as err:
+        return ValueProof("unknown", message=f"the solver gave up: {err}", stats=stats())
+    if fail is None:
+        return ValueProof(
+            "proved", message="every device ends with its group's sum for every input", stats=stats()
+        )
+    if fail.step is not None:
+        coll = problem.candidates[plan[fail.step]].collective
+        rule = fail.rule if fail.rule == "progress" else f"{coll.value}.{fail.rule}"
+        return ValueProof(
+            "counterexample", fail.step, rule, message=f"step {fail.step}: {rule} fails", stats=stats()
+        )
+    # prefer an input on which a device holds a wrong sum over one where a chunk ends empty
+    state = checker.node(plan).state
+    wrong = [
+        T.and_((state.present[d], T.not_(checker.payload.goal(d, state.payload[d]))))
+        for d in range(num_devices)
+        if d in {e for g in problem.goal_groups for e in g}
+    ]
+    positive = T.and_(T.le(1, v) for name, v in checker.payload_vars if name.startswith("input_"))
+    if checker.sat(T.and_((T.or_(wrong), positive)), "forall") or checker.sat(T.or_(wrong), "forall"):
+        witness = checker.witness()
+    else:
+        witness = fail.witness
+    row = witness["chunk"]
+    xs = tuple(witness[f"input_{d}"] for d in range(num_devices))
+    contents = {
+        (t, d): witness[f"blank_{t}_{d}"] for t in range(1, len(plan) + 1) for d in range(num_devices)
+    }
+    present, values = _evaluate(enc, checker, plan, row, xs, contents)
+    used = _used_blanks(enc, checker, plan, row, xs, contents)
+    groups = {d: g for g in problem.goal_groups for d in g}
+    for d in range(num_devices):
+        want = sum(xs[j] for j in groups.get(d, ()))
+        if d in groups and (not present[d] or values[d] != want) or d not in groups and present[d]:
+            inputs = tuple(tuple(xs[e] if r == row else 0 for r in range(chunks)) for e in range(num_devices))
+            got = values[d] if present[d] else None
+            shown = "no value (the chunk is empty)" if got is None else str(got)
+            blanks = tuple(sorted((t, e, row, v) for (t, e), v in contents.items() if (t, e) in used))
+            extra = ""
+            if blanks:
+                extra = " and empty-chunk contents " + ", ".join(
+                    f"{v} on device {e} after step {t - 1}" for t, e, _, v in blanks
+                )
+            return ValueProof(
+                "counterexample",
+                None,
+                "goal",
+                d,
+                row,
+                inputs,
+                want,
+                got,
+                f"with inputs {list(xs)} on chunk {row}{extra}, "
+                f"device {d} ends with {shown} instead of {want}",
+                stats(),
+                blanks,
+            )
+    raise InternalError("the checker's counterexample does not reproduce on concrete inputs")
+
+
+def _used_blanks(enc, checker, plan, row, xs, contents) -> set[tuple[int, int]]:
+    """The empty-chunk contents the final values depend on (changing one changes the result)."""
+    base = _evaluate(enc, checker, plan, row, xs, contents)[1]
+    used = set()
+    for key, v in contents.items():
+        bumped = dict(contents)
+        bumped[key] = v + 1
+        if _evaluate(enc, checker, plan, row, xs, bumped)[1] != base:
+            used.add(key)
+    return used
+
+
+def _evaluate(enc, checker, plan, row: int, xs: Sequence[int], contents):
+    """The fixed plan on one chunk with concrete inputs: (present, value) per device, as Python values."""
+    s = checker.s
+    sem = Semantics(s, enc.concrete_payload(xs, contents), row, checker.arith, False, checker.chunks)
+    st = sem.initial()
+    for t, c in enumerate(plan):
+        n = checker.node(plan[:t]).counts
+        st = sem.step(st, [(True, c)], n.__getitem__, _quotients(s, n), t)
+    return st.present, st.payload

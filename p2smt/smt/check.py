@@ -1,0 +1,312 @@
+"""Exact checks of fixed programs: one Z3 query covers every chunk and payload through a symbolic witness.
+
+For a fixed program every step's choice is a constant, so per-device chunk counts fold to Python
+integers and each track formula contains only the chosen steps. A *node* holds the state after a
+prefix (nodes are cached, so programs that share a prefix share its formulas). A ∀-precondition or
+the goal fails for the program iff some witness (chunk ``row``, payload) violates it: that is one
+satisfiability query. Existential rules (Broadcast adds information) are satisfiable queries too.
+The first failing step is found by checking steps in order, as the Hoare semantics stops there.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import z3
+
+from ..collectives import Collective
+from ..problem import SynthesisProblem
+from . import terms as T
+from .structure import Structure
+from .terms import Term
+from .unroll import AG, AR, BC, RED, RS, Arith, Payload, Semantics, TrackState
+
+PayloadFactory = Callable[["PlanChecker"], tuple[Payload, list[Any], list[Term]]]
+
+
+@dataclass(frozen=True)
+class Failure:
+    """Why a program is invalid: ``step`` (0-based; None: all steps apply but the goal fails),
+    the group (index within the step's candidate), the rule, and a witness assignment if any."""
+
+    step: int | None
+    group: int | None
+    rule: str
+    witness: dict[str, int] = field(default_factory=dict)
+    early_goal: bool = False
+
+
+class Unknown(Exception):
+    """A solver call returned unknown (timeout or resource limit)."""
+
+
+class Node:
+    """The state after ``prefix``; ``rules``/``progress``/``increase`` describe its last step."""
+
+    __slots__ = (
+        "_goal",
+        "_viol",
+        "checked",
+        "counts",
+        "increase",
+        "per_chunk",
+        "prefix",
+        "progress",
+        "rules",
+        "state",
+    )
+
+    def __init__(self, prefix, counts, state, rules, progress, increase):
+        self.prefix = prefix
+        self.counts = counts
+        self.state = state
+        self.rules = rules
+        self.progress = progress
+        self.increase = increase
+        self.per_chunk: list[int | None] = []
+        self.checked: dict[str, Failure | None | bool] = {}
+        self._viol = None
+        self._goal = None
+
+
+class PlanChecker:
+    """Checks programs of ``problem`` exactly; the payload (column or value) comes from the encoding."""
+
+    def __init__(
+        self,
+        problem: SynthesisProblem,
+        payload_factory: PayloadFactory,
+        *,
+        chunks: int | None = None,
+        strict_rows: bool = True,
+        ctx: z3.Context | None = None,
+        timeout_ms: int | None = None,
+        arith: str = "int",
+        structure: Structure | None = None,
+        logic: str | None = None,
+    ):
+        self.problem = problem
+        self.s = structure or Structure(problem)
+        self.k = problem.num_devices
+        self.chunks = chunks if chunks is not None else self.k
+        self.ctx = ctx or z3.Context()
+        self.arith = Arith(self.ctx, arith, self.k * self.chunks, "c_")
+        self.row = self.arith.var("row")
+        self.payload, self.payload_vars, domain = payload_factory(self)
+        self.sem = Semantics(self.s, self.payload, self.row, self.arith, strict_rows, self.chunks)
+        self.solver = z3.SolverFor(logic, ctx=self.ctx) if logic else z3.Solver(ctx=self.ctx)
+        if timeout_ms is not None:
+            self.solver.set("timeout", int(timeout_ms))
+        self.solver.add(0 <= self.row, self.row < self.chunks, *domain)
+        root = Node((), [self.chunks] * self.k, self.sem.initial(), [], [], [])
+        root.per_chunk = [1 if strict_rows else None] * self.k
+        self.nodes: dict[tuple[int, ...], Node] = {(): root}
+        self.calls = 0
+        self._model = None
+        self.log: list[tuple[str, z3.Solver, list]] = []
+
+    # ------------------------------------------------------------------ nodes
+
+    def node(self, prefix: Sequence[int]) -> Node:
+        prefix = tuple(prefix)
+        found = self.nodes.get(prefix)
+        if found is None:
+            parent = self.node(prefix[:-1])
+            found = self._child(parent, prefix[-1])
+            self.nodes[prefix] = found
+        return found
+
+    def _child(self, parent: Node, c: int) -> Node:
+        s = self.s
+        coll = s.problem.candidates[c].collective
+        n = parent.counts
+        counts = list(n)
+        per_chunk = list(parent.per_chunk)
+        rules, progress, increase = [], [], []
+        for gi, gid in enumerate(s.cand_groups[c]):
+            g = s.groups[gid]
+            rules.append(self.sem.rules(parent.state, c, gi, n.__getitem__))
+            progress.append(len(g) >= 2 and n[g[0]] > 0)
+            increase.append(self.sem.differs(parent.state, g) if coll is BC else True)
+            head = n[g[0]]
+            union = _union_per_chunk(coll, g, parent.per_chunk)
+            for rank, d in enumerate(g):
+                if coll in (AR, BC):
+                    counts[d] = head
+                elif coll is RS:
+                    counts[d] = head // len(g)
+                elif coll is AG:
+                    counts[d] = sum(n[m] for m in g)
+                else:
+                    counts[d] = head if rank == 0 else 0
+                per_chunk[d] = union if coll is not RED or rank == 0 else 0
+
+        def quotient(cand: int, gi: int) -> int:
+            g = s.group_of(cand, gi)
+            return n[g[0]] // len(g)
+
+        state = self.sem.step(parent.state, [(True, c)], n.__getitem__, quotient, len(parent.prefix))
+        node = Node(parent.prefix + (c,), counts, state, rules, progress, increase)
+        node.per_chunk = per_chunk
+        return node
+
+    # ------------------------------------------------------------------ queries
+
+    def violation(self, node: Node) -> Term:
+        """Some ∀-precondition of the node's last step fails on some witness."""
+        if node._viol is None:
+            parts = [T.not_(cond) for group in node.rules for _, cond in group]
+            node._viol = T.or_(parts)
+        return node._viol
+
+    def goal_fails(self, node: Node) -> Term:
+        if node._goal is None:
+            node._goal = T.not_(self.sem.goal(node.state))
+        return node._goal
+
+    def sat(self, formula: Term, kind: str = "check") -> bool:
+        """Whether ``formula`` has a witness; raises Unknown when the solver gives up.
+
+        A witness on chunk 0 is preferred when one exists (its track needs no rank arithmetic)."""
+        if formula is False:
+            return False
+        if formula is True:
+            formula = z3.BoolVal(True, self.ctx)  # every witness fails: still name one
+        self.calls += 1
+        self.solver.push()
+        self.solver.add(formula)
+        self.log.append((kind, self.solver, []))
+        try:
+            res = self.solver.check()
+            if res == z3.unknown:
+                raise Unknown(self.solver.reason_unknown())
+            self._model = self.solver.model() if res == z3.sat else None
+            if res == z3.sat and self.solver.check(self.row == 0) == z3.sat:
+                self._model = self.solver.model()
+            return res == z3.sat
+        finally:
+            self.solver.pop()
+
+    def witness(self) -> dict[str, int]:
+        m = self._model
+        out = {"chunk": self.arith.value(m.eval(self.row, model_completion=True))}
+        for name, var in self.payload_vars:
+            val = m.eval(var, model_completion=True)
+            out[name] = self.arith.value(val) if not z3.is_int_value(val) else val.as_long()
+        return out
+
+    # ------------------------------------------------------------------ programs
+
+    def first_failure(self, program: Sequence[int], *, terminal_goal: bool = True, detail: bool = False):
+        """None when ``program`` is valid, else the first Failure (Hoare semantics order).
+
+        Each prefix's last step is checked once (cached on its node); ``detail`` also finds the first
+        failing group and rule of a failing step, as the interpreter reports them.
+        """
+        program = tuple(program)
+        self.log = []
+        nodes = [self.node(program[: t + 1]) for t in range(len(program))]
+        last = nodes[-1] if nodes else self.nodes[()]
+        fresh = [nd for nd in nodes if "plain" not in nd.checked]
+        static = any(cond is False for nd in fresh for grp in nd.rules for _, cond in grp)
+        # one query for every unchecked step and the goal: the common case of a valid program
+        quick = not detail and not static and terminal_goal
+        if quick and not self.sat(
+            T.or_([*(self.violation(nd) for nd in fresh), self.goal_fails(last)]), "forall"
+        ):
+            for t, nd in enumerate(nodes):
+                if "plain" not in nd.checked:
+                    fail = self._exists_failure(t, nd)
+                    nd.checked["plain"] = fail
+                    if fail is not None:
+                        return fail
+                elif nd.checked["plain"] is not None:
+                    return nd.checked["plain"]
+            return None
+        for t, nd in enumerate(nodes):
+            fail = self._node_failure(t, nd, detail)
+            if fail is not None:
+                return fail
+            if not terminal_goal and t + 1 < len(nodes) and not self.sat(self.goal_fails(nd), "exists"):
+                return Failure(t + 1, None, "progress", early_goal=True)
+        if self.sat(self.goal_fails(last), "forall"):
+            return Failure(None, None, "goal", self.witness())
+        return None
+
+    def _node_failure(self, t: int, nd: Node, detail: bool) -> Failure | None:
+        key = "detail" if detail else "plain"
+        if nd.checked.get(key, False) is not False:
+            return nd.checked[key]
+        fail = self._step_failure(t, nd, detail)
+        nd.checked[key] = fail
+        if fail is None:
+            nd.checked["plain"] = nd.checked["detail"] = None
+        return fail
+
+    def _step_failure(self, t: int, nd: Node, detail: bool) -> Failure | None:
+        static = any(cond is False for grp in nd.rules for _, cond in grp)
+        if not detail and not static and not self.sat(self.violation(nd), "forall"):
+            return self._exists_failure(t, nd)
+        for gi, group in enumerate(nd.rules):
+            for name, cond in group:
+                if cond is False:
+                    return Failure(t, gi, name)
+                if cond is not True and self.sat(T.not_(cond), "forall"):
+                    return Failure(t, gi, name, self.witness())
+            fail = self._group_exists(t, nd, gi)
+            if fail is not None:
+                return fail
+        return None
+
+    def _exists_failure(self, t: int, nd: Node) -> Failure | None:
+        for gi in range(len(nd.rules)):
+            fail = self._group_exists(t, nd, gi)
+            if fail is not None:
+                return fail
+        return None
+
+    def _group_exists(self, t: int, nd: Node, gi: int) -> Failure | None:
+        cand = nd.prefix[-1]
+        coll = self.problem.candidates[cand].collective
+        if coll is Collective.BROADCAST:
+            g = self.s.group_of(cand, gi)
+            parent = self.node(nd.prefix[:-1])
+            n, per = parent.counts, parent.per_chunk
+            if any(n[d] < n[g[0]] for d in g[1:]):
+                return None  # a member lacks a chunk the root holds: information increases
+            if per[g[0]] is not None and any(per[d] is not None and per[d] < per[g[0]] for d in g[1:]):
+                return None  # a member's chunks hold fewer contributions than the root's
+            if not self.sat(nd.increase[gi], "exists"):
+                return Failure(t, gi, "information_increase")
+        elif self.problem.require_progress and not nd.progress[gi]:
+            return Failure(t, gi, "progress")
+        return None
+
+    def state(self, program: Sequence[int]) -> TrackState:
+        return self.node(program).state
+
+    def counts(self, program: Sequence[int]) -> list[int]:
+        return self.node(program).counts
+
+
+def _union_per_chunk(coll: Collective, g: Sequence[int], per: Sequence[int | None]) -> int | None:
+    """Contributions per non-empty chunk after the step, when every such chunk holds equally many
+    (None: unknown or unequal). Valid only while the preconditions hold, which is when it is used."""
+    vals = [per[d] for d in g]
+    if any(v is None for v in vals):
+        return None
+    if coll is BC:
+        return vals[0]
+    if coll is AG:
+        return vals[0] if all(v == vals[0] for v in vals) else None
+    return sum(vals)
+
+
+def rule_label(coll: Collective, rule: str) -> str:
+    """The interpreter's rule name (``AllReduce.disjoint``, ``progress``, ``goal``)."""
+    return rule if rule in ("progress", "goal") else f"{coll.value}.{rule}"
+
+
+__all__ = ["AG", "AR", "RED", "RS", "Failure", "PlanChecker", "Unknown", "rule_label"]

@@ -1,0 +1,221 @@
+"""Counterexample-guided encodings: a compact synthesizer whose candidates an exact checker confirms.
+
+The synthesizer (one incremental solver) asserts the choices, the per-cell chunk counts and
+contribution weights with their necessary conditions (``unroll.CellCounts``: exact counts, so every
+count rule — ReduceScatter divisibility, AllGather sizes, progress — is exact), and the Hoare rules
+and the goal on the tracks of a growing set of concrete witnesses. Each model is a candidate program;
+``check.PlanChecker`` proves it on every chunk and payload at once or names the first failing step and
+a witness. A failure is turned into a constraint that excludes the candidate and no valid program:
+
+* ``refine="witness"``: the witness's track joins the synthesizer (both sides evaluate the very same
+  formulas, so the candidate violates it there too) — counterexample-guided inductive synthesis;
+* ``refine="prefix"`` (and for existential rules, which no single witness refutes): a clause over the
+  choice variables that excludes every program starting with the failing prefix (the Hoare semantics
+  stops at the first failing step, so none of them is valid).
+
+Both kinds only add necessary conditions of validity, and every refinement removes the current
+candidate, so the enumeration is exact and terminates.
+"""
+
+from __future__ import annotations
+
+import time
+from abc import abstractmethod
+from collections.abc import Hashable, Sequence
+from typing import Any
+
+import z3
+
+from ..problem import SynthesisProblem
+from . import terms as T
+from .base import ACCEPTED, Encoding, Program, Refinement
+from .check import PayloadFactory, PlanChecker, Unknown
+from .structure import Structure
+from .unroll import CellCounts, Choices, Payload, Semantics, equal_state_lemmas
+
+Witness = Hashable
+
+
+def goal_is_terminal(problem: SynthesisProblem) -> bool:
+    """True when no step can follow the goal: every group has ≥ 2 members inside one goal group."""
+    owner = {d: i for i, g in enumerate(problem.goal_groups) for d in g}
+    for cand in problem.candidates:
+        for g in cand.groups:
+            if len(g) < 2 or len({owner.get(d) for d in g}) != 1:
+                return False
+    return True
+
+
+class CheckedEncoding(Encoding):
+    """Base of the Boolean and value encodings; subclasses define the payload and its witnesses."""
+
+    strict_rows = True
+    logic = "QF_FD"
+
+    def __init__(
+        self,
+        problem: SynthesisProblem,
+        max_len: int,
+        *,
+        refine: str = "prefix",
+        arithmetic: str = "bv",
+        use_weights: bool = True,
+        lemma_depth: int = 1,
+    ):
+        super().__init__(problem, max_len)
+        self.refine_mode = refine
+        self.lemma_depth = lemma_depth
+        self.s = Structure(problem)
+        self.chunks = problem.num_devices
+        self.choices = Choices(self.s, max_len, self.context, "s_")
+        self.cellcounts = CellCounts(
+            self.s,
+            self.choices,
+            self.chunks,
+            self.context,
+            arithmetic,
+            problem.require_progress,
+            same_chunks=self.strict_rows,
+            contributions=self.strict_rows and use_weights,
+        )
+        self.arith = self.cellcounts.wide
+        self.tracked: list[Witness] = []
+        self.terminal = goal_is_terminal(problem)
+        self._solver: z3.Solver | None = None
+        self._checker: PlanChecker | None = None
+        self.counters = {"witnesses": 0, "prefix_blocks": 0, "program_blocks": 0, "checks": 0}
+        self.seconds = {"declare": 0.0, "check": 0.0}
+
+    # ------------------------------------------------------------------ subclass hooks
+
+    @abstractmethod
+    def payload_factory(self) -> PayloadFactory:
+        """Builds the checker's symbolic payload: (payload, [(name, variable)], domain constraints)."""
+
+    def witness_payload(self, witness: Witness) -> tuple[Any, Payload]:
+        """(row, payload) of a concrete witness, for a synthesizer track."""
+        raise NotImplementedError(f"{self.name} has no witness tracks")
+
+    def witness_of(self, found: dict[str, int]) -> Witness:
+        """The witness a checker failure names (its ``Failure.witness`` dict)."""
+        raise NotImplementedError(f"{self.name} has no witness tracks")
+
+    def initial_witnesses(self) -> list[Witness]:
+        return []
+
+    # ------------------------------------------------------------------ engine interface
+
+    def declare(self, solver: z3.Solver) -> None:
+        start = time.perf_counter()
+        self._solver = solver
+        ch, cc = self.choices, self.cellcounts
+        solver.add(*ch.constraints())
+        solver.add(*cc.flush())
+        for t in range(self.max_len):
+            for c in range(len(self.problem.candidates)):
+                cond = T.implies(ch.x[t][c], cc.rules(t, c))
+                if cond is not True:
+                    solver.add(cond)
+        solver.add(cc.goal(), *equal_state_lemmas(self.s, ch, self.lemma_depth))
+        for w in self.initial_witnesses():
+            self._add_witness(w)
+        self.seconds["declare"] += time.perf_counter() - start
+
+    def _add_witness(self, witness: Witness) -> None:
+        row, payload = self.witness_payload(witness)
+        sem = Semantics(self.s, payload, row, self.arith, self.strict_rows, self.chunks)
+        ch, cc, s = self.choices, self.cellcounts, self.s
+        state = sem.initial()
+        parts = []
+        for t in range(self.max_len):
+            options = [(ch.x[t][c], c) for c in range(len(self.problem.candidates))]
+
+            def count(d: int, t=t) -> Any:
+                return cc.widen(cc.n[t][s.cell[d]])
+
+            for guard, c in options:
+                conds = [
+                    cond for gi in range(len(s.cand_groups[c])) for _, cond in sem.rules(state, c, gi, count)
+                ]
+                parts.append(T.implies(guard, T.and_(conds)))
+            state = sem.step(state, options, count, lambda c, gi, t=t: cc.widen(cc.quotient(t, c, gi)), t)
+        parts.append(sem.goal(state))
+        self._solver.add(*cc.flush(), *[p for p in parts if p is not True])
+        self.tracked.append(witness)
+        self.counters["witnesses"] = len(self.tracked)
+
+    def length_assumptions(self, length: int) -> list[z3.BoolRef]:
+        return self.choices.length_assumptions(length)
+
+    def decode(self, model: z3.ModelRef) -> Program:
+        return self.choices.decode(model)
+
+    def blocking_clause(self, program: Program) -> z3.BoolRef:
+        return z3.Not(z3.And(self.choices.program_literals(program)))
+
+    def checker(self) -> PlanChecker:
+        """The exact checker of this encoding's candidates (one per encoding, nodes cached)."""
+        if self._checker is None:
+            self._checker = self.new_checker()
+        return self._checker
+
+    def new_checker(self, chunks: int | None = None, timeout_ms: int | None = None) -> PlanChecker:
+        """A checker of fixed programs in this encoding's semantics (``chunks``: rows of the state)."""
+        return PlanChecker(
+            self.problem,
+            self.payload_factory(),
+            chunks=chunks,
+            strict_rows=self.strict_rows,
+            structure=self.s,
+            ctx=self.context,
+            timeout_ms=timeout_ms,
+        )
+
+    def queries(self):
+        return list(self._checker.log) if self._checker is not None else []
+
+    def refine(self, solver: z3.Solver, program: Program, timeout_ms: int | None = None) -> Refinement:
+        start = time.perf_counter()
+        chk = self.checker()
+        if timeout_ms is not None:
+            chk.solver.set("timeout", int(timeout_ms))
+        self.counters["checks"] += 1
+        try:
+            fail = chk.first_failure(program, terminal_goal=self.terminal)
+        except Unknown:
+            return Refinement(False, "unknown")
+        finally:
+            self.seconds["check"] += time.perf_counter() - start
+        if fail is None:
+            return ACCEPTED
+        witness = self.witness_of(fail.witness) if fail.witness and not fail.early_goal else None
+        if self.refine_mode == "witness" and witness is not None and witness not in self.tracked:
+            self._add_witness(witness)
+            return Refinement(
+                False, "witness", {"witness": fail.witness, "step": fail.step, "rule": fail.rule}
+            )
+        if fail.step is None:
+            self.counters["program_blocks"] += 1
+            solver.add(self.blocking_clause(program))
+            return Refinement(False, "program", {"rule": fail.rule})
+        return self._block_prefix(
+            program[: fail.step + (0 if fail.early_goal else 1)], fail.early_goal, fail.rule
+        )
+
+    def _block_prefix(self, prefix: Sequence[int], continues: bool, rule: str) -> Refinement:
+        """Exclude every program starting with ``prefix`` (that has another step, if ``continues``)."""
+        lits = self.choices.prefix_literals(prefix)
+        if continues:
+            lits.append(z3.Not(self.choices.stop[len(prefix)]))
+        self._solver.add(z3.Not(z3.And(lits)) if len(lits) > 1 else z3.Not(lits[0]))
+        self.counters["prefix_blocks"] += 1
+        return Refinement(False, "prefix", {"prefix": tuple(prefix), "rule": rule})
+
+    def statistics(self) -> dict[str, Any]:
+        out: dict[str, Any] = dict(self.counters)
+        out["cells"] = self.s.cells
+        out["encoding_seconds"] = {k: round(v, 6) for k, v in self.seconds.items()}
+        if self._checker is not None:
+            out["checker_calls"] = self._checker.calls
+            out["checker_nodes"] = len(self._checker.nodes)
+        return out

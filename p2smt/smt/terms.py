@@ -1,0 +1,216 @@
+"""Term helpers that fold Python constants before calling Z3, so fixed choices build small formulas.
+
+Every helper accepts Python ``bool``/``int`` values or Z3 expressions; a result is a Python value
+whenever all inputs that matter are Python values.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from typing import Any
+
+import z3
+from z3 import z3core as _c
+
+Term = Any  # bool | int | z3.ExprRef
+
+# Direct constructors: the z3py wrappers re-check and coerce sorts on every call, which dominates the
+# cost of building formulas here; arguments below are always Z3 terms of matching sorts.
+_RESULT = {z3.BitVecNumRef: z3.BitVecRef, z3.IntNumRef: z3.ArithRef}
+
+
+def _array(items: Sequence[z3.ExprRef]):
+    arr = (z3.Ast * len(items))()
+    for i, v in enumerate(items):
+        arr[i] = v.ast
+    return arr
+
+
+def _mk_or(items: Sequence[z3.ExprRef]) -> z3.BoolRef:
+    ctx = items[0].ctx
+    return z3.BoolRef(_c.Z3_mk_or(ctx.ref(), len(items), _array(items)), ctx)
+
+
+def _mk_and(items: Sequence[z3.ExprRef]) -> z3.BoolRef:
+    ctx = items[0].ctx
+    return z3.BoolRef(_c.Z3_mk_and(ctx.ref(), len(items), _array(items)), ctx)
+
+
+def _mk_not(a: z3.ExprRef) -> z3.BoolRef:
+    return z3.BoolRef(_c.Z3_mk_not(a.ctx.ref(), a.ast), a.ctx)
+
+
+def _mk_ite(c: z3.ExprRef, a: z3.ExprRef, b: z3.ExprRef) -> z3.ExprRef:
+    cls = type(a)
+    cls = _RESULT.get(cls, cls)
+    return cls(_c.Z3_mk_ite(c.ctx.ref(), c.ast, a.ast, b.ast), c.ctx)
+
+
+def _mk_eq(a: z3.ExprRef, b: z3.ExprRef) -> z3.BoolRef:
+    return z3.BoolRef(_c.Z3_mk_eq(a.ctx.ref(), a.ast, b.ast), a.ctx)
+
+
+def is_const(v: Term) -> bool:
+    return isinstance(v, (bool, int))
+
+
+def ite(c: Term, a: Term, b: Term, num=None) -> Term:
+    """If-then-else; ``num`` lifts Python integers to the arithmetic sort in use (bit-vector or Int)."""
+    if c is True:
+        return a
+    if c is False:
+        return b
+    if a is b or (is_const(a) and is_const(b) and a == b and type(a) is type(b)):
+        return a
+    if a is True and b is False:
+        return c
+    if a is False and b is True:
+        return _mk_not(c)
+    if num is not None:
+        if is_const(a) and not isinstance(a, bool):
+            a = num(a)
+        if is_const(b) and not isinstance(b, bool):
+            b = num(b)
+    if isinstance(a, bool):
+        a = z3.BoolVal(a, c.ctx)
+    if isinstance(b, bool):
+        b = z3.BoolVal(b, c.ctx)
+    if isinstance(a, z3.ExprRef) and isinstance(b, z3.ExprRef):
+        return _mk_ite(c, a, b)
+    return z3.If(c, a, b)
+
+
+def or_(items: Iterable[Term]) -> Term:
+    out = []
+    for v in items:
+        if v is True:
+            return True
+        if v is not False:
+            out.append(v)
+    if not out:
+        return False
+    return out[0] if len(out) == 1 else _mk_or(out)
+
+
+def and_(items: Iterable[Term]) -> Term:
+    out = []
+    for v in items:
+        if v is False:
+            return False
+        if v is not True:
+            out.append(v)
+    if not out:
+        return True
+    return out[0] if len(out) == 1 else _mk_and(out)
+
+
+def not_(a: Term) -> Term:
+    return (not a) if isinstance(a, bool) else _mk_not(a)
+
+
+def implies(a: Term, b: Term) -> Term:
+    return or_((not_(a), b))
+
+
+def eq(a: Term, b: Term) -> Term:
+    if is_const(a) and is_const(b):
+        return a == b
+    if a is b:
+        return True
+    if isinstance(a, bool):
+        return b if a else _mk_not(b)
+    if isinstance(b, bool):
+        return a if b else _mk_not(a)
+    if isinstance(a, z3.ExprRef) and isinstance(b, z3.ExprRef):
+        return _mk_eq(a, b)
+    return a == b
+
+
+def le(a: Term, b: Term) -> Term:
+    if is_const(a) and is_const(b):
+        return a <= b
+    return a <= b
+
+
+def lt(a: Term, b: Term) -> Term:
+    if is_const(a) and is_const(b):
+        return a < b
+    return a < b
+
+
+def add(items: Iterable[Term]) -> Term:
+    const = 0
+    out = []
+    for v in items:
+        if is_const(v):
+            const += int(v)
+        else:
+            out.append(v)
+    if not out:
+        return const
+    if const:
+        out.append(const)
+    return out[0] if len(out) == 1 else z3.Sum(out)
+
+
+def sub(a: Term, b: Term) -> Term:
+    if is_const(a) and is_const(b):
+        return a - b
+    if is_const(b) and b == 0:
+        return a
+    return a - b
+
+
+def mul(c: int, a: Term) -> Term:
+    if is_const(a):
+        return c * a
+    if c == 0:
+        return 0
+    if c == 1:
+        return a
+    return c * a
+
+
+def div(a: Term, m: int) -> Term:
+    """Integer division by a positive constant (exact whenever the divisibility rule holds)."""
+    if is_const(a):
+        return a // m
+    return a if m == 1 else a / m
+
+
+def divisible(a: Term, m: int) -> Term:
+    if is_const(a):
+        return a % m == 0
+    return True if m == 1 else a % m == 0
+
+
+def clamp(a: Term, lo: Term, hi: Term, num=None) -> Term:
+    """min(max(a, lo), hi) for lo <= hi."""
+    if is_const(a) and is_const(lo) and is_const(hi):
+        return min(max(a, lo), hi)
+    return ite(le(a, lo), lo, ite(le(hi, a), hi, a, num), num)
+
+
+def at_most_one(items: Sequence[Term]) -> Term:
+    """At most one of the Booleans holds (native cardinality constraint when symbolic)."""
+    sym = [v for v in items if v is not False]
+    trues = sum(1 for v in sym if v is True)
+    if trues > 1:
+        return False
+    rest = [v for v in sym if v is not True]
+    if not rest:
+        return True
+    if trues == 1:
+        return and_(not_(v) for v in rest)
+    if len(rest) == 1:
+        return True
+    if len(rest) == 2:
+        return _mk_not(_mk_and(rest))
+    return z3.AtMost(*rest, 1)
+
+
+def all_equal(items: Sequence[Term]) -> Term:
+    if not items:
+        return True
+    first = items[0]
+    return and_(eq(first, v) for v in items[1:])
