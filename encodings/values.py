@@ -1,26 +1,26 @@
 """values: every device chunk holds a symbolic integer; correct iff every device ends with its group's sum.
 
-Data movement follows P2.md §4 chunk by chunk, and a chunk that a rule leaves empty keeps whatever
-its buffer held (a *stale* value, as NCCL leaves a buffer region it does not write):
+Data movement follows P2.md §4 chunk by chunk. An *empty* chunk (one a rule left without
+contributions) holds an arbitrary value — whatever its buffer happens to contain — and a program is
+correct iff for all inputs *and all contents of empty chunks* every device ends holding every chunk
+with the sum of its goal group's inputs for that chunk:
 
 * AllReduce, ReduceScatter and Reduce run over the first member's (the root's) non-empty chunks and
-  add the members' values element-wise, stale ones included. So ReduceScatter then AllReduce over the
-  same pair adds a stale half to a reduced one, and two overlapping AllReduces add a value twice: both
-  show up as a wrong sum for a concrete input. ReduceScatter keeps block i of those chunks on member i
-  (the count must divide); Reduce leaves non-roots' chunks empty (stale).
+  add the members' values element-wise, empty ones included. So ReduceScatter then AllReduce over the
+  same pair adds what the other member's emptied half holds to a reduced chunk, and two overlapping
+  AllReduces add a value twice: both end with a wrong sum on a concrete input. ReduceScatter keeps
+  block i of those chunks on member i (their number must divide); Reduce empties non-roots.
 * AllGather: members hold disjoint chunks of equal number (buffer shapes); every member receives the
   holder's value of each chunk.
-* Broadcast copies the root's chunks and values. It must not discard data: no member may hold a
-  chunk the root lacks, and for every non-negative input each member's value is at most the root's
-  (a member holds a sub-sum of the root's sum: P²'s s_i <= s_0 read on values). It must change some
-  member (some present value differs for some input, or a chunk's presence differs).
+* Broadcast copies the root's chunks and values. It must not discard data: no member may hold a chunk
+  the root lacks, and for every non-negative input each member's value is at most the root's (a member
+  holds a sub-sum of the root's sum: P²'s s_i <= s_0 read on values). It must change some member (some
+  present value differs for some input, or a chunk's presence differs).
 
-With ``require_progress`` a non-Broadcast group's root must hold a chunk. A program is correct iff for
-all inputs every device holds every chunk with the sum of its goal group's inputs for that chunk.
-
-The synthesizer constrains a growing set of examples (chunk, input values); the checker proves a
-candidate for all inputs and chunks (values are linear in the inputs for a fixed program and chunk, so
-inputs in 0..9 suffice) or returns a counterexample input that becomes a new example (CEGIS).
+With ``require_progress`` a non-Broadcast group's root must hold a chunk. Values are linear in the
+inputs and contents for a fixed program and chunk, so checking inputs and contents in 0..9 is exact.
+The synthesizer constrains a growing set of examples (chunk, inputs, contents); the checker proves a
+candidate for all of them at once or returns a counterexample that becomes a new example (CEGIS).
 """
 
 from __future__ import annotations

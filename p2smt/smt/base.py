@@ -89,8 +89,10 @@ class Encoding(ABC):
         """Encoding-specific figures (sizes, refinements) merged into the engine's stats."""
         return {}
 
-    def queries(self) -> Sequence[tuple[str, z3.Solver, list[z3.BoolRef]]]:
-        """Auxiliary solver queries made by the last ``refine`` (for ``--emit-smt2``)."""
+    record_queries = False  # set by the engine for --emit-smt2
+
+    def queries(self) -> Sequence[tuple[str, str]]:
+        """(kind, SMT-LIB2 text) of the auxiliary queries of the last ``refine`` when recording."""
         return ()
 
 

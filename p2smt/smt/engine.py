@@ -48,24 +48,31 @@ class _Emitter:
     def write(self, kind: str, solver: z3.Solver, assumptions: Iterable[z3.ExprRef]) -> None:
         if self.folder is None:
             return
-        self.count += 1
         lits = " ".join(a.sexpr() for a in assumptions)
-        text = solver.sexpr() + f"(check-sat-assuming ({lits}))\n"
+        self.write_text(kind, solver.sexpr() + f"(check-sat-assuming ({lits}))\n")
+
+    def write_text(self, kind: str, text: str) -> None:
+        if self.folder is None:
+            return
+        self.count += 1
         (self.folder / f"{self.tag}-{self.count:05d}-{kind}.smt2").write_text(text)
 
 
-def _solver_stats(solver: z3.Solver) -> dict[str, float]:
-    st = solver.statistics()
-    return {key: value for key, value in st}
-
-
-def _merge(total: dict[str, float], stats: dict[str, float]) -> None:
-    for key in ("conflicts", "decisions", "propagations"):
-        if key in stats:
-            total[key] = total.get(key, 0) + stats[key]
+def solver_figures(solver: z3.Solver) -> dict[str, float]:
+    """Conflicts, decisions, propagations and memory of a solver, whichever core answered (SMT or SAT)."""
+    stats = {key: value for key, value in solver.statistics()}
+    out: dict[str, float] = {}
+    for name in ("conflicts", "decisions"):
+        found = [v for k, v in stats.items() if k in (name, f"sat {name}")]
+        if found:
+            out[name] = sum(found)
+    props = [v for k, v in stats.items() if k == "propagations" or k.startswith("sat propagations")]
+    if props:
+        out["propagations"] = sum(props)
     for key in ("memory", "max memory"):
         if key in stats:
-            total[key] = max(total.get(key, 0.0), stats[key])
+            out[key] = stats[key]
+    return out
 
 
 def run_encoding(
@@ -83,6 +90,7 @@ def run_encoding(
         if timeout_ms <= 0:
             raise P2Error(f"--timeout must be positive, got {timeout_ms} ms")
         solver.set("timeout", int(timeout_ms))
+    enc.record_queries = emit_smt2 is not None
     enc.declare(solver)
     if enc.logic is None:
         solver.push()  # keeps Z3's default solver in incremental mode (no re-solving from scratch)
@@ -112,8 +120,8 @@ def run_encoding(
             if len(program) != length:
                 raise InternalError(f"{enc.name}: decoded {program} under the length-{length} assumptions")
             verdict = enc.refine(solver, program, timeout_ms)
-            for kind, aux, lits in enc.queries():
-                emitter.write(f"len{length}-{kind}", aux, lits)
+            for kind, text in enc.queries():
+                emitter.write_text(f"len{length}-{kind}", text)
             if verdict.unknown:
                 status = "unknown"
                 break
@@ -129,7 +137,7 @@ def run_encoding(
         per_length[length] = {"seconds": round(time.perf_counter() - t0, 6), "programs": found}
         if status == "unknown":
             break
-    _merge(totals, _solver_stats(solver))
+    totals.update(solver_figures(solver))
     stats: dict[str, Any] = {
         "encoding": enc.name,
         "solver_calls": calls,

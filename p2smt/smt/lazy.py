@@ -1,11 +1,12 @@
 """Counterexample-guided encodings: a compact synthesizer whose candidates an exact checker confirms.
 
 The synthesizer (one incremental solver) asserts the choices, the per-cell chunk counts and
-contribution weights with their necessary conditions (``unroll.CellCounts``: exact counts, so every
-count rule — ReduceScatter divisibility, AllGather sizes, progress — is exact), and the Hoare rules
-and the goal on the tracks of a growing set of concrete witnesses. Each model is a candidate program;
-``check.PlanChecker`` proves it on every chunk and payload at once or names the first failing step and
-a witness. A failure is turned into a constraint that excludes the candidate and no valid program:
+contributions per chunk with their necessary conditions (``unroll.CellCounts``: exact counts, so every
+count rule — ReduceScatter divisibility, AllGather sizes, progress — is exact), Broadcasts that cannot
+add information (``unroll.equal_state_lemmas``), and the Hoare rules and the goal on the tracks of a
+growing set of concrete witnesses. Each model is a candidate program; ``check.PlanChecker`` proves it
+on every chunk and payload at once or names the first failing step and a witness. A failure is turned
+into a constraint that excludes the candidate and no valid program:
 
 * ``refine="witness"``: the witness's track joins the synthesizer (both sides evaluate the very same
   formulas, so the candidate violates it there too) — counterexample-guided inductive synthesis;
@@ -14,7 +15,8 @@ a witness. A failure is turned into a constraint that excludes the candidate and
   stops at the first failing step, so none of them is valid).
 
 Both kinds only add necessary conditions of validity, and every refinement removes the current
-candidate, so the enumeration is exact and terminates.
+candidate (a witness that is already tracked falls back to blocking), so the enumeration is exact
+and terminates.
 """
 
 from __future__ import annotations
@@ -30,6 +32,7 @@ from ..problem import SynthesisProblem
 from . import terms as T
 from .base import ACCEPTED, Encoding, Program, Refinement
 from .check import PayloadFactory, PlanChecker, Unknown
+from .engine import solver_figures
 from .structure import Structure
 from .unroll import CellCounts, Choices, Payload, Semantics, equal_state_lemmas
 
@@ -177,6 +180,7 @@ class CheckedEncoding(Encoding):
     def refine(self, solver: z3.Solver, program: Program, timeout_ms: int | None = None) -> Refinement:
         start = time.perf_counter()
         chk = self.checker()
+        chk.record = self.record_queries
         if timeout_ms is not None:
             chk.solver.set("timeout", int(timeout_ms))
         self.counters["checks"] += 1
@@ -218,4 +222,5 @@ class CheckedEncoding(Encoding):
         if self._checker is not None:
             out["checker_calls"] = self._checker.calls
             out["checker_nodes"] = len(self._checker.nodes)
+            out["checker_solver"] = solver_figures(self._checker.solver)
         return out

@@ -126,16 +126,39 @@ def eq(a: Term, b: Term) -> Term:
     return a == b
 
 
+def _numeral_like(v: int, other: z3.ExprRef) -> z3.ExprRef:
+    if isinstance(other, z3.BitVecRef):
+        return z3.BitVecVal(v, other.size(), other.ctx)
+    return z3.IntVal(v, other.ctx)
+
+
+def _compare(a: Term, b: Term, strict: bool) -> Term:
+    if is_const(a):
+        a = _numeral_like(a, b)
+    elif is_const(b):
+        b = _numeral_like(b, a)
+    ctx = a.ctx
+    if isinstance(a, z3.BitVecRef):
+        mk = _c.Z3_mk_bvslt if strict else _c.Z3_mk_bvsle
+    else:
+        mk = _c.Z3_mk_lt if strict else _c.Z3_mk_le
+    return z3.BoolRef(mk(ctx.ref(), a.ast, b.ast), ctx)
+
+
 def le(a: Term, b: Term) -> Term:
     if is_const(a) and is_const(b):
         return a <= b
-    return a <= b
+    if a is b:
+        return True
+    return _compare(a, b, False)
 
 
 def lt(a: Term, b: Term) -> Term:
     if is_const(a) and is_const(b):
         return a < b
-    return a < b
+    if a is b:
+        return False
+    return _compare(a, b, True)
 
 
 def add(items: Iterable[Term]) -> Term:
@@ -148,9 +171,20 @@ def add(items: Iterable[Term]) -> Term:
             out.append(v)
     if not out:
         return const
+    first = out[0]
+    ctx = first.ctx
+    if isinstance(first, z3.BitVecRef):
+        if const:
+            out.append(z3.BitVecVal(const, first.size(), ctx))
+        acc = first.ast
+        for v in out[1:]:
+            acc = _c.Z3_mk_bvadd(ctx.ref(), acc, v.ast)
+        return z3.BitVecRef(acc, ctx) if len(out) > 1 else first
     if const:
-        out.append(const)
-    return out[0] if len(out) == 1 else z3.Sum(out)
+        out.append(z3.IntVal(const, ctx))
+    if len(out) == 1:
+        return first
+    return z3.ArithRef(_c.Z3_mk_add(ctx.ref(), len(out), _array(out)), ctx)
 
 
 def sub(a: Term, b: Term) -> Term:
@@ -206,7 +240,8 @@ def at_most_one(items: Sequence[Term]) -> Term:
         return True
     if len(rest) == 2:
         return _mk_not(_mk_and(rest))
-    return z3.AtMost(*rest, 1)
+    ctx = rest[0].ctx
+    return z3.BoolRef(_c.Z3_mk_atmost(ctx.ref(), len(rest), _array(rest), 1), ctx)
 
 
 def all_equal(items: Sequence[Term]) -> Term:
