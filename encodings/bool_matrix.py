@@ -1,11 +1,14 @@
 """bool-matrix: the device-state matrix of Booleans (P2.md §4), the default encoding.
 
 Cell ``s[t][d][r][c]`` — device d's chunk r holds device c's contribution after t steps — is a
-Boolean term. The synthesizer keeps each device's number of non-empty chunks and of contributions
-exactly, per cell of the problem's stable partition (so its size does not grow with the devices),
-with the Hoare rules' consequences on them; the checker proves each candidate on *every* cell (r, c)
-at once through a symbolic cell, and a failing candidate is refuted by blocking its invalid prefix
-(``refine="prefix"``) or by constraining the failing cell from then on (``refine="witness"``).
+Boolean term of the step choices. The synthesizer (one incremental solver) keeps, per cell of the
+problem's stable partition, each device's number of non-empty chunks and of contributions per chunk
+with the Hoare rules' consequences on them (its size does not grow with the devices), and the full
+cell tracks (every device, every step) of a few cells: cell (chunk 0, device 0) up front
+(``cells``), then each cell the checker names (``refine="witness"``; ``"prefix"`` blocks the failing
+prefix instead). The checker proves every candidate on *every* cell at once through a symbolic cell
+(chunk and contribution as Z3 variables), so every reported program is valid and, since each
+constraint is a necessary condition of validity, every valid program is reported.
 ``cells="all"`` constrains every cell up front: the literal unrolled matrix (small problems only).
 """
 

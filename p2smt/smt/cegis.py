@@ -22,7 +22,7 @@ from .check import Unknown
 from .engine import EngineResult, enumerate_z3
 from .registry import load_encoding
 from .unroll import Semantics
-from .verify import Step, _quotients, plan_problem
+from .verify import Step, concrete_quotients, plan_problem
 
 ENCODING = "values"
 
@@ -191,5 +191,5 @@ def _evaluate(enc, checker, plan, row: int, xs: Sequence[int], contents):
     st = sem.initial()
     for t, c in enumerate(plan):
         n = checker.node(plan[:t]).counts
-        st = sem.step(st, [(True, c)], n.__getitem__, _quotients(s, n), t)
+        st = sem.step(st, [(True, c)], n.__getitem__, concrete_quotients(s, n), t)
     return st.present, st.payload

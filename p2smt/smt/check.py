@@ -287,7 +287,9 @@ class PlanChecker:
             n, per = parent.counts, parent.per_chunk
             if any(n[d] < n[g[0]] for d in g[1:]):
                 return None  # a member lacks a chunk the root holds: information increases
-            if per[g[0]] is not None and any(per[d] is not None and per[d] < per[g[0]] for d in g[1:]):
+            root_per = per[g[0]]
+            members = [per[d] for d in g[1:]]
+            if n[g[0]] > 0 and root_per is not None and any(p is not None and p < root_per for p in members):
                 return None  # a member's chunks hold fewer contributions than the root's
             if not self.sat(nd.increase[gi], "exists"):
                 return Failure(t, gi, "information_increase")
@@ -315,9 +317,3 @@ def _union_per_chunk(coll: Collective, g: Sequence[int], per: Sequence[int | Non
     return sum(vals)
 
 
-def rule_label(coll: Collective, rule: str) -> str:
-    """The interpreter's rule name (``AllReduce.disjoint``, ``progress``, ``goal``)."""
-    return rule if rule in ("progress", "goal") else f"{coll.value}.{rule}"
-
-
-__all__ = ["AG", "AR", "RED", "RS", "Failure", "PlanChecker", "Unknown", "rule_label"]

@@ -161,7 +161,7 @@ def mask_states(enc, checker: PlanChecker, plan: Sequence[int]) -> list[list[lis
         per_step = [st]
         for t, c in enumerate(plan):
             n = checker.node(plan[:t]).counts
-            st = sem.step(st, [(True, c)], n.__getitem__, _quotients(s, n), t)
+            st = sem.step(st, [(True, c)], n.__getitem__, concrete_quotients(s, n), t)
             per_step.append(st)
         rows.append(per_step)
     out = []
@@ -175,7 +175,7 @@ def mask_states(enc, checker: PlanChecker, plan: Sequence[int]) -> list[list[lis
     return out
 
 
-def _quotients(s, n):
+def concrete_quotients(s, n):
     """ReduceScatter block sizes from concrete chunk counts ``n``."""
     return lambda cand, gi: n[s.group_of(cand, gi)[0]] // len(s.group_of(cand, gi))
 
