@@ -6,7 +6,8 @@ specification (the DSL) stays separate from the encodings that search over it.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from typing import Any
 
 from .collectives import Collective, Group
 
@@ -27,12 +28,15 @@ class SynthesisProblem:
     Initial state: device i holds column i in every row. Goal: every row of device i holds exactly
     the columns of the goal group containing i. A program is a sequence of candidate indices.
     ``require_progress``: every group of every step must change some member's state.
+    ``hierarchy``: the synthesis hierarchy it came from (or None), for encodings that solve a
+    re-sized copy of the problem (``representative``); not part of the problem's identity.
     """
 
     num_devices: int
     goal_groups: tuple[Group, ...]
     candidates: tuple[Candidate, ...]
     require_progress: bool = True
+    hierarchy: Any = field(default=None, compare=False, repr=False)
 
     def label(self, program: tuple[int, ...]) -> str:
         return "; ".join(self.candidates[i].label for i in program)
