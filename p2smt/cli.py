@@ -194,7 +194,7 @@ def cmd_placements(args: argparse.Namespace) -> int:
 def cmd_groups(args: argparse.Namespace) -> int:
     from .dsl import instruction_groups, lower_program, parse_program
 
-    system, placement, reduce, h = one_hierarchy(args)
+    _, _, _, h = one_hierarchy(args)
     text, source = read_arg_text(args.instruction)
     program = parse_program(text, h, source)
     lowered = lower_program(h, program)
@@ -308,7 +308,7 @@ def plan_from_args(args: argparse.Namespace, h, placement, reduce):
 def cmd_check(args: argparse.Namespace) -> int:
     from .semantics import execute
 
-    system, placement, reduce, h = one_hierarchy(args)
+    _, placement, reduce, h = one_hierarchy(args)
     plan, program = plan_from_args(args, h, placement, reduce)
     goal_groups = placement.reduction_groups(reduce)
     run = execute(
@@ -496,12 +496,12 @@ def cmd_verify(args: argparse.Namespace) -> int:
     """Prove a plan with Z3 (Boolean state, or ∀ data values with --values) or give a counterexample."""
     from .semantics import execute
 
-    system, placement, reduce, h = one_hierarchy(args)
+    _, placement, reduce, h = one_hierarchy(args)
     plan, program = plan_from_args(args, h, placement, reduce)
     goal_groups = placement.reduction_groups(reduce)
     steps = [(s.collective, s.groups) for s in plan]
     timeout_ms = int(args.timeout * 1000) if args.timeout else None
-    common = dict(require_progress=not args.allow_noop, timeout_ms=timeout_ms, chunks=len(goal_groups[0]))
+    common = {"require_progress": not args.allow_noop, "timeout_ms": timeout_ms, "chunks": len(goal_groups[0])}
     if args.values:
         from .smt.cegis import verify_values
 

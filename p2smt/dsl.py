@@ -213,7 +213,7 @@ def instruction_groups(h: SynthesisHierarchy, instr: Instruction | tuple[str, Fo
         for lv in range(i + 1, n):
             index[lv] = slice(0, 1)
         if h.master_scope == "global":
-            for lv in range(0, j + 1):
+            for lv in range(j + 1):
                 index[lv] = slice(0, 1)
         cube = cube[tuple(index)]
     fixed = [lv for lv in range(n) if lv not in vary]

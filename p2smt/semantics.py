@@ -246,3 +246,40 @@ def execute(
         states.append(out)
     reached = bool(np.array_equal(states[-1], goal))
     return Execution(states, None, reached, () if reached else defects(states[-1], goal))
+
+
+def execute_all(
+    k: int,
+    programs: Sequence[Sequence[Step]],
+    goal_groups: Sequence[Group],
+    require_progress: bool = False,
+) -> list[Execution]:
+    """``execute`` for many programs at once; a prefix shared by several programs is run once."""
+    if k > MAX_INTERPRETER_DEVICES:
+        raise P2Error(
+            f"{k} devices is too large for the concrete interpreter (k^3 state; limit "
+            f"{MAX_INTERPRETER_DEVICES})"
+        )
+    goal = goal_state(k, goal_groups)
+    after: dict[tuple, np.ndarray | Violation] = {(): initial_state(k)}
+    out = []
+    for steps in programs:
+        keys = tuple((coll, tuple(tuple(g) for g in groups)) for coll, groups in steps)
+        states = [after[()]]
+        violation = None
+        for t, (coll, groups) in enumerate(keys):
+            prefix = keys[: t + 1]
+            if prefix not in after:
+                check_groups(k, t, groups)
+                after[prefix] = apply_step(states[-1], t, coll, groups, require_progress)
+            nxt = after[prefix]
+            if isinstance(nxt, Violation):
+                violation = nxt
+                break
+            states.append(nxt)
+        if violation is not None:
+            out.append(Execution(states, violation, False, defects(states[-1], goal)))
+            continue
+        reached = bool(np.array_equal(states[-1], goal))
+        out.append(Execution(states, None, reached, () if reached else defects(states[-1], goal)))
+    return out

@@ -12,7 +12,7 @@ from .errors import InternalError, P2Error
 from .hierarchy import HierarchyKind, MasterScope, SynthesisHierarchy, synthesis_hierarchy
 from .placement import Matrix, Placement, matrices
 from .problem import SynthesisProblem
-from .semantics import execute
+from .semantics import execute_all
 from .system import System
 
 MAX_LEN_LIMIT = 12
@@ -137,9 +137,14 @@ def run_engine(
 
 def recheck(h: SynthesisHierarchy, prob: SynthesisProblem, programs, engine: str) -> None:
     """Every engine's program must be valid in the independent interpreter; else fail loudly."""
-    for prog in programs:
-        steps = [(prob.candidates[i].collective, prob.candidates[i].groups) for i in prog]
-        run = execute(prob.num_devices, steps, prob.goal_groups, prob.require_progress)
+    cands = prob.candidates
+    runs = execute_all(
+        prob.num_devices,
+        [[(cands[i].collective, cands[i].groups) for i in prog] for prog in programs],
+        prob.goal_groups,
+        prob.require_progress,
+    )
+    for prog, run in zip(programs, runs):
         if not run.valid:
             why = run.violation.message if run.violation else "the goal is not reached"
             raise InternalError(

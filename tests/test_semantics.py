@@ -7,7 +7,7 @@ import pytest
 
 from p2smt.collectives import Collective
 from p2smt.errors import P2Error
-from p2smt.semantics import Defect, Violation, apply_group, execute, goal_state, initial_state
+from p2smt.semantics import Defect, Violation, apply_group, execute, execute_all, goal_state, initial_state
 
 AR, RS, AG, R, B = (Collective.ALL_REDUCE, Collective.REDUCE_SCATTER, Collective.ALL_GATHER,
                     Collective.REDUCE, Collective.BROADCAST)
@@ -262,3 +262,26 @@ def test_execution_is_deterministic():
     b = execute(4, steps, [(0, 1, 2, 3)], require_progress=True)
     assert a.valid and b.valid
     assert all(np.array_equal(x, y) for x, y in zip(a.states, b.states))
+
+
+def test_execute_all_equals_execute_program_by_program():
+    """Prefix sharing must not change any verdict, violation or state (valid, invalid, unfinished)."""
+    pairs, whole = ((0, 1), (2, 3)), ((0, 1, 2, 3),)
+    progs = [
+        [(RS, pairs), (AR, ((0, 2), (1, 3))), (AG, pairs)],
+        [(RS, pairs), (AR, ((0, 2), (1, 3)))],
+        [(RS, pairs), (AR, pairs)],
+        [(AR, whole)],
+        [(AR, whole), (AR, whole)],
+        [(R, pairs), (AR, ((0, 2),)), (B, pairs)],
+        [],
+    ]
+    goal = (tuple(range(4)),)
+    batch = execute_all(4, progs, goal, require_progress=True)
+    for prog, got in zip(progs, batch, strict=True):
+        one = execute(4, prog, goal, require_progress=True)
+        assert (got.valid, got.reached_goal, got.violation, got.defects) == (
+            one.valid, one.reached_goal, one.violation, one.defects)
+        assert len(got.states) == len(one.states)
+        assert all(np.array_equal(a, b) for a, b in zip(got.states, one.states, strict=True))
+    assert [g.valid for g in batch] == [True, False, False, True, False, True, False]
