@@ -1,10 +1,15 @@
 """Cost-model benchmark: scoring throughput and accuracy against COSTS.md's calibration measurements.
 
 Run: ``python benchmarks/cost.py [--json]``. Prints
-1. (program, matrix) pairs scored per second (cold caches and warm), on P²'s 4×A100 grid requests;
-2. predicted vs measured for C1 (8×A100 AllReduce busbw, NCCL 2.18) and C2 (8×H100 AllReduce and
+1. predicted vs measured for C1 (8×A100 AllReduce busbw, NCCL 2.18) and C2 (8×H100 AllReduce and
    AllGather times, NCCL 2.18): per-point relative error and geometric means, with the model's
-   parameters taken from the topology files (dgx-a100, dgx-h100), never fitted to these points.
+   parameters taken from the topology files (dgx-a100, dgx-h100);
+2. the one global constant estimated from these points, ``nccl.allreduce_plateau`` (P): its least-squares
+   fit (log predicted/measured over the points >= 64 MB), the error of every point with P = 1 (NCCL's
+   constants only), and leave-one-out errors: P fitted on the other points, the held-out point predicted
+   by the model run with that P;
+3. (program, matrix) pairs scored per second (cold caches and warm) on P²'s 4×A100 grid requests, and
+   the machine (CPU, cores, Python).
 The algorithm is ``auto`` (per collective the fastest of ring/tree/nvls), as NCCL's tuner picks one.
 """
 
@@ -13,13 +18,15 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import os
+import platform
 import sys
 import time
 
 from p2smt.cost import flat_collective_time
 from p2smt.rank import rank_result
 from p2smt.synth import synthesize
-from p2smt.system import load_system
+from p2smt.system import System, load_system
 
 KIB, MIB, GIB = 1 << 10, 1 << 20, 1 << 30
 # COSTS.md C1: 8 x A100-SXM4-80GB, NVSwitch, nccl-tests AllReduce busbw (GB/s).
@@ -33,9 +40,19 @@ C2_ALLGATHER_US = {KIB: 9.5, 64 * KIB: 12.9, MIB: 18.3, 16 * MIB: 67.2, 64 * MIB
 BANDWIDTH_BOUND = 64 * MIB
 
 
-def calibration_points(algo: str = "auto") -> list[dict]:
-    """Every calibration point with the model's prediction (seconds) and the relative error."""
+def with_plateau(system: System, plateau: float) -> System:
+    """``system`` with ``nccl.allreduce_plateau`` replaced (the only parameter estimated from these points)."""
+    phys = system.physical
+    nccl = phys.nccl.model_copy(update={"allreduce_plateau": plateau})
+    return system.model_copy(update={"physical": phys.model_copy(update={"nccl": nccl})})
+
+
+def calibration_points(algo: str = "auto", plateau: float | None = None) -> list[dict]:
+    """Every calibration point with the model's prediction (seconds) and the relative error; ``plateau``
+    overrides the files' ``nccl.allreduce_plateau``."""
     a100, h100 = load_system("dgx-a100", nodes=1), load_system("dgx-h100", nodes=1)
+    if plateau is not None:
+        a100, h100 = with_plateau(a100, plateau), with_plateau(h100, plateau)
     n = 8
     points = []
     for size, busbw in C1_ALLREDUCE_BUSBW.items():
@@ -67,6 +84,62 @@ def summarize(points: list[dict], min_bytes: int = BANDWIDTH_BOUND) -> dict:
     }
 
 
+def _fit_plateau(base: list[float], slope: list[float], measured: list[float]) -> float:
+    """P >= 1 minimizing the sum of log(predicted/measured)^2, with predicted = base + (P-1)·slope."""
+    def loss(p: float) -> float:
+        return sum(math.log((b + (p - 1) * d) / m) ** 2 for b, d, m in zip(base, slope, measured))
+
+    lo, hi = 1.0, 20.0
+    for _ in range(200):  # golden-section search; the loss is convex in P on this range
+        a, b = lo + (hi - lo) * 0.382, lo + (hi - lo) * 0.618
+        lo, hi = (lo, b) if loss(a) <= loss(b) else (a, hi)
+    return round((lo + hi) / 2, 4)
+
+
+def plateau_fit(min_bytes: int = BANDWIDTH_BOUND) -> dict:
+    """The plateau constant fitted on all points >= min_bytes, every point's error with P = 1, and
+    leave-one-out: P refitted without point i, point i predicted by the model run with that P.
+
+    The model is affine in P for a fixed algorithm choice (α·(P−1)·β/(α+β) is added to α + β), so the fit
+    uses the predictions at P = 1 and P = 2; every reported prediction is a fresh run of the model."""
+    one = [p for p in calibration_points(plateau=1.0) if p["bytes"] >= min_bytes]
+    two = [p for p in calibration_points(plateau=2.0) if p["bytes"] >= min_bytes]
+    base = [p["predicted_s"] for p in one]
+    slope = [q["predicted_s"] - p["predicted_s"] for p, q in zip(one, two)]
+    measured = [p["measured_s"] for p in one]
+    fitted = _fit_plateau(base, slope, measured)
+    loo = []
+    for i, point in enumerate(one):
+        keep = [j for j in range(len(one)) if j != i]
+        p_i = _fit_plateau([base[j] for j in keep], [slope[j] for j in keep], [measured[j] for j in keep])
+        (held,) = [p for p in calibration_points(plateau=p_i) if (p["source"], p["collective"], p["bytes"]) ==
+                   (point["source"], point["collective"], point["bytes"])]
+        loo.append({"source": point["source"], "collective": point["collective"], "bytes": point["bytes"],
+                    "plateau": p_i, "relative_error": held["relative_error"]})
+    by_system = []
+    for source in sorted({p["source"] for p in one}):
+        keep = [j for j, p in enumerate(one) if p["source"] != source]
+        p_s = _fit_plateau([base[j] for j in keep], [slope[j] for j in keep], [measured[j] for j in keep])
+        held = [p for p in calibration_points(plateau=p_s) if p["source"] == source and p["bytes"] >= min_bytes]
+        by_system.append({"held_out": source, "plateau": p_s,
+                          "errors": {f"{p['collective']} {p['bytes']}": p["relative_error"] for p in held}})
+    return {"fitted_plateau": fitted, "without_plateau": one, "leave_one_out": loo,
+            "max_abs_loo_error": max(abs(x["relative_error"]) for x in loo),
+            "leave_one_system_out": by_system}
+
+
+def machine() -> dict:
+    """Where the throughput was measured: CPU model, logical cores, Python."""
+    cpu = platform.processor() or platform.machine()
+    try:
+        with open("/proc/cpuinfo") as f:
+            cpu = next((line.split(":", 1)[1].strip() for line in f if line.startswith("model name")), cpu)
+    except OSError:
+        pass
+    return {"cpu": cpu, "cores": os.cpu_count(), "python": platform.python_version(),
+            "implementation": platform.python_implementation()}
+
+
 def throughput() -> dict:
     """(program, matrix) pairs scored per second on P²'s 4×A100 requests (cold then warm caches)."""
     system = load_system("a100-4x16")
@@ -88,7 +161,8 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     points = calibration_points()
     report = {"calibration": points, "summary": summarize(points),
-              "summary_all_sizes": summarize(points, 0), "throughput": throughput()}
+              "summary_all_sizes": summarize(points, 0), "plateau": plateau_fit(),
+              "throughput": throughput(), "machine": machine()}
     if args.json:
         json.dump(report, sys.stdout, indent=1)
         print()
@@ -103,9 +177,23 @@ def main(argv: list[str] | None = None) -> int:
           f"geometric mean predicted/measured {s['geomean_ratio']:.3f}, max |error| "
           f"{s['max_abs_relative_error']:.1%} ({s['worst']['source']} {s['worst']['collective']} "
           f"{s['worst']['bytes']} B)")
-    t = report["throughput"]
-    print(f"throughput: {t['pairs']} (program, matrix) pairs, {t['cold_pairs_per_second']:.0f}/s cold, "
+    fit = report["plateau"]
+    used = load_system("dgx-a100", nodes=1).physical.nccl.allreduce_plateau
+    print(f"\nnccl.allreduce_plateau: files use {used}, least-squares fit on the >= 64 MB points {fit['fitted_plateau']}")
+    print(f"{'source':6} {'collective':10} {'bytes':>12} {'error P=1':>10} {'error P':>8} {'LOO P':>7} {'LOO error':>10}")
+    now = {(p["source"], p["collective"], p["bytes"]): p for p in points}
+    for p1, loo in zip(fit["without_plateau"], fit["leave_one_out"]):
+        cur = now[(p1["source"], p1["collective"], p1["bytes"])]
+        print(f"{p1['source']:6} {p1['collective']:10} {p1['bytes']:12d} {p1['relative_error']:+10.1%} "
+              f"{cur['relative_error']:+8.1%} {loo['plateau']:7.3f} {loo['relative_error']:+10.1%}")
+    print(f"max |leave-one-out error| {fit['max_abs_loo_error']:.1%}")
+    for cross in fit["leave_one_system_out"]:
+        errs = ", ".join(f"{k.split()[0]} {int(k.split()[1]) >> 20} MiB {v:+.1%}" for k, v in cross["errors"].items())
+        print(f"fit without {cross['held_out']} (P = {cross['plateau']:.3f}) predicts {cross['held_out']}: {errs}")
+    t, m = report["throughput"], report["machine"]
+    print(f"\nthroughput: {t['pairs']} (program, matrix) pairs, {t['cold_pairs_per_second']:.0f}/s cold, "
           f"{t['warm_pairs_per_second']:.0f}/s warm")
+    print(f"machine: {m['cpu']}, {m['cores']} logical cores, {m['implementation']} {m['python']}")
     return 0
 
 

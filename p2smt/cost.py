@@ -28,6 +28,13 @@ COST_MODEL (the block the README quotes):
   ReduceScatter/AllGather (p-1)/p times, Reduce/Broadcast the chain's hops; Tree pays twice the
   longest intra-node chain plus ceil(log2 nodes) network hops; NVLS the switch's ``nvls_latency_us``.
   Latency adds to the bandwidth time (β); no protocol switching (Simple protocol throughout).
+- Plateau: a bandwidth-bound AllReduce pays more start-up than NCCL's small-message latency constants,
+  which NCCL's own tuner models as its ring "plateau effect" (latency ×1.4 across nodes). Here an
+  AllReduce channel's α becomes α·(1 + (P−1)·β/(α+β)), P = ``nccl.allreduce_plateau``: the full multiple
+  once β dominates, none for latency-bound messages. A ReduceScatter or Reduce pays the extra of the
+  AllReduce over the same hops (NCCL's AllReduce is that reduction fused with its AllGather, so the
+  pair never undercuts the AllReduce); AllGather and Broadcast pay none. P is one global constant
+  estimated from COSTS.md's calibration points (``benchmarks/cost.py``: fit and leave-one-out errors).
 - Data volume follows the state: before each step a device holds (non-empty rows of its state / k)
   of the full per-device bytes; ``message_bytes`` turns the members' holdings into the collective's
   message size (the one place where that is computed). Above ``INTERPRETED_DEVICES`` synthesis
@@ -67,10 +74,16 @@ EdgeKey = int | tuple[str, str]
 
 @dataclass(frozen=True)
 class Channel:
-    """One pipeline of a group's collective: bytes on each resource per message byte, and its latency."""
+    """One pipeline of a group's collective: bytes on each resource per message byte, and its latency.
+
+    ``plateau_latency`` and ``plateau_volume`` place it against the AllReduce over the same hops, whose
+    start-up it shares (see ``plateau_latency``): that AllReduce's α, and its β over this channel's β.
+    """
 
     load: tuple[tuple[EdgeKey, float], ...]
     latency: float
+    plateau_latency: float = 0.0
+    plateau_volume: float = 1.0
 
 
 @dataclass(frozen=True)
@@ -287,7 +300,13 @@ def _ring_channel(topo: Topology, collective: Collective, seqs, share: float, ro
         _add(load, route, coef * share)
         latency += topo.route_latency(route)
     base = topo.nccl.base_latency_us["ring"] * 1e-6
-    return Channel(_sorted(load), base + lat_factor * latency)
+    alpha = base + lat_factor * latency
+    if collective is Collective.ALL_REDUCE:
+        return Channel(_sorted(load), alpha, alpha, 1.0)
+    if collective in (Collective.REDUCE_SCATTER, Collective.REDUCE):
+        # The AllReduce over these hops is this reduction plus its mirror (AllGather / Broadcast).
+        return Channel(_sorted(load), alpha, 2 * alpha - base, _coef(Collective.ALL_REDUCE, p) / coef)
+    return Channel(_sorted(load), alpha)
 
 
 def _tree_channel(topo: Topology, seqs, share: float) -> Channel:
@@ -316,7 +335,7 @@ def _tree_channel(topo: Topology, seqs, share: float) -> Channel:
                 net_lat = max(net_lat, topo.route_latency(up))
     depth = math.ceil(math.log2(n)) if n > 1 else 0
     latency = topo.nccl.base_latency_us["tree"] * 1e-6 + 2 * (chain_lat + depth * net_lat)
-    return Channel(_sorted(load), latency)
+    return Channel(_sorted(load), latency, latency, 1.0)
 
 
 def _nvls_channel(topo: Topology, group: Group, switch: str) -> Channel:
@@ -327,7 +346,7 @@ def _nvls_channel(topo: Topology, group: Group, switch: str) -> Channel:
         _add(load, (topo.edge_index(g, switch), topo.edge_index(switch, g)), 1.0)
         load[("nvls", switch, g)] = 1.0
     latency = topo.nccl.base_latency_us["nvls"] * 1e-6 + data["nvls_latency_us"] * 1e-6
-    return Channel(_sorted(load), latency)
+    return Channel(_sorted(load), latency, latency, 1.0)
 
 
 def group_channels(topo: Topology, collective: Collective, group: Group, algo: str) -> tuple[Channel, ...]:
@@ -435,26 +454,45 @@ def _fill(n: int, flow_of: np.ndarray, col_of: np.ndarray, amount: np.ndarray, c
 
 
 def _flow_times(topo: Topology, channels: Sequence[tuple[Channel, ...]], sizes: Sequence[float]):
-    """(latency, fluid finish time) of every channel of every group, all groups sharing the links."""
+    """(channel, fluid finish time) of every channel of every group, all groups sharing the links."""
     col: dict = {}
     flow_of: list[int] = []
     col_of: list[int] = []
     amount: list[float] = []
-    lats: list[float] = []
+    flows: list[Channel] = []
     scale: list[float] = []
     for chans, size in zip(channels, sizes):
         for ch in chans:
-            i = len(lats)
+            i = len(flows)
             for k, v in ch.load:
                 flow_of.append(i)
                 col_of.append(col.setdefault(k, len(col)))
                 amount.append(v)
                 scale.append(size)
-            lats.append(ch.latency)
+            flows.append(ch)
     cap = np.array([_capacity(topo, k) for k in col], dtype=float)
-    finish = _fill(len(lats), np.array(flow_of, dtype=np.intp), np.array(col_of, dtype=np.intp),
+    finish = _fill(len(flows), np.array(flow_of, dtype=np.intp), np.array(col_of, dtype=np.intp),
                    np.array(amount, dtype=float) * np.array(scale, dtype=float), cap)
-    return list(zip(lats, finish.tolist()))
+    return list(zip(flows, finish.tolist()))
+
+
+def plateau_latency(topo: Topology, channel: Channel, bandwidth_seconds: float) -> float:
+    """A channel's α after NCCL's plateau effect: α + (P−1)·A·w, w = kβ/(kβ + A), P = ``nccl.allreduce_plateau``.
+
+    A and k are the channel's ``plateau_latency`` and ``plateau_volume``: an AllReduce pays P times its own
+    α once bandwidth-bound (A = α, k = 1); a ReduceScatter or Reduce pays the start-up of the AllReduce over
+    the same hops (NCCL's ring AllReduce is that reduction fused with its AllGather, so the two together
+    never undercut the AllReduce); AllGather and Broadcast pay none (COSTS.md's C2 AllGather shows none).
+    """
+    plateau, a = topo.nccl.allreduce_plateau, channel.plateau_latency
+    if plateau == 1.0 or a <= 0.0:
+        return channel.latency
+    kb = channel.plateau_volume * bandwidth_seconds
+    return channel.latency + (plateau - 1.0) * a * kb / (kb + a)
+
+
+def _channel_seconds(topo: Topology, channel: Channel, bandwidth_seconds: float) -> float:
+    return plateau_latency(topo, channel, bandwidth_seconds) + bandwidth_seconds
 
 
 def _solo_seconds(topo: Topology, collective: Collective, group: Group, algo: str, size: float) -> float:
@@ -463,7 +501,7 @@ def _solo_seconds(topo: Topology, collective: Collective, group: Group, algo: st
     canon = tuple(d - shift for d in group)
     flows = topo.memo(("solo", algo, collective, canon),
                       lambda: _flow_times(topo, [group_channels(topo, collective, canon, algo)], [1.0]))
-    return max(lat + size * f for lat, f in flows)
+    return max(_channel_seconds(topo, ch, size * f) for ch, f in flows)
 
 
 def _choose(topo: Topology, collective: Collective, group: Group, algo: str, size: float) -> str:
@@ -490,7 +528,7 @@ def step_time(topo: Topology, collective: Collective, groups: Sequence[Group], s
         chans = [group_channels(topo, collective, g, a) for (g, _), a in zip(live, algos)]
         return _flow_times(topo, chans, [s / top for _, s in live])
 
-    return max(lat + top * f for lat, f in topo.memo(key, make))
+    return max(_channel_seconds(topo, ch, top * f) for ch, f in topo.memo(key, make))
 
 
 def collective_time(topology: Topology, collective: Collective, groups: Sequence[Group],

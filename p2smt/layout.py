@@ -134,6 +134,12 @@ class NcclParams(BaseModel):
     )
     tree_efficiency: float = Field(default=0.92, gt=0, le=1, description="NCCL caps tree busbw at ~0.92x")
     max_channels: int = Field(default=16, ge=1, description="most rings/trees one collective runs at once")
+    allreduce_plateau: float = Field(
+        default=3.47, ge=1,
+        description="NCCL's ring 'plateau effect': a bandwidth-bound AllReduce pays this multiple of its latency "
+        "(NCCL: x1.4 across nodes). One global constant estimated from COSTS.md's calibration points "
+        "(python benchmarks/cost.py prints the fit and its leave-one-out errors), not fitted per system",
+    )
 
 
 class Network(BaseModel):
