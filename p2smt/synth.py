@@ -135,16 +135,33 @@ def run_engine(
     return ENGINES[engine][1](prob, max_len, opts or EngineOptions())
 
 
+PIECES_ABOVE = 128  # devices; above this the compressed interpreter re-checks (the k^3 one costs GiBs)
+
+
 def recheck(h: SynthesisHierarchy, prob: SynthesisProblem, programs, engine: str) -> None:
-    """Every engine's program must be valid in the independent interpreter; else fail loudly."""
+    """Every engine's program must be valid in an independent concrete interpreter; else fail loudly.
+
+    Up to ``PIECES_ABOVE`` devices that is the k×k×k interpreter (``semantics.py``); above, the
+    compressed one (``pieces.py``), exact at any size. Neither shares code with the encodings.
+    """
     cands = prob.candidates
+    if prob.num_devices > PIECES_ABOVE:
+        from .pieces import check_programs
+
+        for prog, verdict in zip(programs, check_programs(prob, programs), strict=True):
+            if not verdict.proved:
+                why = f"step {verdict.step}: {verdict.rule}" if verdict.step is not None else verdict.rule
+                raise InternalError(
+                    f"engine {engine!r} returned {prob.label(prog)!r}, which the interpreter rejects: {why}"
+                )
+        return
     runs = execute_all(
         prob.num_devices,
         [[(cands[i].collective, cands[i].groups) for i in prog] for prog in programs],
         prob.goal_groups,
         prob.require_progress,
     )
-    for prog, run in zip(programs, runs):
+    for prog, run in zip(programs, runs, strict=True):
         if not run.valid:
             why = run.violation.message if run.violation else "the goal is not reached"
             raise InternalError(

@@ -1,0 +1,259 @@
+"""A second concrete interpreter on a compressed state: checks programs at any size (k > 512 too).
+
+``check.PlanChecker`` proves a program with a symbolic cell, but its formulas hold a term per device
+and step, and Z3's time grows with them (≈1.5 s per 3-step program at 256 devices, see
+``benchmarks/scale.py``). This module decides P2.md §4's Hoare rules exactly on a compressed state:
+a device's state is a few *pieces* (a bit set of chunks and the bit set of contributions every one
+of those chunks holds), so its size is O(pieces · k) bits instead of the interpreter's k² per device;
+in valid executions a device has one piece, or a few after an AllGather of unequal members.
+Programs are checked in lexicographic order along one stack of prefix states, so programs that share
+a prefix share its work. It shares no code with ``semantics.py`` or the encodings (it is an
+independent re-check), and it reports the first failing step, group and rule in the interpreter's
+order (steps, then groups, then rules; progress after a group's rules).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from .collectives import Collective
+from .errors import P2Error
+from .problem import SynthesisProblem
+
+AR, RS, AG, RED, BC = (
+    Collective.ALL_REDUCE,
+    Collective.REDUCE_SCATTER,
+    Collective.ALL_GATHER,
+    Collective.REDUCE,
+    Collective.BROADCAST,
+)
+Piece = tuple[int, int]  # (chunks bit set, contributions bit set), chunks of different pieces disjoint
+State = tuple[Piece, ...]  # canonical: distinct contributions, sorted; () = empty
+
+
+@dataclass(frozen=True)
+class Verdict:
+    """``status``: "proved", "counterexample" (first failing ``step``, 0-based, None for the goal;
+    ``group`` its devices; ``rule``) or "unknown" (the deadline passed before it was decided)."""
+
+    program: tuple[int, ...]
+    status: str
+    step: int | None = None
+    group: tuple[int, ...] | None = None
+    rule: str | None = None
+
+    @property
+    def proved(self) -> bool:
+        return self.status == "proved"
+
+    def to_json(self) -> dict:
+        return {
+            "program": list(self.program),
+            "status": self.status,
+            "step": self.step,
+            "group": list(self.group) if self.group is not None else None,
+            "rule": self.rule,
+        }
+
+
+class _Fail(Exception):
+    def __init__(self, group: tuple[int, ...], rule: str):
+        super().__init__(rule)
+        self.group = group
+        self.rule = rule
+
+
+def _canon(pieces: dict[int, int]) -> State:
+    """contributions -> chunks as a canonical state (pieces with equal contributions merged)."""
+    return tuple(sorted((rows, contrib) for contrib, rows in pieces.items() if rows))
+
+
+def _rows(s: State) -> int:
+    out = 0
+    for rows, _ in s:
+        out |= rows
+    return out
+
+
+def _union(group: tuple[int, ...], states: Sequence[State], coll: Collective) -> State:
+    """⊎ of members holding the same chunks; every chunk's contributions must be disjoint."""
+    acc: dict[int, int] = {c: r for r, c in states[0]}  # contributions -> chunks (one refinement)
+    for s in states[1:]:
+        nxt: dict[int, int] = {}
+        for c1, r1 in acc.items():
+            for r2, c2 in s:
+                both = r1 & r2
+                if not both:
+                    continue
+                if c1 & c2:
+                    raise _Fail(group, f"{coll.value}.disjoint")
+                key = c1 | c2
+                nxt[key] = nxt.get(key, 0) | both
+        acc = nxt
+    return _canon(acc)
+
+
+def _select(rows: int, first: int, count: int) -> int:
+    """The chunks of ``rows`` from its ``first``-th set bit on, ``count`` of them (0-based)."""
+    if count == 0:
+        return 0
+
+    def position(j: int) -> int:  # bit index of the j-th set bit
+        lo, hi = 0, rows.bit_length()
+        while lo < hi:
+            mid = (lo + hi) // 2
+            if (rows & ((1 << (mid + 1)) - 1)).bit_count() > j:
+                hi = mid
+            else:
+                lo = mid + 1
+        return lo
+
+    start = position(first)
+    stop = position(first + count - 1) + 1
+    return rows & (((1 << stop) - 1) ^ ((1 << start) - 1))
+
+
+def _restrict(s: State, mask: int) -> State:
+    return tuple((r & mask, c) for r, c in s if r & mask)
+
+
+def _below(member: State, root: State) -> bool:
+    """Every chunk of ``member`` is non-empty on the root with a superset of its contributions."""
+    for r, c in member:
+        for r0, c0 in root:
+            if r & r0 and c & ~c0:
+                return False
+        if r & ~_rows(root):
+            return False
+    return True
+
+
+def apply_group(coll: Collective, group: tuple[int, ...], states: list[State]) -> list[State]:
+    """The members' new states, or raises _Fail with the violated rule (interpreter's rule order)."""
+    m = len(group)
+    if coll in (AR, RS, RED):
+        rows = [_rows(s) for s in states]
+        if any(r != rows[0] for r in rows[1:]):
+            raise _Fail(group, f"{coll.value}.same_chunks")
+        union = _union(group, states, coll)
+        if coll is AR:
+            return [union] * m
+        if coll is RED:
+            return [union] + [()] * (m - 1)
+        n = rows[0].bit_count()
+        if n % m:
+            raise _Fail(group, "ReduceScatter.divisible")
+        block = n // m
+        return [_restrict(union, _select(rows[0], i * block, block)) for i in range(m)]
+    if coll is AG:
+        seen = 0
+        for s in states:
+            r = _rows(s)
+            if r & seen:
+                raise _Fail(group, "AllGather.disjoint_chunks")
+            seen |= r
+        counts = [_rows(s).bit_count() for s in states]
+        if any(c != counts[0] for c in counts[1:]):
+            raise _Fail(group, "AllGather.equal_sizes")
+        pieces: dict[int, int] = {}
+        for s in states:
+            for r, c in s:
+                pieces[c] = pieces.get(c, 0) | r
+        return [_canon(pieces)] * m
+    if coll is BC:
+        root = states[0]
+        if not all(_below(s, root) for s in states[1:]):
+            raise _Fail(group, "Broadcast.below_root")
+        if all(s == root for s in states[1:]):
+            raise _Fail(group, "Broadcast.information_increase")
+        return [root] * m
+    raise P2Error(f"unknown collective {coll!r}")
+
+
+class _Runner:
+    """The states along the current prefix (a stack), for programs taken in lexicographic order."""
+
+    def __init__(self, problem: SynthesisProblem):
+        k = problem.num_devices
+        self.problem = problem
+        full = (1 << k) - 1
+        self.stack: list[list[State]] = [[((full, 1 << d),) for d in range(k)]]
+        self.prefix: list[int] = []
+        goal: list[State] = [()] * k
+        for g in problem.goal_groups:
+            mask = sum(1 << d for d in g)
+            for d in g:
+                goal[d] = ((full, mask),)
+        self.goal = goal
+        self.failed_at: int | None = None  # prefix length whose last step failed
+        self.failure: _Fail | None = None
+
+    def advance(self, program: tuple[int, ...]) -> tuple[int | None, _Fail | None]:
+        """Run ``program`` reusing the common prefix; (failing step, failure) or (None, None)."""
+        common = 0
+        while common < min(len(self.prefix), len(program)) and self.prefix[common] == program[common]:
+            common += 1
+        if self.failed_at is not None and common >= self.failed_at:
+            return self.failed_at - 1, self.failure
+        del self.prefix[common:]
+        del self.stack[common + 1 :]
+        self.failed_at, self.failure = None, None
+        for t in range(common, len(program)):
+            cand = self.problem.candidates[program[t]]
+            try:
+                new = self._step(self.stack[-1], cand.collective, cand.groups)
+            except _Fail as fail:
+                self.prefix.append(program[t])
+                self.failed_at, self.failure = t + 1, fail
+                return t, fail
+            self.prefix.append(program[t])
+            self.stack.append(new)
+        return None, None
+
+    def _step(self, states: list[State], coll: Collective, groups) -> list[State]:
+        new = list(states)
+        progress = self.problem.require_progress
+        for g in groups:
+            g = tuple(g)
+            members = [states[d] for d in g]
+            out = apply_group(coll, g, members)
+            if progress and out == members:
+                raise _Fail(g, "progress")
+            for d, s in zip(g, out):
+                new[d] = s
+        return new
+
+    def reached_goal(self) -> bool:
+        return self.stack[-1] == self.goal
+
+
+def check_programs(
+    problem: SynthesisProblem, programs: Sequence[Sequence[int]], timeout_ms: int | None = None
+) -> list[Verdict]:
+    """One verdict per program (in the given order): proved, counterexample, or unknown after
+    ``timeout_ms`` (wall clock over the whole call). Exact at any number of devices."""
+    if timeout_ms is not None and timeout_ms <= 0:
+        raise P2Error(f"timeout must be positive, got {timeout_ms} ms")
+    n = len(problem.candidates)
+    progs = [tuple(int(c) for c in p) for p in programs]
+    for p in progs:
+        if not p or any(not 0 <= c < n for c in p):
+            raise P2Error(f"program {list(p)} is empty or names a candidate outside 0..{n - 1}")
+    deadline = None if timeout_ms is None else time.perf_counter() + timeout_ms / 1000
+    runner = _Runner(problem)
+    out: dict[int, Verdict] = {}
+    for i in sorted(range(len(progs)), key=lambda i: progs[i]):
+        p = progs[i]
+        if deadline is not None and time.perf_counter() > deadline:
+            out[i] = Verdict(p, "unknown")
+            continue
+        step, fail = runner.advance(p)
+        if fail is not None:
+            out[i] = Verdict(p, "counterexample", step, fail.group, fail.rule)
+        elif runner.reached_goal():
+            out[i] = Verdict(p, "proved")
+        else:
+            out[i] = Verdict(p, "counterexample", None, None, "goal")
+    return [out[i] for i in range(len(progs))]

@@ -1,0 +1,113 @@
+"""The real-size prover (p2smt.pieces): equal to the interpreter where both run, exact beyond it."""
+
+from __future__ import annotations
+
+import random
+from math import prod
+
+import pytest
+
+from p2smt.dsl import problem
+from p2smt.enumerative import enumerate_programs
+from p2smt.errors import P2Error
+from p2smt.hierarchy import synthesis_hierarchy
+from p2smt.placement import Placement
+from p2smt.semantics import execute
+from p2smt.pieces import check_programs
+from p2smt.system import load_system
+
+SUPERPOD = ("su", "node", "pcie", "gpu")
+
+
+def _problem(sizes, names=None, scope="per-ancestor", progress=True):
+    k = prod(sizes)
+    names = names or tuple(f"l{i}" for i in range(len(sizes)))
+    return problem(synthesis_hierarchy(Placement(tuple(sizes), (k,), (tuple(sizes),)), (0,), names, "d", scope), progress)
+
+
+def _random_programs(prob, rng, count, max_len=5):
+    n = len(prob.candidates)
+    return [tuple(rng.randrange(n) for _ in range(rng.randint(1, max_len))) for _ in range(count)]
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_verdicts_equal_the_interpreter(seed):
+    """Valid and invalid programs, random sizes, both master scopes, with and without progress: same
+    verdict, and for a failing step the same step, group and rule as the interpreter."""
+    rng = random.Random(seed)
+    sizes = tuple(rng.randint(2, 4) for _ in range(rng.randint(1, 3)))
+    prob = _problem(sizes, scope=rng.choice(["per-ancestor", "global"]), progress=rng.random() < 0.7)
+    programs = _random_programs(prob, rng, 120) + enumerate_programs(prob, 3 if prob.num_devices <= 16 else 2)
+    for prog, verdict in zip(programs, check_programs(prob, programs)):
+        steps = [(prob.candidates[i].collective, prob.candidates[i].groups) for i in prog]
+        run = execute(prob.num_devices, steps, prob.goal_groups, prob.require_progress)
+        assert verdict.proved == run.valid, (sizes, prob.label(prog))
+        if run.violation is not None:
+            v = run.violation
+            assert (verdict.step, verdict.group, verdict.rule) == (v.step, v.group, v.rule)
+        elif not run.valid:
+            assert verdict.rule == "goal" and verdict.step is None
+
+
+def _index(prob):
+    return {c.label: i for i, c in enumerate(prob.candidates)}
+
+
+def _program(prob, text):
+    idx = _index(prob)
+    return tuple(idx[part] for part in text.split("; "))
+
+
+def test_1024_devices_beyond_the_interpreter():
+    system = load_system("h100-superpod")  # su 4 x node 32 x pcie 4 x gpu 2 = 1,024
+    prob = _problem(system.sizes, system.level_names)
+    assert prob.num_devices == 1024
+    good = [
+        "(root, InsideGroup, AllReduce)",
+        "(node, InsideGroup, ReduceScatter); (node, Parallel(root), AllReduce); (node, InsideGroup, AllGather)",
+        "(node, InsideGroup, Reduce); (node, Master(root), AllReduce); (node, InsideGroup, Broadcast)",
+    ]
+    bad = {
+        "(root, InsideGroup, AllReduce); (root, InsideGroup, AllReduce)": (1, "AllReduce.disjoint"),
+        "(pcie, InsideGroup, ReduceScatter); (pcie, InsideGroup, AllReduce)": (1, "AllReduce.same_chunks"),
+        "(pcie, InsideGroup, AllReduce)": (None, "goal"),
+    }
+    verdicts = check_programs(prob, [_program(prob, t) for t in [*good, *bad]])
+    assert [v.status for v in verdicts[: len(good)]] == ["proved"] * len(good)
+    for v, (step, rule) in zip(verdicts[len(good) :], bad.values()):
+        assert v.status == "counterexample" and (v.step, v.rule) == (step, rule)
+
+
+def test_verdicts_at_1024_equal_those_at_the_representative_size():
+    """Every length-<=3 program valid on 2x2x2x2 is valid on 4x32x4x2, and random programs get the
+    same verdict at both sizes (the size-invariance the representative encoding relies on)."""
+    small = _problem((2, 2, 2, 2), SUPERPOD)
+    big = _problem((4, 32, 4, 2), SUPERPOD)
+    idx = _index(big)
+    rng = random.Random(7)
+    programs = enumerate_programs(small, 3) + _random_programs(small, rng, 100, 4)
+    mapped = [tuple(idx[small.candidates[c].label] for c in p) for p in programs]
+    at_small = [v.proved for v in check_programs(small, programs)]
+    at_big = [v.proved for v in check_programs(big, mapped)]
+    assert at_small == at_big
+    assert sum(at_big) >= 114
+
+
+def test_deadline_gives_unknown_never_a_wrong_verdict():
+    prob = _problem((4, 32, 4, 2), SUPERPOD)
+    programs = _random_programs(prob, random.Random(3), 300, 5)
+    verdicts = check_programs(prob, programs, timeout_ms=1)
+    assert verdicts[-1].status == "unknown" or all(v.status != "unknown" for v in verdicts)
+    assert any(v.status == "unknown" for v in verdicts)
+    exact = check_programs(prob, programs)
+    for v, e in zip(verdicts, exact):
+        assert v.status == "unknown" or v == e
+
+
+@pytest.mark.parametrize(
+    "programs,timeout,needle",
+    [([()], None, "empty"), ([(0, 999)], None, "outside"), ([(0,)], 0, "timeout")],
+)
+def test_bad_input(programs, timeout, needle):
+    with pytest.raises(P2Error, match=needle):
+        check_programs(_problem((2, 2)), programs, timeout_ms=timeout)
