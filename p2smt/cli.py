@@ -224,6 +224,11 @@ def engine_options(args: argparse.Namespace):
     from .synth import EngineOptions
 
     opts = None
+    engine = getattr(args, "engine", "z3")
+    smt_only = [flag for flag, attr in (("--encoding", "encoding"), ("--encoding-options", "encoding_options"),
+                                        ("--emit-smt2", "emit_smt2")) if getattr(args, attr, None)]
+    if smt_only and engine != "z3":
+        raise P2Error(f"{', '.join(smt_only)}: only with --engine z3 (got --engine {engine})")
     if getattr(args, "encoding_options", None):
         try:
             opts = json.loads(args.encoding_options)
