@@ -6,9 +6,13 @@ problem's stable partition, each device's number of non-empty chunks and of cont
 with the Hoare rules' consequences on them (its size does not grow with the devices), and the full
 cell tracks (every device, every step) of a few cells: cell (chunk 0, device 0) up front
 (``cells``), then each cell the checker names (``refine="witness"``; ``"prefix"`` blocks the failing
-prefix instead). The checker proves every candidate on *every* cell at once through a symbolic cell
-(chunk and contribution as Z3 variables), so every reported program is valid and, since each
-constraint is a necessary condition of validity, every valid program is reported.
+prefix instead). A chunk-0 track is followed on one device per cell of a stable partition that
+singles out its column (``quotient``): its values are equal on the devices of such a cell. The
+checker proves candidates (a batch per query) on *every* cell at once: by default over a symbolic
+chunk whose contributions form one k-bit mask (``checker="mask"``, every column at once), or over a
+symbolic cell (chunk and contribution as Z3 variables; also used to name a failing cell). So every
+reported program is valid and, since each constraint is a necessary condition of validity, every
+valid program is reported.
 ``cells="all"`` constrains every cell up front: the literal unrolled matrix (small problems only).
 """
 
@@ -23,6 +27,7 @@ from p2smt.problem import SynthesisProblem
 from p2smt.smt import terms as T
 from p2smt.smt.base import EncodingOptions, EncodingSpec
 from p2smt.smt.lazy import CheckedEncoding
+from p2smt.smt.structure import Quotient
 from p2smt.smt.unroll import Payload, TrackState
 
 AR, RS, AG, RED, BC = (
@@ -45,6 +50,13 @@ class BoolMatrixOptions(EncodingOptions):
     weights: bool = Field(True, description="constrain per-device contribution counts (necessary conditions)")
     lemma_depth: int = Field(
         1, ge=0, le=3, description="Broadcasts excluded after up to this many steps that equalize its members"
+    )
+    quotient: bool = Field(
+        True, description="follow chunk-0 witness tracks on one device per cell of a stable partition"
+    )
+    checker: Literal["mask", "column"] = Field(
+        "mask",
+        description="prove candidates on a symbolic chunk with all columns in one bit mask, or on a cell",
     )
     arithmetic: Literal["bv", "int"] = Field("bv", description="counts as signed bit-vectors or integers")
 
@@ -111,6 +123,94 @@ class Mask(Column):
         return state.payload[g[0]]
 
 
+class RowMask(Payload):
+    """Every column of the (symbolic) chunk at once as a k-bit vector: contribution c is bit c.
+
+    Columns are concrete, so only the row is searched for: the checker's proofs use it.
+    """
+
+    def __init__(self, k: int, ctx, goal_masks: list[int]):
+        self.k = k
+        self.goal_masks = goal_masks
+        self.lift = T.Numerals(k, ctx)
+
+    def _term(self, v):
+        return self.lift(v) if T.is_const(v) else v
+
+    def _or(self, a, b):
+        if T.is_const(a) and T.is_const(b):
+            return a | b
+        if (T.is_const(a) and a == 0) or b is a:
+            return b
+        if T.is_const(b) and b == 0:
+            return a
+        return T.bv_or(self._term(a), self._term(b))
+
+    def _and(self, a, b):
+        if T.is_const(a) and T.is_const(b):
+            return a & b
+        if (T.is_const(a) and a == 0) or (T.is_const(b) and b == 0):
+            return 0
+        return T.bv_and(self._term(a), self._term(b))
+
+    def _zero(self, v):
+        return v == 0 if T.is_const(v) else T.eq(v, self.lift(0))
+
+    def initial(self, d: int):
+        return 1 << d
+
+    def combine(self, coll, g, state: TrackState):
+        out = 0
+        for d in g:
+            out = self._or(out, state.payload[d])
+        return out
+
+    def moved(self, coll, g, rank, new_present, state, union):
+        if coll in (AR, AG):
+            return union()
+        if coll is RS:
+            return T.ite(new_present, union(), 0, self.lift)
+        if coll is RED:
+            return union() if rank == 0 else 0
+        return state.payload[g[0]]
+
+    def rules(self, coll, g, state):
+        h = [state.payload[d] for d in g]
+        if coll in (AR, RS, RED):  # no contribution in two members: the union so far never meets the next
+            conds, acc = [], 0
+            for v in h:
+                conds.append(self._zero(self._and(acc, v)))
+                acc = self._or(acc, v)
+            return [("disjoint", T.and_(conds))]
+        if coll is BC:
+            root = h[0]
+            inv = ~root if T.is_const(root) else T.bv_not(root)
+            return [("below_root", T.and_(self._zero(self._and(v, inv)) for v in h[1:]))]
+        return []
+
+    def goal(self, d: int, value):
+        mask = self.goal_masks[d]
+        return T.eq(value, mask) if T.is_const(value) else T.eq(value, self.lift(mask))
+
+    def differs(self, a, b, present_a, present_b):
+        if T.is_const(a) and T.is_const(b):
+            return a != b
+        return T.not_(T.eq(self._term(a), self._term(b)))
+
+
+def row_mask_payload(checker):
+    """The checker's symbolic chunk with every column at once (no column variable)."""
+    k = checker.k
+    masks = [0] * k
+    for g in checker.problem.goal_groups:
+        m = 0
+        for d in g:
+            m |= 1 << d
+        for d in g:
+            masks[d] = m
+    return RowMask(k, checker.ctx, masks), [], []
+
+
 def _members(problem: SynthesisProblem, column):
     owner = {d: i for i, g in enumerate(problem.goal_groups) for d in g}
     if isinstance(column, int):
@@ -143,6 +243,11 @@ class BoolMatrixEncoding(CheckedEncoding):
     def payload_factory(self):
         return column_payload
 
+    def proof_checker(self):
+        if self.options.checker == "mask":
+            return self.new_checker(payload=row_mask_payload, arith="bv", logic="QF_FD")
+        return self.new_checker()
+
     def mask_payload(self):
         """All contributions of a chunk as one bit mask, for reporting the states of a fixed plan."""
         return Mask()
@@ -150,6 +255,15 @@ class BoolMatrixEncoding(CheckedEncoding):
     def witness_payload(self, witness):
         row, column = witness
         return row, Column(column, _members(self.problem, column))
+
+    def witness_view(self, witness):
+        row, column = witness
+        if row != 0 or not self.options.quotient:
+            return None
+        # chunk 0 is never below another chunk: its track depends on a device's role (root or not)
+        # and the members' cells only, so it is equal on the devices of a cell that singles out column
+        view = Quotient(self.s, column)
+        return view, Column(view.device, view.same_goal.__getitem__)
 
     def witness_of(self, found):
         return (found["chunk"], found["column"])

@@ -256,3 +256,72 @@ def test_emit_smt2_writes_parseable_queries(tmp_path: Path, flat_hierarchy):
     checker = z3.Solver()
     checker.from_string(proof.replace("(check-sat)", ""))
     assert checker.check() == z3.unsat
+
+
+# ---------------------------------------------------------------- proving candidates in batches
+
+
+def _all_sequences(n: int, max_len: int):
+    out, frontier = [], [()]
+    for _ in range(max_len):
+        frontier = [s + (c,) for s in frontier for c in range(n)]
+        out += frontier
+    return out
+
+
+@pytest.mark.parametrize("checker", ["mask", "column"])
+def test_batch_proofs_match_the_enumerative_set(flat_hierarchy, checker):
+    """``PlanChecker.failures`` on every sequence of up to 2 steps (valid and invalid mixed in one
+    batch) accepts exactly the programs the enumerative engine finds."""
+    prob = problem(flat_hierarchy((2, 3)))
+    enc = load_encoding("bool-matrix").create(prob, 2, {"checker": checker})
+    seqs = _all_sequences(len(prob.candidates), 2)
+    fails = enc.proof_checker().failures(seqs)
+    valid = {s for s, f in zip(seqs, fails) if f is None}
+    assert valid == set(enumerate_programs(prob, 2))
+    assert all(f.rule for f in fails if f is not None)
+
+
+@pytest.mark.parametrize(
+    "options",
+    [
+        {"quotient": False},
+        {"checker": "column"},
+        {"cells": "none"},  # the first candidate fails: the mask checker's failure is diagnosed
+        {"cells": "none", "refine": "prefix", "checker": "column"},
+    ],
+)
+def test_checker_and_track_options_agree(flat_hierarchy, options):
+    prob = problem(flat_hierarchy((2, 4)))
+    res = enumerate_z3(prob, 4, options=options)
+    assert res.status == "complete"
+    assert list(res.programs) == enumerate_programs(prob, 4)
+
+
+def test_witness_refinement_names_a_full_cell(flat_hierarchy):
+    """Without an initial track some candidate fails; its refinement adds the failing cell's track."""
+    prob = problem(flat_hierarchy((2, 4)))
+    res = enumerate_z3(prob, 4, options={"cells": "none"})
+    assert res.stats["refinements"].get("witness", 0) >= 1
+    assert res.stats["witnesses"] >= 1
+
+
+def test_quotient_track_is_small(flat_hierarchy):
+    """The chunk-0 track follows one device per cell of a stable partition that singles out its
+    column, whatever the number of devices."""
+    from p2smt.smt.structure import Quotient, Structure
+
+    for sizes in [(4, 8), (2, 16), (8, 8)]:
+        s = Structure(problem(flat_hierarchy(sizes)))
+        q = Quotient(s, 0)
+        assert q.k <= 8 < s.k
+        assert q.cell[0] == q.device and q.cell.count(q.device) == 1
+        assert all(len(q.group_of(c, gi)) == len(s.group_of(c, gi))
+                   for c in range(len(s.cand_groups)) for gi in range(len(s.cand_groups[c])))
+
+
+def test_prefix_refinement_with_the_mask_checker(flat_hierarchy):
+    prob = problem(flat_hierarchy((2, 4)))
+    res = enumerate_z3(prob, 4, options={"cells": "none", "refine": "prefix"})
+    assert res.stats["refinements"].get("prefix", 0) >= 1
+    assert list(res.programs) == enumerate_programs(prob, 4)

@@ -85,6 +85,14 @@ class Encoding(ABC):
         """Confirm a decoded program; exact encodings accept every model (the default)."""
         return ACCEPTED
 
+    batch_refine = False  # the engine may confirm several candidates at once with ``refine_many``
+
+    def refine_many(
+        self, solver: z3.Solver, programs: Sequence[Program], timeout_ms: int | None = None
+    ) -> list[Refinement]:
+        """Confirm several decoded programs (already excluded by their blocking clauses) at once."""
+        return [self.refine(solver, p, timeout_ms) for p in programs]
+
     def statistics(self) -> dict[str, Any]:
         """Encoding-specific figures (sizes, refinements) merged into the engine's stats."""
         return {}

@@ -6,6 +6,8 @@ prefix (nodes are cached, so programs that share a prefix share its formulas). A
 the goal fails for the program iff some witness (chunk ``row``, payload) violates it: that is one
 satisfiability query. Existential rules (Broadcast adds information) are satisfiable queries too.
 The first failing step is found by checking steps in order, as the Hoare semantics stops there.
+Rules are only asked of every row at once, so their consequences on the counts of non-empty chunks
+below the row (which the synthesizer's single-row tracks need) are left out (``forall_rows``).
 """
 
 from __future__ import annotations
@@ -95,11 +97,14 @@ class PlanChecker:
         self.arith = Arith(self.ctx, arith, self.k * self.chunks, "c_")
         self.row = self.arith.var("row")
         self.payload, self.payload_vars, domain = payload_factory(self)
-        self.sem = Semantics(self.s, self.payload, self.row, self.arith, strict_rows, self.chunks)
+        self.sem = Semantics(
+            self.s, self.payload, self.row, self.arith, strict_rows, self.chunks, forall_rows=True
+        )
         self.solver = z3.SolverFor(logic, ctx=self.ctx) if logic else z3.Solver(ctx=self.ctx)
         if timeout_ms is not None:
             self.solver.set("timeout", int(timeout_ms))
-        self.solver.add(0 <= self.row, self.row < self.chunks, *domain)
+        self._base = [0 <= self.row, self.row < self.chunks, *domain]
+        self.solver.add(*self._base)
         root = Node((), [self.chunks] * self.k, self.sem.initial(), [], [], [])
         root.per_chunk = [1 if strict_rows else None] * self.k
         self.nodes: dict[tuple[int, ...], Node] = {(): root}
@@ -130,7 +135,7 @@ class PlanChecker:
             g = s.groups[gid]
             rules.append(self.sem.rules(parent.state, c, gi, n.__getitem__))
             progress.append(len(g) >= 2 and n[g[0]] > 0)
-            increase.append(self.sem.differs(parent.state, g) if coll is BC else True)
+            increase.append(None if coll is BC else True)  # built when counts do not settle it
             head = n[g[0]]
             union = _union_per_chunk(coll, g, parent.per_chunk)
             for rank, d in enumerate(g):
@@ -177,7 +182,7 @@ class PlanChecker:
             node._goal = T.not_(self.sem.goal(node.state))
         return node._goal
 
-    def sat(self, formula: Term, kind: str = "check") -> bool:
+    def sat(self, formula: Term, kind: str = "check", prefer_first_row: bool = True) -> bool:
         """Whether ``formula`` has a witness; raises Unknown when the solver gives up.
 
         A witness on chunk 0 is preferred when one exists (its track needs no rank arithmetic)."""
@@ -189,13 +194,15 @@ class PlanChecker:
         self.solver.push()
         self.solver.add(formula)
         if self.record:
-            self.log.append((kind, self.solver.sexpr() + "(check-sat)\n"))
+            text = z3.Solver(ctx=self.ctx)  # the query as asserted (a QF_FD solver prints its internals)
+            text.add(*self._base, formula)
+            self.log.append((kind, text.sexpr() + "(check-sat)\n"))
         try:
             res = self.solver.check()
             if res == z3.unknown:
                 raise Unknown(self.solver.reason_unknown())
             self._model = self.solver.model() if res == z3.sat else None
-            if res == z3.sat and self.solver.check(self.row == 0) == z3.sat:
+            if res == z3.sat and prefer_first_row and self.solver.check(self.row == 0) == z3.sat:
                 self._model = self.solver.model()
             return res == z3.sat
         finally:
@@ -246,6 +253,64 @@ class PlanChecker:
             return Failure(None, None, "goal", self.witness())
         return None
 
+    def failures(
+        self, programs: Sequence[Sequence[int]], *, terminal_goal: bool = True
+    ) -> list[Failure | None]:
+        """``first_failure`` of every program; one query proves the common case that all are valid.
+
+        The query asks for a witness violating some ∀-rule of an unchecked step or some goal of any of
+        the programs; when it has one, the programs whose formulas the witness falsifies are checked
+        one by one (exactly as ``first_failure``) and the query is repeated without them.
+        """
+        programs = [tuple(p) for p in programs]
+        out: list[Failure | None] = [None] * len(programs)
+        if not terminal_goal:
+            return [self.first_failure(p, terminal_goal=False) for p in programs]
+        self.log = []
+        log: list[tuple[str, str]] = []
+        pending: dict[int, tuple[list[Node], list[Term]]] = {}
+        for i, p in enumerate(programs):
+            nodes = [self.node(p[: t + 1]) for t in range(len(p))]
+            last = nodes[-1] if nodes else self.nodes[()]
+            fresh = [nd for nd in nodes if "plain" not in nd.checked]
+            settled = any(nd.checked.get("plain") is not None for nd in nodes if nd not in fresh)
+            static = any(cond is False for nd in fresh for grp in nd.rules for _, cond in grp)
+            goal = False if self._goal_by_counts(last) else self.goal_fails(last)
+            terms = [*(self.violation(nd) for nd in fresh), goal]
+            if settled or static or any(v is True for v in terms):
+                out[i] = self.first_failure(p)
+                log += self.log
+            else:
+                pending[i] = (nodes, [v for v in terms if v is not False])
+        while pending:
+            formula = T.or_(v for _, terms in pending.values() for v in terms)
+            self.log = []
+            found = self.sat(formula, "forall-batch", prefer_first_row=False)
+            log += self.log
+            if not found:
+                break
+            model = self._model
+            bad = [
+                i
+                for i, (_, terms) in pending.items()
+                if any(z3.is_true(model.eval(v, model_completion=True)) for v in terms)
+            ]
+            if not bad:
+                raise Unknown("the batch witness falsifies none of the programs")
+            for i in bad:
+                out[i] = self.first_failure(programs[i])
+                log += self.log
+                del pending[i]
+        for i, (nodes, _) in pending.items():
+            for t, nd in enumerate(nodes):
+                if "plain" not in nd.checked:
+                    nd.checked["plain"] = self._exists_failure(t, nd)
+                if nd.checked["plain"] is not None:
+                    out[i] = nd.checked["plain"]
+                    break
+        self.log = log
+        return out
+
     def _node_failure(self, t: int, nd: Node, detail: bool) -> Failure | None:
         key = "detail" if detail else "plain"
         if nd.checked.get(key, False) is not False:
@@ -291,6 +356,8 @@ class PlanChecker:
             members = [per[d] for d in g[1:]]
             if n[g[0]] > 0 and root_per is not None and any(p is not None and p < root_per for p in members):
                 return None  # a member's chunks hold fewer contributions than the root's
+            if nd.increase[gi] is None:
+                nd.increase[gi] = self.sem.differs(parent.state, g)
             if not self.sat(nd.increase[gi], "exists"):
                 return Failure(t, gi, "information_increase")
         elif self.problem.require_progress and not nd.progress[gi]:

@@ -2,7 +2,9 @@
 
 Lengths are taken in increasing order through assumption literals (the unrolled problem is
 declared once); each accepted model is reported and then excluded by a clause over the choice
-variables only. The result is ``complete`` only when every length ended in ``unsat``.
+variables only. The result is ``complete`` only when every length ended in ``unsat``. Encodings that
+confirm candidates (``batch_refine``) get them in batches: each decoded candidate is excluded at
+once by its blocking clause and reported only when the batch's proof accepts it.
 """
 
 from __future__ import annotations
@@ -58,6 +60,25 @@ class _Emitter:
         (self.folder / f"{self.tag}-{self.count:05d}-{kind}.smt2").write_text(text)
 
 
+class _Mirrored:
+    """A solver that also keeps every assertion in a plain solver, whose text is the query as asserted
+    (a QF_FD solver prints nothing before its first check, and its internal clauses after)."""
+
+    def __init__(self, solver: z3.Solver, ctx: z3.Context):
+        self._solver = solver
+        self.mirror = z3.Solver(ctx=ctx)
+
+    def add(self, *formulas) -> None:
+        self._solver.add(*formulas)
+        self.mirror.add(*formulas)
+
+    def sexpr(self) -> str:
+        return self.mirror.sexpr()
+
+    def __getattr__(self, name: str):
+        return getattr(self._solver, name)
+
+
 def solver_figures(solver: z3.Solver) -> dict[str, float]:
     """Conflicts, decisions, propagations and memory of a solver, whichever core answered (SMT or SAT)."""
     stats = {key: value for key, value in solver.statistics()}
@@ -91,6 +112,8 @@ def run_encoding(
             raise P2Error(f"--timeout must be positive, got {timeout_ms} ms")
         solver.set("timeout", int(timeout_ms))
     enc.record_queries = emit_smt2 is not None
+    if emit_smt2 is not None:
+        solver = _Mirrored(solver, enc.context)
     enc.declare(solver)
     if enc.logic is None:
         solver.push()  # keeps Z3's default solver in incremental mode (no re-solving from scratch)
@@ -103,9 +126,36 @@ def run_encoding(
     refused: dict[str, int] = {}
     totals: dict[str, float] = {}
     per_length: dict[int, dict[str, Any]] = {}
+    batch = 2  # candidates confirmed per refine_many call; doubles while all are accepted
+
+    def confirm(pending: list[Program], length: int) -> bool:
+        """Refine the pending candidates; False when a check gave up."""
+        nonlocal batch
+        if not pending:
+            return True
+        verdicts = enc.refine_many(solver, pending, timeout_ms)
+        for kind, text in enc.queries():
+            emitter.write_text(f"len{length}-{kind}", text)
+        ok = True
+        for program, verdict in zip(pending, verdicts):
+            if verdict.unknown:
+                ok = False
+            elif verdict.accepted:
+                if program in seen:
+                    raise InternalError(f"{enc.name}: program {program} was found twice")
+                seen.add(program)
+                programs.append(program)
+                per_length[length]["programs"] += 1
+            else:
+                refused[verdict.kind] = refused.get(verdict.kind, 0) + 1
+        batch = min(batch * 2, 256) if all(v.accepted for v in verdicts) else 1
+        pending.clear()
+        return ok
+
     for length in range(1, max_len + 1):
         t0 = time.perf_counter()
-        found = 0
+        per_length[length] = {"seconds": 0.0, "programs": 0}
+        pending: list[Program] = []
         while True:
             assumptions = enc.length_assumptions(length)
             emitter.write(f"len{length}-synth", solver, assumptions)
@@ -119,6 +169,14 @@ def run_encoding(
             program = enc.decode(solver.model())
             if len(program) != length:
                 raise InternalError(f"{enc.name}: decoded {program} under the length-{length} assumptions")
+            if enc.batch_refine:
+                # excluded at once (exactly); reported only once proved, with the others pending
+                solver.add(enc.blocking_clause(program))
+                pending.append(program)
+                if len(pending) >= batch and not confirm(pending, length):
+                    status = "unknown"
+                    break
+                continue
             verdict = enc.refine(solver, program, timeout_ms)
             for kind, text in enc.queries():
                 emitter.write_text(f"len{length}-{kind}", text)
@@ -130,11 +188,13 @@ def run_encoding(
                     raise InternalError(f"{enc.name}: program {program} was found twice")
                 seen.add(program)
                 programs.append(program)
-                found += 1
+                per_length[length]["programs"] += 1
                 solver.add(enc.blocking_clause(program))
             else:
                 refused[verdict.kind] = refused.get(verdict.kind, 0) + 1
-        per_length[length] = {"seconds": round(time.perf_counter() - t0, 6), "programs": found}
+        if not confirm(pending, length):
+            status = "unknown"
+        per_length[length]["seconds"] = round(time.perf_counter() - t0, 6)
         if status == "unknown":
             break
     totals.update(solver_figures(solver))

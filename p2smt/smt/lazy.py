@@ -16,7 +16,9 @@ into a constraint that excludes the candidate and no valid program:
 
 Both kinds only add necessary conditions of validity, and every refinement removes the current
 candidate (a witness that is already tracked falls back to blocking), so the enumeration is exact
-and terminates.
+and terminates. The engine confirms candidates in batches (``refine_many``): each candidate is
+excluded by its own blocking clause when decoded, and the batch is proved by one checker query when
+all are valid; the failing ones are then refuted one by one as above.
 """
 
 from __future__ import annotations
@@ -86,6 +88,7 @@ class CheckedEncoding(Encoding):
         self.terminal = goal_is_terminal(problem)
         self._solver: z3.Solver | None = None
         self._checker: PlanChecker | None = None
+        self._diagnoser: PlanChecker | None = None
         self.counters = {"witnesses": 0, "prefix_blocks": 0, "program_blocks": 0, "checks": 0}
         self.seconds = {"declare": 0.0, "check": 0.0}
 
@@ -94,6 +97,10 @@ class CheckedEncoding(Encoding):
     @abstractmethod
     def payload_factory(self) -> PayloadFactory:
         """Builds the checker's symbolic payload: (payload, [(name, variable)], domain constraints)."""
+
+    def proof_checker(self) -> PlanChecker:
+        """The checker that proves candidates (default: ``new_checker()``)."""
+        return self.new_checker()
 
     def witness_payload(self, witness: Witness) -> tuple[Any, Payload]:
         """(row, payload) of a concrete witness, for a synthesizer track."""
@@ -124,22 +131,31 @@ class CheckedEncoding(Encoding):
             self._add_witness(w)
         self.seconds["declare"] += time.perf_counter() - start
 
+    def witness_view(self, witness: Witness) -> tuple[Any, Payload] | None:
+        """(a ``structure.Quotient`` and the payload on its devices) when the witness's track may be
+        followed on one device per cell of a stable partition; None: on every device."""
+        return None
+
     def _add_witness(self, witness: Witness) -> None:
         row, payload = self.witness_payload(witness)
-        sem = Semantics(self.s, payload, row, self.arith, self.strict_rows, self.chunks)
-        ch, cc, s = self.choices, self.cellcounts, self.s
+        view = self.witness_view(witness)
+        s = self.s if view is None else view[0]
+        if view is not None:
+            payload = view[1]
+        base = self.s.cell if view is None else [self.s.cell[d] for d in s.rep]
+        sem = Semantics(s, payload, row, self.arith, self.strict_rows, self.chunks)
+        ch, cc = self.choices, self.cellcounts
         state = sem.initial()
         parts = []
         for t in range(self.max_len):
             options = [(ch.x[t][c], c) for c in range(len(self.problem.candidates))]
 
             def count(d: int, t=t) -> Any:
-                return cc.widen(cc.n[t][s.cell[d]])
+                return cc.widen(cc.n[t][base[d]])
 
             for guard, c in options:
-                conds = [
-                    cond for gi in range(len(s.cand_groups[c])) for _, cond in sem.rules(state, c, gi, count)
-                ]
+                first = {gid: gi for gi, gid in reversed(list(enumerate(s.cand_groups[c])))}
+                conds = [cond for gi in sorted(first.values()) for _, cond in sem.rules(state, c, gi, count)]
                 parts.append(T.implies(guard, T.and_(conds)))
             state = sem.step(state, options, count, lambda c, gi, t=t: cc.widen(cc.quotient(t, c, gi)), t)
         parts.append(sem.goal(state))
@@ -159,41 +175,71 @@ class CheckedEncoding(Encoding):
     def checker(self) -> PlanChecker:
         """The exact checker of this encoding's candidates (one per encoding, nodes cached)."""
         if self._checker is None:
-            self._checker = self.new_checker()
+            self._checker = self.proof_checker()
         return self._checker
 
-    def new_checker(self, chunks: int | None = None, timeout_ms: int | None = None) -> PlanChecker:
+    def diagnoser(self) -> PlanChecker:
+        """A checker whose failures name a full witness (when the proving checker's do not)."""
+        if self._diagnoser is None:
+            self._diagnoser = self.new_checker()
+        return self._diagnoser
+
+    def new_checker(
+        self,
+        chunks: int | None = None,
+        timeout_ms: int | None = None,
+        payload: PayloadFactory | None = None,
+        arith: str = "int",
+        logic: str | None = None,
+    ) -> PlanChecker:
         """A checker of fixed programs in this encoding's semantics (``chunks``: rows of the state)."""
         return PlanChecker(
             self.problem,
-            self.payload_factory(),
+            payload or self.payload_factory(),
             chunks=chunks,
             strict_rows=self.strict_rows,
             structure=self.s,
             ctx=self.context,
             timeout_ms=timeout_ms,
+            arith=arith,
+            logic=logic,
         )
 
     def queries(self):
         return list(self._checker.log) if self._checker is not None else []
 
+    batch_refine = True
+
     def refine(self, solver: z3.Solver, program: Program, timeout_ms: int | None = None) -> Refinement:
+        return self.refine_many(solver, [program], timeout_ms)[0]
+
+    def refine_many(
+        self, solver: z3.Solver, programs: Sequence[Program], timeout_ms: int | None = None
+    ) -> list[Refinement]:
+        """Prove the candidates (one checker query when all are valid); refute each invalid one."""
         start = time.perf_counter()
         chk = self.checker()
         chk.record = self.record_queries
         if timeout_ms is not None:
             chk.solver.set("timeout", int(timeout_ms))
-        self.counters["checks"] += 1
+        self.counters["checks"] += len(programs)
         try:
-            fail = chk.first_failure(program, terminal_goal=self.terminal)
+            fails = chk.failures(programs, terminal_goal=self.terminal)
         except Unknown:
-            return Refinement(False, "unknown")
+            return [Refinement(False, "unknown")] * len(programs)
         finally:
             self.seconds["check"] += time.perf_counter() - start
-        if fail is None:
-            return ACCEPTED
-        witness = self.witness_of(fail.witness) if fail.witness and not fail.early_goal else None
-        if self.refine_mode == "witness" and witness is not None and witness not in self.tracked:
+        return [ACCEPTED if f is None else self._refute(solver, p, f) for p, f in zip(programs, fails)]
+
+    def _refute(self, solver: z3.Solver, program: Program, fail) -> Refinement:
+        """Add a necessary condition of validity that the failing ``program`` violates."""
+        witness = None
+        if self.refine_mode == "witness" and fail.witness and not fail.early_goal:
+            if set(fail.witness) == {"chunk"}:  # the proving checker names no column: ask one that does
+                fail = self.diagnoser().first_failure(program, terminal_goal=self.terminal) or fail
+            if fail.witness and set(fail.witness) != {"chunk"} and not fail.early_goal:
+                witness = self.witness_of(fail.witness)
+        if witness is not None and witness not in self.tracked:
             self._add_witness(witness)
             return Refinement(
                 False, "witness", {"witness": fail.witness, "step": fail.step, "rule": fail.rule}

@@ -66,8 +66,46 @@ class Structure:
         return tuple(sorted(Counter(self.cell[d] for d in group).items()))
 
 
-def stable_partition(s: Structure) -> list[int]:
-    """Colour refinement over (role, root's cell, members' cells, size) per group structure."""
+class Quotient:
+    """The devices of ``s`` up to a stable partition that individualizes ``device``: one device per cell.
+
+    Every group becomes the tuple of its members' cells in rank order (a cell may repeat), so that
+    the first-chunk track of column ``device`` (whose values are equal on the devices of a cell, by
+    induction over the steps) can be followed on one device per cell. It offers what
+    ``unroll.Semantics`` reads of a ``Structure``.
+    """
+
+    def __init__(self, s: Structure, device: int):
+        self.base = s
+        self.problem = s.problem
+        owner = s.goal_owner.get(device)
+        same_goal = [owner is not None and s.goal_owner.get(d) == owner for d in range(s.k)]
+        self.cell = stable_partition(s, [(d == device, same_goal[d]) for d in range(s.k)])
+        self.k = max(self.cell) + 1 if s.k else 0
+        self.rep = [self.cell.index(x) for x in range(self.k)]
+        self.device = self.cell[device]
+        self.goal_size = [s.goal_size[d] for d in self.rep]
+        self.same_goal = [same_goal[d] for d in self.rep]
+        self.groups: list[tuple[int, ...]] = []
+        index: dict[tuple[int, ...], int] = {}
+        self.cand_groups: list[tuple[int, ...]] = []
+        for ids in s.cand_groups:
+            out = []
+            for gid in ids:
+                g = tuple(self.cell[d] for d in s.groups[gid])
+                if g not in index:
+                    index[g] = len(self.groups)
+                    self.groups.append(g)
+                out.append(index[g])
+            self.cand_groups.append(tuple(out))
+
+    def group_of(self, c: int, gi: int) -> tuple[int, ...]:
+        return self.groups[self.cand_groups[c][gi]]
+
+
+def stable_partition(s: Structure, initial: list | None = None) -> list[int]:
+    """Colour refinement over (role, root's cell, members' cells, size) per group structure, from the
+    goal sizes (and ``initial`` colours when given)."""
     structures: dict[tuple[int, ...], None] = {}
     for ids in s.cand_groups:
         structures.setdefault(ids, None)
@@ -76,8 +114,14 @@ def stable_partition(s: Structure) -> list[int]:
         for gid in ids:
             for d in s.groups[gid]:
                 member_of[d][ids] = gid
-    colour = _normalize([(s.goal_size[d],) for d in range(s.k)])
+    colour = _normalize([(s.goal_size[d], initial[d] if initial else None) for d in range(s.k)])
+    used = sorted({gid for ids in structures for gid in ids})
     while True:
+        sig = {
+            gid: (colour[s.groups[gid][0]], len(s.groups[gid]),
+                  tuple(sorted(Counter(colour[m] for m in s.groups[gid]).items())))
+            for gid in used
+        }  # once per group, not once per member: linear instead of quadratic in the devices
         sigs = []
         for d in range(s.k):
             parts = [colour[d]]
@@ -86,9 +130,8 @@ def stable_partition(s: Structure) -> list[int]:
                 if gid is None:
                     parts.append(None)
                     continue
-                g = s.groups[gid]
-                members = tuple(sorted(Counter(colour[m] for m in g).items()))
-                parts.append((g[0] == d, colour[g[0]], len(g), members))
+                root, size, members = sig[gid]
+                parts.append((s.groups[gid][0] == d, root, size, members))
             sigs.append(tuple(parts))
         new = _normalize(sigs)
         if max(new, default=-1) == max(colour, default=-1):

@@ -50,6 +50,33 @@ def _mk_eq(a: z3.ExprRef, b: z3.ExprRef) -> z3.BoolRef:
     return z3.BoolRef(_c.Z3_mk_eq(a.ctx.ref(), a.ast, b.ast), a.ctx)
 
 
+def bv_or(a: z3.ExprRef, b: z3.ExprRef) -> z3.BitVecRef:
+    return z3.BitVecRef(_c.Z3_mk_bvor(a.ctx.ref(), a.ast, b.ast), a.ctx)
+
+
+def bv_and(a: z3.ExprRef, b: z3.ExprRef) -> z3.BitVecRef:
+    return z3.BitVecRef(_c.Z3_mk_bvand(a.ctx.ref(), a.ast, b.ast), a.ctx)
+
+
+def bv_not(a: z3.ExprRef) -> z3.BitVecRef:
+    return z3.BitVecRef(_c.Z3_mk_bvnot(a.ctx.ref(), a.ast), a.ctx)
+
+
+class Numerals:
+    """Bit-vector numerals of one width, made once each (formulas reuse a few constants many times)."""
+
+    def __init__(self, width: int, ctx: z3.Context):
+        self.width = width
+        self.ctx = ctx
+        self.cache: dict[int, z3.BitVecNumRef] = {}
+
+    def __call__(self, value: int) -> z3.BitVecNumRef:
+        found = self.cache.get(value)
+        if found is None:
+            found = self.cache[value] = z3.BitVecVal(value, self.width, self.ctx)
+        return found
+
+
 def is_const(v: Term) -> bool:
     return isinstance(v, (bool, int))
 
@@ -127,9 +154,15 @@ def eq(a: Term, b: Term) -> Term:
 
 
 def _numeral_like(v: int, other: z3.ExprRef) -> z3.ExprRef:
-    if isinstance(other, z3.BitVecRef):
-        return z3.BitVecVal(v, other.size(), other.ctx)
-    return z3.IntVal(v, other.ctx)
+    """A numeral of ``other``'s sort, made once per context (the cache lives on the context)."""
+    bv = isinstance(other, z3.BitVecRef)
+    ctx = other.ctx
+    cache = ctx.__dict__.setdefault("_p2smt_numerals", {})
+    key = (other.size() if bv else 0, v)
+    found = cache.get(key)
+    if found is None:
+        found = cache[key] = z3.BitVecVal(v, other.size(), ctx) if bv else z3.IntVal(v, ctx)
+    return found
 
 
 def _compare(a: Term, b: Term, strict: bool) -> Term:
@@ -192,7 +225,14 @@ def sub(a: Term, b: Term) -> Term:
         return a - b
     if is_const(b) and b == 0:
         return a
-    return a - b
+    if is_const(a):
+        a = _numeral_like(a, b)
+    elif is_const(b):
+        b = _numeral_like(b, a)
+    ctx = a.ctx
+    if isinstance(a, z3.BitVecRef):
+        return z3.BitVecRef(_c.Z3_mk_bvsub(ctx.ref(), a.ast, b.ast), ctx)
+    return z3.ArithRef(_c.Z3_mk_sub(ctx.ref(), 2, _array([a, b])), ctx)
 
 
 def mul(c: int, a: Term) -> Term:

@@ -43,6 +43,7 @@ class Arith:
         self.kind = kind
         self.width = (max(bound, 1) * 4).bit_length() + 1
         self.prefix = prefix
+        self._lits: dict[int, z3.ExprRef] = {}
 
     def var(self, name: str) -> z3.ExprRef:
         if self.kind == "int":
@@ -50,9 +51,14 @@ class Arith:
         return z3.BitVec(f"{self.prefix}{name}", self.width, self.ctx)
 
     def lit(self, value: int) -> z3.ExprRef:
-        if self.kind == "int":
-            return z3.IntVal(value, self.ctx)
-        return z3.BitVecVal(value, self.width, self.ctx)
+        found = self._lits.get(value)
+        if found is None:
+            if self.kind == "int":
+                found = z3.IntVal(value, self.ctx)
+            else:
+                found = z3.BitVecVal(value, self.width, self.ctx)
+            self._lits[value] = found
+        return found
 
     def value(self, v: z3.ExprRef) -> int:
         return v.as_signed_long() if z3.is_bv_value(v) else v.as_long()
@@ -142,6 +148,7 @@ class CellCounts:
         self.ac = Arith(ctx, kind, s.k, "s_c")
         self.wide = Arith(ctx, kind, big * max(s.k, chunks), "s_w")
         self.background: list[Term] = []
+        self._wide: dict[int, tuple[Term, Term]] = {}  # id -> (widened, original: keeps the id alive)
         cells = s.cells
         self.n: list[list[Term]] = [[chunks] * cells]
         self.c: list[list[Term]] = [[1] * cells]
@@ -154,7 +161,11 @@ class CellCounts:
     def widen(self, v: Term) -> Term:
         if T.is_const(v) or self.wide.kind == "int":
             return v
-        return z3.SignExt(self.wide.width - v.size(), v)
+        key = v.get_id()
+        found = self._wide.get(key)
+        if found is None:
+            found = self._wide[key] = (z3.SignExt(self.wide.width - v.size(), v), v)
+        return found[0]
 
     def quotient(self, t: int, c: int, gi: int) -> Term:
         """ReduceScatter's block size (a fresh bounded variable with ``choose -> m * q == n``)."""
@@ -331,16 +342,18 @@ def equal_state_lemmas(s: Structure, ch: Choices, depth: int = 2) -> list[Term]:
     seqs = [((c,), after(start, c)) for c in range(len(cands))]
     for length in range(1, depth + 1):
         for seq, classes in seqs:
+            done: set[int] = set()
             for cb, g in bcast:
-                if len({classes[d] for d in g}) != 1:
+                if cb in done or len({classes[d] for d in g}) != 1:
                     continue
+                done.add(cb)  # one group that gains nothing fails the whole step
                 if length > 1 and any(
                     len({cls[d] for d in g}) == 1 for cls in _suffix_classes(seq, after, start)
                 ):
                     continue  # a shorter suffix already forbids it
                 for t in range(length, ch.steps):
                     lits = [ch.x[t - length + i][c] for i, c in enumerate(seq)] + [ch.x[t][cb]]
-                    out.append(z3.Not(z3.And(lits)))
+                    out.append(T.or_(T.not_(v) for v in lits))
         if length < depth:
             seqs = [(seq + (c,), after(classes, c)) for seq, classes in seqs for c in range(len(cands))]
     return out
@@ -409,8 +422,19 @@ class Semantics:
     """How one step acts on a track, given each device's chunk count before the step."""
 
     def __init__(
-        self, s: Structure, payload: Payload, row: Term, arith: Arith, strict_rows: bool, chunks: int
+        self,
+        s: Structure,
+        payload: Payload,
+        row: Term,
+        arith: Arith,
+        strict_rows: bool,
+        chunks: int,
+        forall_rows: bool = False,
     ):
+        # forall_rows: the rules are only ever asked of every row at once (the checker), so the
+        # consequences on counts of non-empty chunks below the row, implied by the per-row rules
+        # holding on all rows, are left out
+        self.forall_rows = forall_rows
         self.s = s
         self.chunks = chunks
         self.payload = payload
@@ -437,7 +461,11 @@ class Semantics:
         unions: dict[tuple[int, Collective], Term] = {}
         for guard, c in reversed(options):
             coll = s.problem.candidates[c].collective
+            done: set[int] = set()
             for gi, gid in enumerate(s.cand_groups[c]):
+                if gid in done:  # a quotient maps several groups to one
+                    continue
+                done.add(gid)
                 g = s.groups[gid]
                 key = (gid, coll)
 
@@ -488,20 +516,19 @@ class Semantics:
             found.setdefault(name, []).append(cond)
 
         if coll in (AR, RS, RED) and self.strict_rows:
-            add("same_chunks", T.and_((T.all_equal(n), T.all_equal(p), T.all_equal(b))))
+            same_below = True if self.forall_rows else T.all_equal(b)
+            add("same_chunks", T.and_((T.all_equal(n), T.all_equal(p), same_below)))
         if coll is RS and T.is_const(n[0]):
             add("divisible", n[0] % len(g) == 0)
         if coll is AG:
-            add(
-                "disjoint_chunks",
-                T.and_((T.at_most_one(p), T.le(T.add(b), self.row), T.le(T.add(n), self.chunks))),
-            )
+            below = True if self.forall_rows else T.le(T.add(b), self.row)
+            add("disjoint_chunks", T.and_((T.at_most_one(p), below, T.le(T.add(n), self.chunks))))
             add("equal_sizes", T.all_equal(n))
         if coll is BC:  # rows: a member chunk the root lacks would be overwritten (lost)
             add(
                 "below_root",
                 T.and_(
-                    T.and_((T.implies(v, p[0]), T.le(w, b[0]), T.le(m, n[0])))
+                    T.and_((T.implies(v, p[0]), self.forall_rows or T.le(w, b[0]), T.le(m, n[0])))
                     for v, w, m in zip(p[1:], b[1:], n[1:])
                 ),
             )
