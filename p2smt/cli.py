@@ -613,6 +613,41 @@ def cmd_experiment(args: argparse.Namespace) -> int:
     return EXIT_FAIL if summary["disagreements"] or summary["failures"] else EXIT_OK
 
 
+def cmd_best(args: argparse.Namespace) -> int:
+    """The N cheapest programs per placement under the cost model, found and proved optimal with Z3."""
+    from .best import best
+
+    system, axes, reduce, matrix = request(args)
+    opts = engine_options(args)
+    result = best(system, axes, reduce, matrix=matrix, max_len=args.max_len, top=args.top, algo=args.algo,
+                  bytes_per_device=args.bytes, timeout_ms=opts.timeout_ms,
+                  encoding=opts.encoding or "bool-matrix", encoding_options=opts.encoding_options,
+                  hierarchy_kind=args.hierarchy, master_scope=args.master_scope,
+                  require_progress=not args.allow_noop, bound=args.bound)
+    payload = result.to_json()
+
+    def render(c: Console) -> None:
+        c.print(f"{system.name}: axes {list(axes)}, reduce {list(result.reduction_axes)}, max length "
+                f"{args.max_len}, {args.algo}, {result.bytes_per_device:.4g} bytes per device: "
+                f"[bold]{result.status}[/bold] ({len(result.matrices)} placements, {result.seconds:.3f} s)")
+        for m in result.matrices:
+            levels = " > ".join(f"{n} {s}" for n, s in m.hierarchy.levels)
+            t = Table(title=f"matrix {[list(r) for r in m.matrix]}  hierarchy {levels}  "
+                            f"({m.status}, {m.seconds:.3f} s)")
+            t.add_column("#", justify="right")
+            t.add_column("seconds", justify="right")
+            t.add_column("program")
+            for i, p in enumerate(m.programs, 1):
+                t.add_row(str(i), f"{p.seconds:.6g}", p.text)
+            c.print(t)
+        if payload["best"]:
+            b = payload["best"]
+            c.print(f"best: matrix {b['matrix']}  {b['seconds']:.6g} s  {b['program']}")
+
+    emit(args, payload, render)
+    return EXIT_OK if result.status == "optimal" else EXIT_UNKNOWN
+
+
 # ---------------------------------------------------------------- parser
 
 
@@ -762,6 +797,23 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--encodings-dir", help="another folder of encoding files")
     add_json(p)
     p.set_defaults(func=cmd_experiment)
+
+    p = sub.add_parser("best", help="the N cheapest programs under the cost model, found and proved with Z3")
+    add_request(p)
+    p.add_argument("--engine", default="z3", choices=["z3"], help="the search is Z3's (kept for symmetry)")
+    p.add_argument("--max-len", type=int, default=8)
+    p.add_argument("--top", type=int, default=1, help="programs per placement (rank order)")
+    p.add_argument("--algo", default="ring", help="ring | tree | nvls | auto")
+    p.add_argument("--bytes", type=float, help="bytes per device (default: P²'s 2^29 × nodes float32)")
+    p.add_argument("--timeout", type=float,
+                   help="seconds per solver call; a placement that runs out is 'unknown'")
+    p.add_argument("--encoding", help="counterexample-guided encoding (default bool-matrix)")
+    p.add_argument("--encoding-options", help="JSON object of encoding options")
+    p.add_argument("--bound", default="clauses", choices=["clauses", "sum"],
+                   help="how cost <= U reaches the solver: prefix clauses (default) or also a bit-vector sum")
+    p.add_argument("--allow-noop", action="store_true", help="allow steps in which a group changes nothing")
+    add_json(p)
+    p.set_defaults(func=cmd_best)
     return parser
 
 

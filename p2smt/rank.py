@@ -15,7 +15,7 @@ from .system import System
 from .topology import build_topology
 
 
-def _key(seconds: float, text: str) -> tuple[float, str]:
+def sort_key(seconds: float, text: str) -> tuple[float, str]:
     """Sort key: time to 9 significant digits (so float noise never reorders), then the program text."""
     return (float(f"{seconds:.9g}"), text)
 
@@ -28,7 +28,7 @@ def allreduce_seconds(system: System, matrix: Matrix, axes: Sequence[int], reduc
     return step_time(topo, Collective.ALL_REDUCE, groups, [float(bytes_per_device)] * len(groups), algo)
 
 
-def _check(system: System, algo: str, bytes_per_device: float | None, top: int | None) -> float:
+def check_request(system: System, algo: str, bytes_per_device: float | None, top: int | None) -> float:
     if algo not in ALGOS:
         raise P2Error(f"unknown algorithm {algo!r}; choose one of {', '.join(ALGOS)}")
     if top is not None and top < 1:
@@ -42,7 +42,7 @@ def _check(system: System, algo: str, bytes_per_device: float | None, top: int |
 def rank_result(system: System, result: SynthesisResult, *, algo: str = "ring",
                 bytes_per_device: float | None = None, top: int | None = None) -> dict[str, Any]:
     """Rank an existing synthesis result (see ``rank``); lets one synthesis serve several algorithms."""
-    b = _check(system, algo, bytes_per_device, top)
+    b = check_request(system, algo, bytes_per_device, top)
     matrices = []
     best = None
     for m in result.matrices:
@@ -51,14 +51,14 @@ def rank_result(system: System, result: SynthesisResult, *, algo: str = "ring",
         for prog in m.programs:
             cost = program_time(system, m.hierarchy, prog, algo=algo, bytes_per_device=b, fractions=fractions[prog])
             scored.append((cost.seconds, format_program(prog)))
-        scored.sort(key=lambda st: _key(*st))
+        scored.sort(key=lambda st: sort_key(*st))
         matrix = [list(r) for r in m.matrix]
         matrices.append({
             "matrix": matrix,
             "allreduce_seconds": allreduce_seconds(system, m.matrix, result.axes, result.reduction_axes, algo, b),
             "programs": [{"program": text, "seconds": s} for s, text in scored[:top]],
         })
-        if scored and (best is None or _key(*scored[0]) + (matrix,) < _key(best[0], best[1]) + (best[2],)):
+        if scored and (best is None or sort_key(*scored[0]) + (matrix,) < sort_key(best[0], best[1]) + (best[2],)):
             best = (scored[0][0], scored[0][1], matrix)
     return {
         "bytes_per_device": b,
@@ -77,7 +77,7 @@ def rank(system: System, axes: Sequence[int], reduction_axes: Sequence[int], *, 
     "programs": [{"program", "seconds"}]}], "best": {"matrix", "program", "seconds"}}``; programs are
     sorted by predicted seconds, ties by program text; ``top`` keeps the first N per matrix.
     """
-    _check(system, algo, bytes_per_device, top)
+    check_request(system, algo, bytes_per_device, top)
     result = synthesize(system, tuple(axes), tuple(reduction_axes), max_len=max_len, engine=engine)
     return rank_result(system, result, algo=algo, bytes_per_device=bytes_per_device, top=top)
 

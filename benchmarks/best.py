@@ -1,0 +1,138 @@
+"""Cost-guided search (``p2smt best``) vs enumerate-then-rank, at max length 5, 6, 7, 8.
+
+    python benchmarks/best.py [--lengths 5,6,7,8] [--limit 600] [--cases a100,superpod] [--top 1] [--json FILE]
+
+Cases: the 4 × A100 system (``a100-4x16``, axes 4,16 reducing axis 1: every placement) and the
+1,024-GPU ``h100-superpod`` (su 4 > node 32 > pcie 4 > gpu 2; axes 16,64 reducing axis 0 with the
+placement that spreads the 16-way reduction as 2 × 2 × 2 × 2 over all four levels). Each point runs
+in its own process under a wall-clock limit, both sides of a point one after the other in the same
+run (the machine is shared, so only ratios measured side by side mean much); a side that exceeds
+the limit is reported as such. speedup = enumerate-then-rank seconds / best seconds; "same": equal
+top-N lists (programs, seconds, order) per placement and equal overall best.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import subprocess
+import sys
+import time
+
+CASES = {
+    "a100": {"system": "a100-4x16", "axes": [4, 16], "reduce": [1], "matrix": None},
+    "superpod": {"system": "h100-superpod", "axes": [16, 64], "reduce": [0],
+                 "matrix": [[2, 2, 2, 2], [2, 16, 2, 1]]},
+}
+
+
+def machine() -> dict:
+    import z3
+
+    cpu = platform.processor() or platform.machine()
+    try:
+        with open("/proc/cpuinfo") as f:
+            cpu = next(line.split(":", 1)[1].strip() for line in f if line.startswith("model name"))
+    except (OSError, StopIteration):
+        pass
+    return {"cpu": cpu, "cores": os.cpu_count(), "python": platform.python_version(),
+            "z3": z3.get_version_string(), "platform": platform.platform()}
+
+
+def run_point(spec: dict) -> dict:
+    """One side of one point, in this process: {"seconds", "status", "best", ...}."""
+    from p2smt.system import load_system
+
+    case = CASES[spec["case"]]
+    system = load_system(case["system"])
+    axes, reduce = tuple(case["axes"]), tuple(case["reduce"])
+    matrix = tuple(tuple(r) for r in case["matrix"]) if case["matrix"] else None
+    start = time.perf_counter()
+    if spec["side"] == "rank":
+        from p2smt.rank import rank_result
+        from p2smt.synth import synthesize
+
+        result = synthesize(system, axes, reduce, matrix=matrix, max_len=spec["max_len"], engine="enumerative")
+        synth_seconds = time.perf_counter() - start
+        report = rank_result(system, result, top=spec["top"])
+        return {"seconds": time.perf_counter() - start, "synth_seconds": synth_seconds,
+                "programs": result.total_programs, "status": result.status, "best": report["best"],
+                "top": [m["programs"] for m in report["matrices"]]}
+    from p2smt.best import best
+
+    found = best(system, axes, reduce, matrix=matrix, max_len=spec["max_len"], top=spec["top"])
+    report = found.to_json()
+    calls = sum(m.stats.get("solver_calls", 0) for m in found.matrices)
+    clauses = sum(m.stats.get("cost_clauses", 0) for m in found.matrices)
+    return {"seconds": time.perf_counter() - start, "status": report["status"], "best": report["best"],
+            "top": [m["programs"] for m in report["matrices"]], "solver_calls": calls, "cost_clauses": clauses}
+
+
+def measure(spec: dict, limit: float) -> dict:
+    """Run a point in a child process; {"timeout": limit} when it does not finish in time."""
+    start = time.perf_counter()
+    try:
+        done = subprocess.run([sys.executable, __file__, "--point", json.dumps(spec)], check=False, capture_output=True,
+                              text=True, timeout=limit)
+    except subprocess.TimeoutExpired:
+        return {"timeout": limit, "seconds": time.perf_counter() - start}
+    if done.returncode != 0:
+        return {"error": done.stderr.strip().splitlines()[-1] if done.stderr.strip() else f"exit {done.returncode}"}
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+def show(side: dict) -> str:
+    if "timeout" in side:
+        return f"> {side['timeout']:.0f} s (limit)"
+    if "error" in side:
+        return f"error: {side['error']}"
+    return f"{side['seconds']:.2f} s"
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--lengths", default="5,6,7,8")
+    parser.add_argument("--limit", type=float, default=600.0, help="wall-clock seconds per side of a point")
+    parser.add_argument("--cases", default="a100,superpod")
+    parser.add_argument("--top", type=int, default=1)
+    parser.add_argument("--json", help="also write the rows here")
+    parser.add_argument("--point", help=argparse.SUPPRESS)
+    args = parser.parse_args(argv)
+    if args.point:
+        print(json.dumps(run_point(json.loads(args.point))))
+        return 0
+    info = machine()
+    print(f"machine: {info['cpu']}, {info['cores']} cores, Python {info['python']}, z3 {info['z3']}, "
+          f"{info['platform']}")
+    print(f"per-side wall limit {args.limit:.0f} s, top {args.top}")
+    header = f"{'case':<9} {'len':>3}  {'enumerate+rank':>18}  {'programs':>8}  {'best (Z3)':>18}  " \
+             f"{'calls':>6}  {'speedup':>7}  same  best program"
+    print(header)
+    rows = []
+    for case in args.cases.split(","):
+        for length in [int(v) for v in args.lengths.split(",")]:
+            spec = {"case": case, "max_len": length, "top": args.top}
+            ranked = measure({**spec, "side": "rank"}, args.limit)
+            found = measure({**spec, "side": "best"}, args.limit)
+            both = "best" in ranked and "best" in found
+            same = ("yes" if ranked["top"] == found["top"] and ranked["best"] == found["best"] else "NO") if both \
+                else "-"
+            ratio = f"{ranked['seconds'] / found['seconds']:.2f}x" if both else "-"
+            if "best" in found and "timeout" in ranked:
+                ratio = f">{ranked['timeout'] / found['seconds']:.1f}x"
+            program = (found.get("best") or ranked.get("best") or {}).get("program", "-")
+            print(f"{case:<9} {length:>3}  {show(ranked):>18}  {ranked.get('programs', '-'):>8}  "
+                  f"{show(found):>18}  {found.get('solver_calls', '-'):>6}  {ratio:>7}  {same:<4}  {program}",
+                  flush=True)
+            rows.append({"case": case, "max_len": length, "enumerate_then_rank": ranked, "best": found,
+                         "same": same})
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump({"machine": info, "limit": args.limit, "rows": rows}, f, indent=2)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

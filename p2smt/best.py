@@ -1,0 +1,444 @@
+"""Cost-guided search: the N cheapest valid programs under the cost model, found and proved with Z3.
+
+Per placement, one incremental solver holds a counterexample-guided encoding (``smt.lazy``: one-hot
+step choices, exact per-cell chunk counts ``n``; each model is a candidate that ``refine`` proves on
+every cell or refutes with a necessary condition of validity, as in ``smt.engine.run_encoding``).
+Accepted programs are re-checked by the interpreter, priced by ``cost.program_time`` and blocked.
+
+The cost of a step is a function of its choice and of the chunk counts of its members before it
+(``cost.program_time`` of the one-instruction program with those holdings; memoized per pair).
+Once N programs are known, the search is bounded by ``cost <= U`` with U the N-th cheapest time
+plus a relative 1e-7 (so every program that ties it at ``rank``'s 9-significant-digit resolution
+stays in); U only decreases. The bound is enforced by lazily generated clauses over the choices
+(``bound="clauses"``, default): along a model's path the counts are functions of the prefix, so when
+a prefix plus one more step already costs more than U, the clause "not (this prefix, then that
+step)" is implied by the bound (step times are non-negative). At every prefix a model visits, all
+steps that would overshoot U are excluded at once. ``bound="sum"`` also asserts the bound as a
+bit-vector sum of per-step costs (``lit(t, c, counts) -> cost_t = weight``, weights rounded down;
+pairs not yet priced weigh 0, so the sum never exceeds a valid program's scaled time): fewer solver
+calls, but each is much slower (see ``benchmarks/best.py``).
+
+``unsat`` then proves that every valid program of at most ``max_len`` steps costing at most U has
+been found. Order and ties are ``rank``'s: seconds to 9 significant digits, then the program text
+(across placements then the matrix), so ``best`` returns what ranking the complete set would.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import z3
+
+from .collectives import Collective
+from .cost import held_fractions_of_programs, program_time
+from .dsl import Program, candidate_instructions, format_program, problem
+from .errors import InternalError, P2Error
+from .hierarchy import HierarchyKind, MasterScope, SynthesisHierarchy, synthesis_hierarchy
+from .placement import Matrix
+from .rank import check_request
+from .rank import sort_key as rank_key
+from .semantics import execute
+from .smt import terms as T
+from .smt.engine import solver_figures
+from .smt.lazy import CheckedEncoding
+from .smt.registry import load_encoding
+from .synth import MAX_LEN_LIMIT, placements_for
+from .system import System
+
+TIE_TOLERANCE = 1e-7
+"""Relative slack of the bound above the N-th time: covers ``rank``'s 9-significant-digit ties."""
+SUM_UNITS = 2**24
+"""``bound="sum"``: the bound's integer value when first stated (the resolution of step weights)."""
+BOUNDS = ("clauses", "sum")
+
+
+@dataclass(frozen=True)
+class RankedProgram:
+    program: Program
+    seconds: float
+
+    @property
+    def text(self) -> str:
+        return format_program(self.program)
+
+    def to_json(self) -> dict[str, Any]:
+        return {"program": self.text, "seconds": self.seconds}
+
+
+@dataclass(frozen=True)
+class MatrixBest:
+    """One placement: its cheapest programs (rank order) and whether that is proved.
+
+    ``status``: "optimal" (no valid program of at most ``max_len`` steps that is missing from the list
+    is cheaper than its last entry), "infeasible" (no valid program of at most ``max_len`` steps), or
+    "unknown" (a solver call gave up: the programs are the cheapest found, valid, not proved cheapest).
+    """
+
+    matrix: Matrix
+    hierarchy: SynthesisHierarchy
+    programs: tuple[RankedProgram, ...]
+    status: str
+    seconds: float
+    stats: dict[str, Any] = field(default_factory=dict)
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "matrix": [list(r) for r in self.matrix],
+            "synthesis_hierarchy": [[n, s] for n, s in self.hierarchy.levels],
+            "programs": [p.to_json() for p in self.programs],
+            "status": self.status,
+            "seconds": round(self.seconds, 6),
+            "stats": self.stats,
+        }
+
+
+@dataclass(frozen=True)
+class BestResult:
+    system: str
+    axes: tuple[int, ...]
+    reduction_axes: tuple[int, ...]
+    algo: str
+    bytes_per_device: float
+    max_len: int
+    top: int
+    matrices: tuple[MatrixBest, ...]
+    seconds: float
+
+    @property
+    def status(self) -> str:
+        """"optimal" when every placement is proved (or has no program), else "unknown"."""
+        return "unknown" if any(m.status == "unknown" for m in self.matrices) else "optimal"
+
+    @property
+    def best(self) -> tuple[MatrixBest, RankedProgram] | None:
+        """The cheapest program over all placements (ties: program text, then matrix, as ``rank``)."""
+        firsts = [(m, m.programs[0]) for m in self.matrices if m.programs]
+        if not firsts:
+            return None
+        return min(firsts, key=lambda mp: rank_key(mp[1].seconds, mp[1].text) + ([list(r) for r in mp[0].matrix],))
+
+    def to_json(self) -> dict[str, Any]:
+        best = self.best
+        return {
+            "status": self.status,
+            "system": self.system,
+            "axes": list(self.axes),
+            "reduce": list(self.reduction_axes),
+            "bytes_per_device": self.bytes_per_device,
+            "algo": self.algo,
+            "max_len": self.max_len,
+            "top": self.top,
+            "seconds": round(self.seconds, 6),
+            "matrices": [m.to_json() for m in self.matrices],
+            "best": None if best is None else {"matrix": [list(r) for r in best[0].matrix], **best[1].to_json()},
+        }
+
+
+class _StepCosts:
+    """Seconds of one step per (candidate, chunk counts of its cells), from ``cost.program_time``."""
+
+    def __init__(self, system: System, h: SynthesisHierarchy, instructions, cell: Sequence[int],
+                 cells_of: Sequence[tuple[int, ...]], algo: str, bytes_per_device: float):
+        self.system, self.h, self.instructions = system, h, instructions
+        self.cell, self.cells_of = cell, cells_of
+        self.algo, self.bytes = algo, bytes_per_device
+        self.table: dict[tuple[int, tuple[int, ...]], float] = {}
+        self.seconds = 0.0
+
+    def get(self, c: int, counts: tuple[int, ...]) -> float:
+        key = (c, counts)
+        if key not in self.table:
+            start = time.perf_counter()
+            k = self.h.num_devices
+            by_cell = dict(zip(self.cells_of[c], counts))
+            frac = np.array([by_cell.get(self.cell[d], 0) / k for d in range(k)])
+            one = Program((self.instructions[c],))
+            self.table[key] = program_time(self.system, self.h, one, algo=self.algo,
+                                           bytes_per_device=self.bytes, fractions=[frac]).seconds
+            self.seconds += time.perf_counter() - start
+        return self.table[key]
+
+
+class _Search:
+    """The cost-bounded search on one synthesis hierarchy (see the module docstring)."""
+
+    def __init__(self, system: System, h: SynthesisHierarchy, *, algo: str, bytes_per_device: float, max_len: int,
+                 top: int, timeout_ms: int | None, encoding: str, options: dict[str, Any] | None,
+                 require_progress: bool, bound: str):
+        self.system, self.h, self.top, self.timeout_ms = system, h, top, timeout_ms
+        self.max_len, self.mode = max_len, bound
+        self.prob = problem(h, require_progress)
+        self.instructions = [ins for ins, _ in candidate_instructions(h)]
+        enc = load_encoding(encoding).create(self.prob, max_len, options)
+        if not isinstance(enc, CheckedEncoding):
+            raise P2Error(f"encoding {encoding!r} does not track chunk counts; cost-guided search needs one "
+                          "built on smt.lazy.CheckedEncoding (e.g. bool-matrix)")
+        self.enc = enc
+        s = enc.s
+        self.cells_of = [tuple(sorted({s.cell[d] for g in cand.groups for d in g})) for cand in self.prob.candidates]
+        self.group_cells = [tuple(tuple(s.cell[d] for d in g) for g in cand.groups) for cand in self.prob.candidates]
+        self.costs = _StepCosts(system, h, self.instructions, s.cell, self.cells_of, algo, bytes_per_device)
+        self.found: dict[tuple[int, ...], RankedProgram] = {}
+        self.solver = enc.new_solver()
+        self.target: float | None = None  # U in seconds
+        self._priced: dict[tuple[int, ...], float] = {}  # prefix -> the target its next steps were priced at
+        self._blocked: set[tuple[int, ...]] = set()  # prefix + step excluded by a cost clause
+        # bound="sum": per-step bit-vector costs, fixed with the first bound
+        self.scale: float | None = None
+        self.cap = 0
+        self.units: int | None = None
+        self.step_cost: list[z3.BitVecRef] = []
+        self._weighted: set[tuple[int, tuple[int, ...]]] = set()
+        self._literals: dict[tuple[int, int, tuple[int, ...]], Any] = {}
+        self.counters = {"solver_calls": 0, "candidates": 0, "refuted": 0, "accepted": 0, "bound_updates": 0,
+                         "cost_clauses": 0, "over_bound_models": 0}
+
+    # ------------------------------------------------------------------ chunk counts and step costs
+
+    def _counts(self, model: z3.ModelRef, t: int) -> tuple[int, ...]:
+        """Every cell's chunk count before step ``t`` in ``model``."""
+        cc = self.enc.cellcounts
+        return tuple(int(v) if isinstance(v, int) else cc.an.value(model.eval(v, model_completion=True))
+                     for v in cc.n[t])
+
+    def _step_seconds(self, c: int, counts: Sequence[int]) -> float:
+        key = tuple(counts[x] for x in self.cells_of[c])
+        seconds = self.costs.get(c, key)
+        if self.scale is not None and (c, key) not in self._weighted:
+            self._weigh(c, key, seconds)
+        return seconds
+
+    def _may_run(self, c: int, counts: Sequence[int]) -> bool:
+        """The count-level Hoare preconditions (necessary for validity; a filter, never needed for soundness)."""
+        coll = self.prob.candidates[c].collective
+        k = self.prob.num_devices
+        for cells in self.group_cells[c]:
+            n = [counts[x] for x in cells]
+            if coll is Collective.BROADCAST:
+                ok = all(v <= n[0] for v in n[1:])
+            else:
+                ok = all(v == n[0] for v in n[1:])
+                ok = ok and not (coll is Collective.REDUCE_SCATTER and n[0] % len(n))
+                ok = ok and not (coll is Collective.ALL_GATHER and n[0] * len(n) > k)
+            if not ok:
+                return False
+        return True
+
+    # ------------------------------------------------------------------ bound="clauses"
+
+    def _block(self, prefix: tuple[int, ...], c: int) -> None:
+        lits = self.enc.choices.prefix_literals(prefix) + [self.enc.choices.x[len(prefix)][c]]
+        self.solver.add(T.not_(T.and_(lits)))
+        self._blocked.add(prefix + (c,))
+        self.counters["cost_clauses"] += 1
+
+    def _prune(self, program: tuple[int, ...], counts: list[tuple[int, ...]], seconds: list[float]) -> bool:
+        """Exclude, at every prefix of the model's path, each next step that takes the cost over U.
+
+        True when the program itself costs more than U (it is then excluded too).
+        """
+        spent = 0.0
+        for t, c in enumerate(program):
+            prefix = program[:t]
+            if self._priced.get(prefix) != self.target:
+                self._priced[prefix] = self.target
+                for c2 in range(len(self.prob.candidates)):
+                    if prefix + (c2,) in self._blocked or not self._may_run(c2, counts[t]):
+                        continue
+                    if spent + self._step_seconds(c2, counts[t]) > self.target:
+                        self._block(prefix, c2)
+            spent += seconds[t]
+            if spent > self.target:
+                if prefix + (c,) not in self._blocked:
+                    self._block(prefix, c)
+                return True
+        return False
+
+    # ------------------------------------------------------------------ bound="sum"
+
+    def _literal(self, t: int, c: int, counts: tuple[int, ...]):
+        """``step t runs c with these chunk counts on c's cells`` (False when impossible)."""
+        key = (t, c, counts)
+        if key not in self._literals:
+            cc = self.enc.cellcounts
+            parts: list[Any] = [self.enc.choices.x[t][c]]
+            for x, v in zip(self.cells_of[c], counts):
+                term = cc.n[t][x]
+                parts.append(T.eq(term, v if isinstance(term, int) else cc.an.lit(v)))
+            self._literals[key] = T.and_(parts)
+        return self._literals[key]
+
+    def _weigh(self, c: int, key: tuple[int, ...], seconds: float) -> None:
+        """Every step that runs (c, counts) costs its weight: scaled seconds rounded down, capped."""
+        self._weighted.add((c, key))
+        w = min(math.floor(seconds * self.scale), self.cap)
+        for t in range(self.max_len):
+            lit = self._literal(t, c, key)
+            if lit is not False and w > 0:
+                cost = self.step_cost[t]
+                self.solver.add(T.implies(lit, cost == z3.BitVecVal(w, cost.size(), cost.ctx)))
+
+    def _sum_bound(self) -> None:
+        if self.scale is None:
+            self.scale = SUM_UNITS / self.target if self.target > 0 else 1.0
+            self.cap = math.floor(self.target * self.scale) + 1
+            width = (self.max_len * self.cap).bit_length() + 1
+            ctx = self.enc.context
+            self.step_cost = [z3.BitVec(f"best_cost_{t}", width, ctx) for t in range(self.max_len)]
+            for v in self.step_cost:
+                self.solver.add(z3.ULE(v, z3.BitVecVal(self.cap, width, ctx)))  # so the sum cannot wrap
+            for c, key in list(self.costs.table):
+                self._weigh(c, key, self.costs.table[(c, key)])
+        self.units = math.floor(self.target * self.scale)
+        total = self.step_cost[0]
+        for v in self.step_cost[1:]:
+            total = total + v
+        self.solver.add(z3.ULE(total, z3.BitVecVal(self.units, total.size(), total.ctx)))
+
+    def _over_sum(self, seconds: list[float]) -> bool:
+        return self.units is not None and sum(min(math.floor(x * self.scale), self.cap) for x in seconds) > self.units
+
+    # ------------------------------------------------------------------ the loop
+
+    def _tighten(self) -> None:
+        """With N programs known, U = the N-th cheapest time (+ tolerance); it only decreases."""
+        if len(self.found) < self.top:
+            return
+        nth = sorted(self.found.values(), key=lambda r: rank_key(r.seconds, r.text))[self.top - 1].seconds
+        target = nth * (1 + TIE_TOLERANCE)
+        if self.target is None or target < self.target:
+            self.target = target
+            self.counters["bound_updates"] += 1
+            if self.mode == "sum":
+                self._sum_bound()
+
+    def _accept(self, program: tuple[int, ...], counts: list[tuple[int, ...]]) -> RankedProgram:
+        """Interpreter re-check, interpreter holdings = the solver's counts, exact cost."""
+        prob = self.prob
+        steps = [(prob.candidates[c].collective, prob.candidates[c].groups) for c in program]
+        run = execute(prob.num_devices, steps, prob.goal_groups, prob.require_progress)
+        if not run.valid:
+            why = run.violation.message if run.violation else "the goal is not reached"
+            raise InternalError(f"best: the encoding accepted {prob.label(program)!r}, which the interpreter "
+                                f"rejects: {why}")
+        prog = Program(tuple(self.instructions[c] for c in program))
+        fractions = held_fractions_of_programs(self.h, [prog])[prog]
+        k, cell = prob.num_devices, self.enc.s.cell
+        for t in range(len(program)):
+            if any(counts[t][cell[d]] != round(float(fractions[t][d]) * k) for d in range(k)):
+                raise InternalError(f"best: chunk counts of {prob.label(program)!r} before step {t} differ "
+                                    "between the encoding and the interpreter")
+        cost = program_time(self.system, self.h, prog, algo=self.costs.algo, bytes_per_device=self.costs.bytes,
+                            fractions=fractions)
+        return RankedProgram(prog, cost.seconds)
+
+    def run(self) -> tuple[str, list[RankedProgram], dict[str, Any]]:
+        enc, solver, start = self.enc, self.solver, time.perf_counter()
+        if self.timeout_ms is not None:
+            solver.set("timeout", int(self.timeout_ms))
+        enc.declare(solver)
+        if enc.logic is None:
+            solver.push()
+        status = "optimal"
+        nonempty = z3.Not(enc.choices.stop[0])
+        while True:
+            result = solver.check(nonempty)
+            self.counters["solver_calls"] += 1
+            if result == z3.unsat:
+                break
+            if result == z3.unknown:
+                status = "unknown"
+                break
+            model = solver.model()
+            program = enc.decode(model)
+            counts = [self._counts(model, t) for t in range(len(program))]
+            priced = len(self.costs.table)
+            seconds = [self._step_seconds(c, counts[t]) for t, c in enumerate(program)]
+            if self.target is not None and self.mode == "clauses" and self._prune(program, counts, seconds):
+                self.counters["over_bound_models"] += 1
+                continue
+            if self.mode == "sum" and self._over_sum(seconds):
+                if len(self.costs.table) == priced:
+                    raise InternalError("best: a model violates the stated cost bound")
+                self.counters["over_bound_models"] += 1  # it ran pairs priced only now: look again
+                continue
+            self.counters["candidates"] += 1
+            verdict = enc.refine(solver, program, self.timeout_ms)
+            if verdict.unknown:
+                status = "unknown"
+                break
+            if not verdict.accepted:
+                self.counters["refuted"] += 1
+                continue
+            self.counters["accepted"] += 1
+            self.found[program] = self._accept(program, counts)
+            solver.add(enc.blocking_clause(program))
+            self._tighten()
+        ranked = sorted(self.found.values(), key=lambda r: rank_key(r.seconds, r.text))[: self.top]
+        if status == "optimal" and not ranked:
+            status = "infeasible"
+        stats: dict[str, Any] = {
+            "bound": self.mode,
+            **self.counters,
+            "priced_pairs": len(self.costs.table),
+            "pricing_seconds": round(self.costs.seconds, 6),
+            "seconds": round(time.perf_counter() - start, 6),
+            "solver": solver_figures(solver),
+            "encoding": enc.statistics(),
+        }
+        return status, ranked, stats
+
+
+def _check_options(max_len: int, timeout_ms: int | None, bound: str) -> None:
+    if not 1 <= max_len <= MAX_LEN_LIMIT:
+        raise P2Error(f"--max-len must be between 1 and {MAX_LEN_LIMIT}, got {max_len}")
+    if timeout_ms is not None and timeout_ms <= 0:
+        raise P2Error(f"--timeout must be positive, got {timeout_ms} ms")
+    if bound not in BOUNDS:
+        raise P2Error(f"unknown bound {bound!r}; choose one of {', '.join(BOUNDS)}")
+
+
+def best_on_hierarchy(system: System, h: SynthesisHierarchy, *, max_len: int = 8, top: int = 1, algo: str = "ring",
+                      bytes_per_device: float | None = None, timeout_ms: int | None = None,
+                      encoding: str = "bool-matrix", encoding_options: dict[str, Any] | None = None,
+                      require_progress: bool = True, bound: str = "clauses", matrix: Matrix = ()) -> MatrixBest:
+    """The ``top`` cheapest valid programs of at most ``max_len`` steps on one synthesis hierarchy."""
+    b = check_request(system, algo, bytes_per_device, top)
+    _check_options(max_len, timeout_ms, bound)
+    start = time.perf_counter()
+    search = _Search(system, h, algo=algo, bytes_per_device=b, max_len=max_len, top=top, timeout_ms=timeout_ms,
+                     encoding=encoding, options=encoding_options, require_progress=require_progress, bound=bound)
+    status, ranked, stats = search.run()
+    return MatrixBest(matrix, h, tuple(ranked), status, time.perf_counter() - start, stats)
+
+
+def best(system: System, axes: Sequence[int], reduction_axes: Sequence[int], *, matrix: Matrix | None = None,
+         max_len: int = 8, top: int = 1, algo: str = "ring", bytes_per_device: float | None = None,
+         timeout_ms: int | None = None, encoding: str = "bool-matrix",
+         encoding_options: dict[str, Any] | None = None, hierarchy_kind: HierarchyKind = "d",
+         master_scope: MasterScope = "per-ancestor", require_progress: bool = True,
+         bound: str = "clauses") -> BestResult:
+    """The ``top`` cheapest programs per placement (or one ``matrix``) and overall, proved with Z3.
+
+    Same order, ties and seconds as ``rank.rank_result`` over the complete program set up to
+    ``max_len``; ``timeout_ms`` bounds each solver call (a placement whose call gives up is "unknown").
+    """
+    b = check_request(system, algo, bytes_per_device, top)
+    _check_options(max_len, timeout_ms, bound)
+    start = time.perf_counter()
+    placements = placements_for(system, tuple(axes), matrix)
+    red = placements[0].check_axes(tuple(reduction_axes))
+    results = []
+    for placement in placements:
+        h = synthesis_hierarchy(placement, red, system.level_names, hierarchy_kind, master_scope)
+        results.append(best_on_hierarchy(system, h, max_len=max_len, top=top, algo=algo, bytes_per_device=b,
+                                         timeout_ms=timeout_ms, encoding=encoding,
+                                         encoding_options=encoding_options, require_progress=require_progress,
+                                         bound=bound, matrix=placement.matrix))
+    return BestResult(system.name, tuple(axes), tuple(red), algo, float(b), max_len, top, tuple(results),
+                      time.perf_counter() - start)

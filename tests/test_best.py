@@ -1,0 +1,115 @@
+"""Cost-guided search (``p2smt.best``) returns what enumerate-then-rank returns, computed in the same run."""
+
+from __future__ import annotations
+
+import pytest
+
+from p2smt.best import best
+from p2smt.errors import P2Error
+from p2smt.rank import rank_result
+from p2smt.synth import synthesize
+from p2smt.system import load_system
+
+FLAT_ALLREDUCE = "(root, InsideGroup, AllReduce)"
+
+# (system, axes, reduce, matrix or None = every placement, max_len, top, algo)
+CASES = [
+    ("dgx1-v100", (16,), (0,), None, 5, 3, "ring"),  # two levels, one placement
+    ("a100-4x16", (4, 16), (1,), None, 5, 2, "tree"),  # two levels, three placements
+    ("fig2-16gpu", (16,), (0,), None, 4, 2, "ring"),  # three levels [2, 2, 4]
+    ("h100-superpod", (8, 128), (0,), ((2, 2, 2, 1), (2, 16, 2, 2)), 4, 2, "ring"),  # three levels [2, 2, 2]
+]
+
+
+def _enumerate_then_rank(system, axes, reduce, matrix, max_len, top, algo):
+    result = synthesize(system, axes, reduce, matrix=matrix, max_len=max_len, engine="enumerative")
+    return rank_result(system, result, algo=algo, top=top)
+
+
+@pytest.fixture(scope="module")
+def outcomes():
+    out = []
+    for name, axes, reduce, matrix, max_len, top, algo in CASES:
+        system = load_system(name)
+        found = best(system, axes, reduce, matrix=matrix, max_len=max_len, top=top, algo=algo)
+        ranked = _enumerate_then_rank(system, axes, reduce, matrix, max_len, top, algo)
+        out.append((name, found, ranked))
+    return out
+
+
+def test_same_programs_seconds_and_order_as_enumerate_then_rank(outcomes):
+    for name, found, ranked in outcomes:
+        report = found.to_json()
+        assert report["status"] == "optimal", name
+        assert [m["matrix"] for m in report["matrices"]] == [m["matrix"] for m in ranked["matrices"]], name
+        for mine, theirs in zip(report["matrices"], ranked["matrices"]):
+            assert mine["status"] == "optimal"
+            assert mine["programs"] == theirs["programs"], (name, mine["matrix"])
+        assert report["best"] == ranked["best"], name
+        assert report["bytes_per_device"] == ranked["bytes_per_device"]
+
+
+def test_some_best_program_is_not_allreduce(outcomes):
+    bests = {name: ranked["best"]["program"] for name, _, ranked in outcomes}
+    assert any(p != FLAT_ALLREDUCE for p in bests.values()), bests
+    for name, found, _ in outcomes:
+        assert found.best[1].text == bests[name]
+
+
+def test_every_listed_program_is_valid_and_priced_by_the_cost_model(outcomes):
+    from p2smt.cost import program_time
+    from p2smt.dsl import problem, program_steps
+    from p2smt.semantics import execute
+
+    for name, found, _ in outcomes:
+        system = load_system(name)
+        for m in found.matrices:
+            prob = problem(m.hierarchy)
+            for ranked in m.programs:
+                run = execute(prob.num_devices, program_steps(m.hierarchy, ranked.program), prob.goal_groups, True)
+                assert run.valid, (name, ranked.text)
+                seconds = program_time(system, m.hierarchy, ranked.program, algo=found.algo).seconds
+                assert seconds == ranked.seconds
+
+
+def test_top_larger_than_the_program_set_lists_them_all():
+    system = load_system("a100-4x16")
+    matrix = ((4, 1), (1, 16))  # one non-trivial level: 3 programs
+    found = best(system, (4, 16), (1,), matrix=matrix, max_len=3, top=10)
+    ranked = _enumerate_then_rank(system, (4, 16), (1,), matrix, 3, 10, "ring")
+    assert found.status == "optimal"
+    assert [p.to_json() for p in found.matrices[0].programs] == ranked["matrices"][0]["programs"]
+    assert len(found.matrices[0].programs) == 3
+
+
+def test_a_solver_that_gives_up_is_unknown_never_optimal():
+    system = load_system("a100-4x16")
+    found = best(system, (4, 16), (1,), matrix=((1, 4), (4, 4)), max_len=6, timeout_ms=1)
+    assert found.status == "unknown"
+    assert found.matrices[0].status == "unknown"
+
+
+@pytest.mark.parametrize(
+    "kwargs, message",
+    [
+        ({"top": 0}, "--top"),
+        ({"max_len": 0}, "--max-len"),
+        ({"algo": "fastest"}, "unknown algorithm"),
+        ({"bound": "exact"}, "unknown bound"),
+        ({"timeout_ms": -5}, "--timeout"),
+        ({"encoding": "no-such-encoding"}, "no-such-encoding"),
+    ],
+)
+def test_bad_requests_are_p2errors(kwargs, message):
+    system = load_system("a100-4x16")
+    with pytest.raises(P2Error, match=message):
+        best(system, (4, 16), (1,), matrix=((4, 1), (1, 16)), **{"max_len": 2, **kwargs})
+
+
+def test_other_encodings_and_the_sum_bound_give_the_same_answer():
+    system = load_system("dgx1-v100")
+    reference = best(system, (16,), (0,), max_len=4, top=2).to_json()
+    for kwargs in ({"encoding": "values"}, {"bound": "sum"}):
+        other = best(system, (16,), (0,), max_len=4, top=2, **kwargs).to_json()
+        assert other["status"] == "optimal", kwargs
+        assert other["matrices"][0]["programs"] == reference["matrices"][0]["programs"], kwargs
