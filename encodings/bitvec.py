@@ -22,18 +22,11 @@ from typing import Any, Literal
 import z3
 from pydantic import Field
 
-from p2smt.collectives import Collective
+from p2smt.collectives import AG, AR, BC, RED, RS, Collective
 from p2smt.problem import SynthesisProblem
 from p2smt.smt.base import Encoding, EncodingOptions, EncodingSpec, Program
 from p2smt.smt.choices import StepChoices
 
-AR, RS, AG, RED, BC = (
-    Collective.ALL_REDUCE,
-    Collective.REDUCE_SCATTER,
-    Collective.ALL_GATHER,
-    Collective.REDUCE,
-    Collective.BROADCAST,
-)
 CASE_SPLIT_ATOMS = 3  # counts over more distinct literals than this use bit-vector arithmetic
 
 

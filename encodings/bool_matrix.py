@@ -22,21 +22,13 @@ from typing import Literal
 
 from pydantic import Field
 
-from p2smt.collectives import Collective
+from p2smt.collectives import AG, AR, BC, RED, RS
 from p2smt.problem import SynthesisProblem
 from p2smt.smt import terms as T
 from p2smt.smt.base import EncodingOptions, EncodingSpec
 from p2smt.smt.lazy import CheckedEncoding
 from p2smt.smt.structure import Quotient
 from p2smt.smt.unroll import Payload, TrackState
-
-AR, RS, AG, RED, BC = (
-    Collective.ALL_REDUCE,
-    Collective.REDUCE_SCATTER,
-    Collective.ALL_GATHER,
-    Collective.REDUCE,
-    Collective.BROADCAST,
-)
 
 
 class BoolMatrixOptions(EncodingOptions):

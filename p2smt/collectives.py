@@ -18,7 +18,7 @@ class Collective(str, Enum):
     BROADCAST = "Broadcast"
 
     @classmethod
-    def parse(cls, name: str) -> "Collective":
+    def parse(cls, name: str) -> Collective:
         """Accept the DSL spelling or a lower-case/snake-case alias (``all_reduce``, ``allreduce``)."""
         key = name.replace("_", "").replace("-", "").lower()
         for c in cls:
@@ -27,6 +27,9 @@ class Collective(str, Enum):
         known = ", ".join(c.value for c in cls)
         raise P2Error(f"unknown collective {name!r}; known: {known}")
 
+
+# short names for the encodings and interpreters, which branch on collectives a lot
+AR, RS, AG, RED, BC = Collective
 
 Group = tuple[int, ...]
 """Devices of one communicator in rank order; rank 0 is the root of Reduce and Broadcast."""

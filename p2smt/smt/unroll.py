@@ -20,18 +20,11 @@ from dataclasses import dataclass
 
 import z3
 
-from ..collectives import Collective
+from ..collectives import AG, AR, BC, RED, RS, Collective
 from . import terms as T
 from .structure import Structure
 from .terms import Term
 
-AR, RS, AG, RED, BC = (
-    Collective.ALL_REDUCE,
-    Collective.REDUCE_SCATTER,
-    Collective.ALL_GATHER,
-    Collective.REDUCE,
-    Collective.BROADCAST,
-)
 RULE_ORDER = ("same_chunks", "disjoint", "disjoint_chunks", "equal_sizes", "divisible", "below_root")
 
 
