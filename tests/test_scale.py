@@ -1,4 +1,5 @@
-"""The real-size prover (p2smt.pieces): equal to the interpreter where both run, exact beyond it."""
+"""The compressed interpreter (p2smt.pieces, the driver's re-check above synth.PIECES_ABOVE devices):
+equal to the numpy interpreter where both run, exact beyond it."""
 
 from __future__ import annotations
 
@@ -9,11 +10,12 @@ import pytest
 
 from p2smt.dsl import problem
 from p2smt.enumerative import enumerate_programs
-from p2smt.errors import P2Error
+from p2smt.errors import InternalError, P2Error
 from p2smt.hierarchy import synthesis_hierarchy
-from p2smt.placement import Placement
-from p2smt.semantics import execute
 from p2smt.pieces import check_programs
+from p2smt.placement import Placement
+from p2smt.semantics import execute, execute_all
+from p2smt.synth import PIECES_ABOVE, recheck
 from p2smt.system import load_system
 
 SUPERPOD = ("su", "node", "pcie", "gpu")
@@ -47,6 +49,50 @@ def test_verdicts_equal_the_interpreter(seed):
             assert (verdict.step, verdict.group, verdict.rule) == (v.step, v.group, v.rule)
         elif not run.valid:
             assert verdict.rule == "goal" and verdict.step is None
+
+
+def _steps(prob, programs):
+    return [[(prob.candidates[i].collective, prob.candidates[i].groups) for i in p] for p in programs]
+
+
+def test_verdicts_equal_execute_all_on_the_benchmark_shape():
+    """su 2 x node 4 x pcie 4 x gpu 2 (scale.py's smallest 4-level point): programs valid at the
+    representative size, each with one step replaced and with one step appended, against
+    ``semantics.execute_all`` (the re-check below PIECES_ABOVE): same verdict, step, group and rule."""
+    small = _problem((2, 2, 2, 2), SUPERPOD)
+    big = _problem((2, 4, 4, 2), SUPERPOD)
+    idx = _index(big)
+    rng = random.Random(11)
+    n = len(big.candidates)
+    valid = rng.sample(enumerate_programs(small, 3), 40)
+    programs = []
+    for p in valid:
+        p = tuple(idx[small.candidates[c].label] for c in p)
+        swapped = list(p)
+        swapped[rng.randrange(len(p))] = rng.randrange(n)
+        programs += [p, tuple(swapped), (*p, rng.randrange(n))]
+    runs = execute_all(big.num_devices, _steps(big, programs), big.goal_groups, big.require_progress)
+    verdicts = check_programs(big, programs)
+    assert sum(v.proved for v in verdicts) >= 40
+    for prog, verdict, run in zip(programs, verdicts, runs, strict=True):
+        assert verdict.proved == run.valid, big.label(prog)
+        if run.violation is not None:
+            v = run.violation
+            assert (verdict.step, verdict.group, verdict.rule) == (v.step, v.group, v.rule)
+        elif not run.valid:
+            assert verdict.rule == "goal" and verdict.step is None
+
+
+def test_recheck_above_the_threshold_fails_loudly():
+    """synth.recheck uses pieces above PIECES_ABOVE devices: an invalid program raises, valid pass."""
+    prob = _problem((4, 8, 4, 2), SUPERPOD)
+    assert prob.num_devices > PIECES_ABOVE
+    good = _program(prob, "(node, InsideGroup, ReduceScatter); (node, Parallel(root), AllReduce); "
+                    "(node, InsideGroup, AllGather)")
+    bad = _program(prob, "(root, InsideGroup, AllReduce); (root, InsideGroup, AllReduce)")
+    recheck(prob.hierarchy, prob, [good], "z3")
+    with pytest.raises(InternalError, match="AllReduce.disjoint"):
+        recheck(prob.hierarchy, prob, [good, bad], "z3")
 
 
 def _index(prob):
