@@ -15,30 +15,17 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
-import platform
 import subprocess
 import sys
 import time
+
+from p2smt.machine import describe_machine, machine_info
 
 CASES = {
     "a100": {"system": "a100-4x16", "axes": [4, 16], "reduce": [1], "matrix": None},
     "superpod": {"system": "h100-superpod", "axes": [16, 64], "reduce": [0],
                  "matrix": [[2, 2, 2, 2], [2, 16, 2, 1]]},
 }
-
-
-def machine() -> dict:
-    import z3
-
-    cpu = platform.processor() or platform.machine()
-    try:
-        with open("/proc/cpuinfo") as f:
-            cpu = next(line.split(":", 1)[1].strip() for line in f if line.startswith("model name"))
-    except (OSError, StopIteration):
-        pass
-    return {"cpu": cpu, "cores": os.cpu_count(), "python": platform.python_version(),
-            "z3": z3.get_version_string(), "platform": platform.platform()}
 
 
 def run_point(spec: dict) -> dict:
@@ -103,9 +90,8 @@ def main(argv: list[str] | None = None) -> int:
     if args.point:
         print(json.dumps(run_point(json.loads(args.point))))
         return 0
-    info = machine()
-    print(f"machine: {info['cpu']}, {info['cores']} cores, Python {info['python']}, z3 {info['z3']}, "
-          f"{info['platform']}")
+    info = machine_info()
+    print(f"machine: {describe_machine(info)}")
     print(f"per-side wall limit {args.limit:.0f} s, top {args.top}")
     header = f"{'case':<9} {'len':>3}  {'enumerate+rank':>18}  {'programs':>8}  {'best (Z3)':>18}  " \
              f"{'calls':>6}  {'speedup':>7}  same  best program"

@@ -18,12 +18,11 @@ from __future__ import annotations
 import argparse
 import json
 import math
-import os
-import platform
 import sys
 import time
 
 from p2smt.cost import flat_collective_time
+from p2smt.machine import describe_machine, machine_info
 from p2smt.rank import rank_result
 from p2smt.synth import synthesize
 from p2smt.system import System, load_system
@@ -128,18 +127,6 @@ def plateau_fit(min_bytes: int = BANDWIDTH_BOUND) -> dict:
             "leave_one_system_out": by_system}
 
 
-def machine() -> dict:
-    """Where the throughput was measured: CPU model, logical cores, Python."""
-    cpu = platform.processor() or platform.machine()
-    try:
-        with open("/proc/cpuinfo") as f:
-            cpu = next((line.split(":", 1)[1].strip() for line in f if line.startswith("model name")), cpu)
-    except OSError:
-        pass
-    return {"cpu": cpu, "cores": os.cpu_count(), "python": platform.python_version(),
-            "implementation": platform.python_implementation()}
-
-
 def throughput() -> dict:
     """(program, matrix) pairs scored per second on P²'s 4×A100 requests (cold then warm caches)."""
     system = load_system("a100-4x16")
@@ -162,7 +149,7 @@ def main(argv: list[str] | None = None) -> int:
     points = calibration_points()
     report = {"calibration": points, "summary": summarize(points),
               "summary_all_sizes": summarize(points, 0), "plateau": plateau_fit(),
-              "throughput": throughput(), "machine": machine()}
+              "throughput": throughput(), "machine": machine_info()}
     if args.json:
         json.dump(report, sys.stdout, indent=1)
         print()
@@ -190,10 +177,10 @@ def main(argv: list[str] | None = None) -> int:
     for cross in fit["leave_one_system_out"]:
         errs = ", ".join(f"{k.split()[0]} {int(k.split()[1]) >> 20} MiB {v:+.1%}" for k, v in cross["errors"].items())
         print(f"fit without {cross['held_out']} (P = {cross['plateau']:.3f}) predicts {cross['held_out']}: {errs}")
-    t, m = report["throughput"], report["machine"]
+    t = report["throughput"]
     print(f"\nthroughput: {t['pairs']} (program, matrix) pairs, {t['cold_pairs_per_second']:.0f}/s cold, "
           f"{t['warm_pairs_per_second']:.0f}/s warm")
-    print(f"machine: {m['cpu']}, {m['cores']} logical cores, {m['implementation']} {m['python']}")
+    print(f"machine: {describe_machine(report['machine'])}")
     return 0
 
 

@@ -21,12 +21,12 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
-import platform
 import subprocess
 import sys
 import time
 from pathlib import Path
+
+from p2smt.machine import describe_machine
 
 SHAPES = {  # levels -> devices -> (su, nodes per SU); pcie 4 x gpu 2 per node
     4: {64: (2, 4), 128: (2, 8), 256: (4, 8), 512: (4, 16), 1024: (4, 32), 2048: (4, 64), 4096: (4, 128)},
@@ -106,29 +106,6 @@ def run_point(spec: dict, timeout: float) -> dict:
     if proc.returncode != 0:
         return {"status": "error", "message": (proc.stderr.strip().splitlines() or ["?"])[-1]}
     return json.loads(proc.stdout.strip().splitlines()[-1])
-
-
-def machine() -> str:
-    import z3
-
-    cpu = platform.processor() or platform.machine()
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                cpu = line.split(":", 1)[1].strip()
-                break
-    except OSError:
-        pass
-    mem = ""
-    try:
-        total = next(li for li in Path("/proc/meminfo").read_text().splitlines() if li.startswith("MemTotal"))
-        mem = f", {int(total.split()[1]) / 2**20:.0f} GiB RAM"
-    except (OSError, StopIteration, ValueError):
-        pass
-    return (
-        f"{cpu}, {os.cpu_count()} cores{mem}, Python {platform.python_version()}, "
-        f"z3 {z3.get_version_string()}, {platform.system()} {platform.release()}"
-    )
 
 
 def cell(row: dict) -> str:
@@ -224,7 +201,7 @@ def main(argv: list[str] | None = None) -> None:
     bad = [d for d in devices_list if d not in SHAPES[4]] + [v for v in levels_list if v not in SHAPES]
     if bad:
         ap.error(f"unsupported devices/levels {bad}; devices: {sorted(SHAPES[4])}, levels: 3, 4")
-    title = f"machine: {machine()}"
+    title = f"machine: {describe_machine()}"
     print(title)
     print(f"max lengths {lengths}, timeout {args.timeout:.0f} s per point\n")
     rows: list[dict] = []

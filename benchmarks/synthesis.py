@@ -14,44 +14,16 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
-import platform
 import sys
 import time
 from pathlib import Path
 
-import z3
-
 from p2smt.grid import paper_grid
+from p2smt.machine import describe_machine, machine_info
 from p2smt.synth import EngineOptions, synthesize
 from p2smt.system import load_system
 
 P2_RANGE = (0.0035, 1.16)
-
-
-def machine() -> str:
-    cpu = platform.processor() or platform.machine()
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                cpu = line.split(":", 1)[1].strip()
-                break
-    except OSError:
-        pass
-    mem = ""
-    try:
-        kb = int(
-            next(
-                x for x in Path("/proc/meminfo").read_text().splitlines() if x.startswith("MemTotal")
-            ).split()[1]
-        )
-        mem = f", {kb / 2**20:.0f} GiB RAM"
-    except (OSError, StopIteration, ValueError):
-        pass
-    return (
-        f"{cpu}, {os.cpu_count()} cores{mem}; Python {platform.python_version()}, "
-        f"z3 {z3.get_version_string()}, {platform.system()} {platform.release()}"
-    )
 
 
 def run(engine: str, cfg, timeout_ms: int | None):
@@ -124,10 +96,10 @@ def main(argv: list[str] | None = None) -> int:
             f"(engine alone: {sum(1 for r in rows if r[e]['engine_seconds'] <= P2_RANGE[1])}/{len(rows)})"
         )
     print(f"all program sets equal: {all(r['same_programs'] for r in rows)}")
-    print(f"machine: {machine()}")
+    print(f"machine: {describe_machine()}")
     if args.json:
         Path(args.json).write_text(
-            json.dumps({"machine": machine(), "rows": rows, "totals": totals}, indent=2)
+            json.dumps({"machine": machine_info(), "rows": rows, "totals": totals}, indent=2)
         )
     return 0 if all(r["same_programs"] for r in rows) else 1
 
