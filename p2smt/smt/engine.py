@@ -128,26 +128,34 @@ def run_encoding(
     per_length: dict[int, dict[str, Any]] = {}
     batch = 2  # candidates confirmed per refine_many call; doubles while all are accepted
 
+    def emit_queries(length: int) -> None:
+        for kind, text in enc.queries():
+            emitter.write_text(f"len{length}-{kind}", text)
+
+    def record(program: Program, verdict, length: int) -> None:
+        """Report an accepted program (each at most once) or count the kind of refusal."""
+        if not verdict.accepted:
+            refused[verdict.kind] = refused.get(verdict.kind, 0) + 1
+            return
+        if program in seen:
+            raise InternalError(f"{enc.name}: program {program} was found twice")
+        seen.add(program)
+        programs.append(program)
+        per_length[length]["programs"] += 1
+
     def confirm(pending: list[Program], length: int) -> bool:
         """Refine the pending candidates; False when a check gave up."""
         nonlocal batch
         if not pending:
             return True
         verdicts = enc.refine_many(solver, pending, timeout_ms)
-        for kind, text in enc.queries():
-            emitter.write_text(f"len{length}-{kind}", text)
+        emit_queries(length)
         ok = True
         for program, verdict in zip(pending, verdicts):
             if verdict.unknown:
                 ok = False
-            elif verdict.accepted:
-                if program in seen:
-                    raise InternalError(f"{enc.name}: program {program} was found twice")
-                seen.add(program)
-                programs.append(program)
-                per_length[length]["programs"] += 1
             else:
-                refused[verdict.kind] = refused.get(verdict.kind, 0) + 1
+                record(program, verdict, length)
         batch = min(batch * 2, 256) if all(v.accepted for v in verdicts) else 1
         pending.clear()
         return ok
@@ -178,20 +186,13 @@ def run_encoding(
                     break
                 continue
             verdict = enc.refine(solver, program, timeout_ms)
-            for kind, text in enc.queries():
-                emitter.write_text(f"len{length}-{kind}", text)
+            emit_queries(length)
             if verdict.unknown:
                 status = "unknown"
                 break
+            record(program, verdict, length)
             if verdict.accepted:
-                if program in seen:
-                    raise InternalError(f"{enc.name}: program {program} was found twice")
-                seen.add(program)
-                programs.append(program)
-                per_length[length]["programs"] += 1
                 solver.add(enc.blocking_clause(program))
-            else:
-                refused[verdict.kind] = refused.get(verdict.kind, 0) + 1
         if not confirm(pending, length):
             status = "unknown"
         per_length[length]["seconds"] = round(time.perf_counter() - t0, 6)
