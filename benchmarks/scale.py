@@ -64,7 +64,7 @@ def child(spec: dict) -> dict:
     res = run_engine(engine, prob, spec["max_len"], opts)
     t1 = time.perf_counter()
     if engine != "enumerative":
-        recheck(h, prob, res.programs, engine)  # raises InternalError on any failing program
+        recheck(prob, res.programs, engine)  # raises InternalError on any failing program
     usage = resource.getrusage(resource.RUSAGE_SELF)
     out = {
         "status": res.status,

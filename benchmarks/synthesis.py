@@ -4,7 +4,9 @@ For every configuration (all matrices of one axes/reduction request, max length 
 number of programs, the enumerative time, the Z3 time (engine alone, and with the interpreter's
 re-check of every program that ``synthesize`` performs), their ratio, P²'s reported range
 (0.0035–1.16 s per configuration), whether both engines found the same programs, then the totals and
-the machine. ``--engines`` adds ``z3-cegis``; ``--json FILE`` writes every row.
+the machine. The "floor" column is the time Z3 needs merely to hand back the known programs as
+models (``z3_floor``): a lower bound for any engine that returns every program as a Z3 model.
+``--engines`` adds ``z3-cegis``; ``--json FILE`` writes every row.
 
     python benchmarks/synthesis.py                 # the whole grid
     python benchmarks/synthesis.py --only a100-4x16 --engines enumerative,z3,z3-cegis
@@ -37,6 +39,49 @@ def run(engine: str, cfg, timeout_ms: int | None):
     return res, total, engine_only, programs
 
 
+def z3_floor(cfg) -> float:
+    """Seconds Z3 needs to hand back a request's known programs one model at a time (no semantics).
+
+    The answer set (from the enumerative engine, not timed) is asserted as a disjunction over one
+    bit-vector choice per step (STOP = n), and models are enumerated with blocking clauses through
+    z3py, as an engine must: a lower bound on any engine that returns every program as a Z3 model.
+    """
+    import z3
+
+    from p2smt.dsl import problem
+    from p2smt.enumerative import enumerate_programs
+    from p2smt.hierarchy import synthesis_hierarchy
+    from p2smt.synth import placements_for
+
+    system = load_system(cfg.system)
+    seen, total = set(), 0.0
+    for placement in placements_for(system, tuple(cfg.axes), None):
+        h = synthesis_hierarchy(placement, tuple(cfg.reduction_axes), system.level_names)
+        prob = problem(h, True)
+        if prob in seen:
+            continue
+        seen.add(prob)
+        programs = enumerate_programs(prob, 5)
+        start = time.perf_counter()
+        n, steps = len(prob.candidates), 5
+        ctx = z3.Context()
+        solver = z3.SolverFor("QF_FD", ctx=ctx)
+        width = n.bit_length()
+        x = [z3.BitVec(f"x{t}", width, ctx) for t in range(steps)]
+        solver.add(*[z3.ULE(v, n) for v in x])
+        solver.add(*[z3.Implies(x[t] == n, x[t + 1] == n) for t in range(steps - 1)])
+        solver.add(z3.Or([z3.And([x[t] == (p[t] if t < len(p) else n) for t in range(steps)]) for p in programs]))
+        found = 0
+        while solver.check() == z3.sat:
+            model = solver.model()
+            values = [model[v].as_long() for v in x]
+            solver.add(z3.Or([v != a for v, a in zip(x, values)]))
+            found += 1
+        total += time.perf_counter() - start
+        assert found == len(programs)
+    return total
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--engines", default="enumerative,z3", help="comma list; the first is the baseline")
@@ -59,8 +104,11 @@ def main(argv: list[str] | None = None) -> int:
     head += "  same  P² range         " + " ".join(f"{e + ' ≤1.16':>12s}" for e in engines[1:])
     print(head)
     print("-" * len(head))
+    floor_total = 0.0
     for cfg in configs:
         results = {e: run(e, cfg, args.timeout) for e in engines}
+        floor = z3_floor(cfg)
+        floor_total += floor
         ref = results[base][3]
         same = all(results[e][3] == ref for e in engines)
         row = {
@@ -80,6 +128,8 @@ def main(argv: list[str] | None = None) -> int:
         line += " " + " ".join(f"{results[e][1] / max(results[base][1], 1e-9):16.1f}" for e in engines[1:])
         line += f"  {'yes' if same else 'NO':4s}  {P2_RANGE[0]}–{P2_RANGE[1]} s  "
         line += " ".join(f"{'yes' if results[e][1] <= P2_RANGE[1] else 'no':>12s}" for e in engines[1:])
+        line += f"  floor {floor:.3f}"
+        row["z3_floor_seconds"] = round(floor, 4)
         print(line, flush=True)
         rows.append(row)
     print("-" * len(head))
@@ -95,6 +145,10 @@ def main(argv: list[str] | None = None) -> int:
             f"{sum(1 for r in rows if r[e]['seconds'] <= P2_RANGE[1])}/{len(rows)} "
             f"(engine alone: {sum(1 for r in rows if r[e]['engine_seconds'] <= P2_RANGE[1])}/{len(rows)})"
         )
+    print(
+        f"Z3 floor (the known programs handed back as models, no semantics): {floor_total:.2f} s = "
+        f"{floor_total / max(totals[base], 1e-9):.2f}x {base}"
+    )
     print(f"all program sets equal: {all(r['same_programs'] for r in rows)}")
     print(f"machine: {describe_machine()}")
     if args.json:

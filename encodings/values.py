@@ -35,7 +35,7 @@ from p2smt.problem import SynthesisProblem
 from p2smt.smt import terms as T
 from p2smt.smt.base import EncodingOptions, EncodingSpec
 from p2smt.smt.lazy import CheckedEncoding
-from p2smt.smt.unroll import Payload, TrackState
+from p2smt.smt.unroll import BlankingPayload, TrackState
 
 INPUT_MAX = 9
 
@@ -56,11 +56,9 @@ class ValuesOptions(EncodingOptions):
     )
 
 
-class Value(Payload):
+class Value(BlankingPayload):
     """A chunk's data value; ``inputs[d]`` is device d's input for this chunk and ``contents[(t, d)]``
     what device d's chunk holds when step t leaves it empty (symbolic or concrete)."""
-
-    blanks = True
 
     def __init__(
         self, inputs, contents, groups: dict[int, tuple[int, ...]], ctx: z3.Context, width: int | None = None

@@ -416,8 +416,8 @@ class _Checked:
         todo = [p for p in programs if p not in done]
         start = time.perf_counter()
         if todo:
-            h, prob = _build(point.spec)
-            recheck(h, prob, todo, engine)
+            _, prob = _build(point.spec)
+            recheck(prob, todo, engine)
             done.update(todo)
         return time.perf_counter() - start
 

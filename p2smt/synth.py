@@ -138,7 +138,7 @@ def run_engine(
 PIECES_ABOVE = 128  # devices; above this the compressed interpreter re-checks (the k^3 one costs GiBs)
 
 
-def recheck(h: SynthesisHierarchy, prob: SynthesisProblem, programs, engine: str) -> None:
+def recheck(prob: SynthesisProblem, programs, engine: str) -> None:
     """Every engine's program must be valid in an independent concrete interpreter; else fail loudly.
 
     Up to ``PIECES_ABOVE`` devices that is the k×k×k interpreter (``semantics.py``); above, the
@@ -180,18 +180,29 @@ def synthesize_hierarchy(
 ) -> tuple[tuple[Program, ...], EngineOutcome, float]:
     """Synthesize on one hierarchy; programs are re-checked unless the engine is the interpreter itself."""
     start = time.perf_counter()
-    instrs: list[Instruction] = [ins for ins, _ in candidate_instructions(h)]
     prob = problem(h, require_progress)
+    outcome, indices = _solve(prob, max_len, engine, opts, prune)
+    return _programs(h, indices), outcome, time.perf_counter() - start
+
+
+def _solve(
+    prob: SynthesisProblem, max_len: int, engine: str, opts: EngineOptions | None, prune: str
+) -> tuple[EngineOutcome, tuple[tuple[int, ...], ...]]:
+    """The engine's outcome and its programs (candidate indices) after the re-check and pruning."""
     outcome = run_engine(engine, prob, max_len, opts)
     programs = list(outcome.programs)
     if engine != "enumerative":
-        recheck(h, prob, programs, engine)
+        recheck(prob, programs, engine)
     if prune != "none":
         from .pruning import apply_pruning
 
         programs = apply_pruning(prune, prob, programs)
-    elapsed = time.perf_counter() - start
-    return tuple(Program(tuple(instrs[i] for i in p)) for p in programs), outcome, elapsed
+    return outcome, tuple(programs)
+
+
+def _programs(h: SynthesisHierarchy, indices) -> tuple[Program, ...]:
+    instrs: list[Instruction] = [ins for ins, _ in candidate_instructions(h)]
+    return tuple(Program(tuple(instrs[i] for i in p)) for p in indices)
 
 
 def placements_for(system: System, axes: tuple[int, ...], matrix: Matrix | None) -> list[Placement]:
@@ -214,15 +225,29 @@ def synthesize(
     prune: str = "none",
     opts: EngineOptions | None = None,
 ) -> SynthesisResult:
-    """All valid programs up to ``max_len`` for every placement (or one ``matrix``) of ``axes``."""
+    """All valid programs up to ``max_len`` for every placement (or one ``matrix``) of ``axes``.
+
+    Placements whose synthesis problems are equal (same devices, goal and candidate instructions,
+    e.g. matrices that differ only in the non-reduced axes) are solved once; the others report
+    ``stats["same_problem_as"]``, the matrix that was solved, and their own (small) seconds.
+    """
     start = time.perf_counter()
     results = []
+    solved: dict[SynthesisProblem, tuple[Matrix, EngineOutcome, tuple[tuple[int, ...], ...]]] = {}
     for placement in placements_for(system, tuple(axes), matrix):
+        t0 = time.perf_counter()
         h = synthesis_hierarchy(placement, tuple(reduction_axes), system.level_names, hierarchy_kind, master_scope)
-        progs, outcome, secs = synthesize_hierarchy(
-            h, max_len=max_len, engine=engine, require_progress=require_progress, opts=opts, prune=prune
-        )
-        results.append(MatrixResult(placement.matrix, h, progs, outcome.status, secs, outcome.stats))
+        prob = problem(h, require_progress)
+        if prob in solved:
+            first, outcome, indices = solved[prob]
+            stats: dict[str, Any] = {"same_problem_as": [list(r) for r in first]}
+        else:
+            outcome, indices = _solve(prob, max_len, engine, opts, prune)
+            solved[prob] = (placement.matrix, outcome, indices)
+            stats = dict(outcome.stats)
+        progs = _programs(h, indices)
+        secs = time.perf_counter() - t0
+        results.append(MatrixResult(placement.matrix, h, progs, outcome.status, secs, stats))
     return SynthesisResult(
         system.name,
         tuple(axes),

@@ -113,3 +113,21 @@ def test_package_grid_is_this_grid():
     for c in grid:
         expected = ("ring",) if c.system.startswith("v100") and len(c.axes) == 3 else ("ring", "tree")
         assert c.algorithms == expected
+
+
+@pytest.mark.parametrize("engine", ["enumerative", "z3"])
+def test_equal_problems_of_one_request_are_solved_once(engine):
+    """[16,2,2] on [4,16] reducing {0,2}: 4 matrices, 2 distinct synthesis problems."""
+    from p2smt.synth import synthesize_hierarchy
+
+    system = load_system("a100-4x16")
+    res = synthesize(system, (16, 2, 2), (0, 2), engine=engine)
+    assert len(res.matrices) == 4
+    reused = [m for m in res.matrices if "same_problem_as" in m.stats]
+    assert len(reused) == 2
+    solved = {tuple(map(tuple, m.matrix)) for m in res.matrices if "same_problem_as" not in m.stats}
+    for m in res.matrices:
+        alone, _, _ = synthesize_hierarchy(m.hierarchy, engine=engine)
+        assert [format_program(p) for p in m.programs] == [format_program(p) for p in alone]
+        if m in reused:
+            assert tuple(map(tuple, m.stats["same_problem_as"])) in solved

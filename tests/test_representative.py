@@ -134,8 +134,8 @@ def test_recheck_mode_returns_unchecked_programs_and_the_driver_fails_loudly():
     assert [r["sizes"] for r in res.stats["rounds"]] == [[1, 2, 2]] and "checker_calls" not in res.stats
     assert (0, 0) in res.programs
     with pytest.raises(InternalError, match="interpreter rejects"):
-        recheck(prob.hierarchy, prob, res.programs, "z3")
-    recheck(prob.hierarchy, prob, [p for p in res.programs if p != (0, 0)], "z3")
+        recheck(prob, res.programs, "z3")
+    recheck(prob, [p for p in res.programs if p != (0, 0)], "z3")
     at_limit = enumerate_z3(prob, 2, encoding="representative", options={**FAST, "z3_check_max_devices": 12})
     assert at_limit.stats["real_check"] == "z3" and at_limit.stats["verified_at_real_size"] is True
 

@@ -90,9 +90,9 @@ def test_recheck_above_the_threshold_fails_loudly():
     good = _program(prob, "(node, InsideGroup, ReduceScatter); (node, Parallel(root), AllReduce); "
                     "(node, InsideGroup, AllGather)")
     bad = _program(prob, "(root, InsideGroup, AllReduce); (root, InsideGroup, AllReduce)")
-    recheck(prob.hierarchy, prob, [good], "z3")
+    recheck(prob, [good], "z3")
     with pytest.raises(InternalError, match="AllReduce.disjoint"):
-        recheck(prob.hierarchy, prob, [good, bad], "z3")
+        recheck(prob, [good, bad], "z3")
 
 
 def _index(prob):

@@ -102,13 +102,13 @@ class CheckedEncoding(Encoding):
         """The checker that proves candidates (default: ``new_checker()``)."""
         return self.new_checker()
 
+    @abstractmethod
     def witness_payload(self, witness: Witness) -> tuple[Any, Payload]:
         """(row, payload) of a concrete witness, for a synthesizer track."""
-        raise NotImplementedError(f"{self.name} has no witness tracks")
 
+    @abstractmethod
     def witness_of(self, found: dict[str, int]) -> Witness:
         """The witness a checker failure names (its ``Failure.witness`` dict)."""
-        raise NotImplementedError(f"{self.name} has no witness tracks")
 
     def initial_witnesses(self) -> list[Witness]:
         return []

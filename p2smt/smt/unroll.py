@@ -15,6 +15,7 @@ at once; this is how plans are proved (``check.py``).
 
 from __future__ import annotations
 
+from abc import ABC, abstractmethod
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
@@ -372,19 +373,16 @@ class TrackState:
     payload: list[Term]
 
 
-class Payload:
+class Payload(ABC):
     """What a track carries besides the row (subclasses: a contribution column, a data value)."""
 
     lift: Callable[[int], Term] | None = None
-    blanks = False  # whether an emptied chunk's payload becomes an arbitrary value (``blank``)
 
-    def blank(self, t: int, d: int) -> Term:
-        """The arbitrary content of device d's chunk when a step ``t`` leaves it empty."""
-        raise NotImplementedError
-
+    @abstractmethod
     def initial(self, d: int) -> Term:
-        raise NotImplementedError
+        """Device d's payload before the first step."""
 
+    @abstractmethod
     def moved(
         self,
         coll: Collective,
@@ -395,20 +393,29 @@ class Payload:
         union: Callable[[], Term],
     ) -> Term:
         """The payload member ``rank`` of ``g`` receives; ``union()`` is the members' combination."""
-        raise NotImplementedError
 
+    @abstractmethod
     def combine(self, coll: Collective, g: tuple[int, ...], state: TrackState) -> Term:
         """The members' payloads combined (union of contributions, sum of values)."""
-        raise NotImplementedError
 
     def rules(self, coll: Collective, g: tuple[int, ...], state: TrackState) -> list[tuple[str, Term]]:
         return []
 
+    @abstractmethod
     def goal(self, d: int, value: Term) -> Term:
-        raise NotImplementedError
+        """Device d's final payload ``value`` is what the reduction asks for."""
 
+    @abstractmethod
     def differs(self, a: Term, b: Term, present_a: Term, present_b: Term) -> Term:
-        raise NotImplementedError
+        """Two members' payloads differ (for the progress rule)."""
+
+
+class BlankingPayload(Payload):
+    """A payload whose emptied chunks hold an arbitrary value after every step (data values)."""
+
+    @abstractmethod
+    def blank(self, t: int, d: int) -> Term:
+        """The arbitrary content of device d's chunk when a step ``t`` leaves it empty."""
 
 
 class Semantics:
@@ -474,7 +481,7 @@ class Semantics:
                     present[d] = T.ite(guard, p, present[d])
                     below[d] = T.ite(guard, b, below[d], self.a.lit)
                     payload[d] = T.ite(guard, v, payload[d], self.payload.lift)
-        if self.payload.blanks:  # every empty chunk holds an arbitrary value after every step
+        if isinstance(self.payload, BlankingPayload):  # every empty chunk: an arbitrary value after each step
             for d in range(s.k):
                 payload[d] = T.ite(present[d], payload[d], self.payload.blank(t + 1, d), self.payload.lift)
         return TrackState(present, below, payload)
