@@ -221,17 +221,6 @@ def column_payload(checker):
 class BoolMatrixEncoding(CheckedEncoding):
     name = "bool-matrix"
 
-    def __init__(self, problem: SynthesisProblem, max_len: int, options: BoolMatrixOptions):
-        self.options = options
-        super().__init__(
-            problem,
-            max_len,
-            refine=options.refine,
-            arithmetic=options.arithmetic,
-            lemma_depth=options.lemma_depth,
-            use_weights=options.weights,
-        )
-
     def payload_factory(self):
         return column_payload
 

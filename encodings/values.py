@@ -137,16 +137,6 @@ class ValuesEncoding(CheckedEncoding):
     name = "values"
     strict_rows = False
 
-    def __init__(self, problem: SynthesisProblem, max_len: int, options: ValuesOptions):
-        self.options = options
-        super().__init__(
-            problem,
-            max_len,
-            refine=options.refine,
-            arithmetic=options.arithmetic,
-            lemma_depth=options.lemma_depth,
-        )
-
     def payload_factory(self):
         return input_payload(self.max_len)
 

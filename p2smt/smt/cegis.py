@@ -15,14 +15,13 @@ from pathlib import Path
 from typing import Any
 
 from ..collectives import Group
-from ..errors import InternalError, P2Error
+from ..errors import InternalError
 from ..problem import SynthesisProblem
 from . import terms as T
 from .check import Unknown
 from .engine import EngineResult, enumerate_z3
-from .registry import load_encoding
 from .unroll import Semantics
-from .verify import Step, concrete_quotients, plan_problem
+from .verify import Step, concrete_quotients, plan_checker
 
 ENCODING = "values"
 
@@ -100,14 +99,9 @@ def verify_values(
 ) -> ValueProof:
     """Prove a plan for all integer inputs, or give a concrete input on which it computes a wrong sum."""
     start = time.perf_counter()
-    if not steps:
-        raise P2Error("a plan needs at least one step")
-    chunks = num_devices if chunks is None else chunks
-    if chunks < 1:
-        raise P2Error(f"chunks must be positive, got {chunks}")
-    problem, plan = plan_problem(num_devices, steps, goal_groups, require_progress)
-    enc = load_encoding(ENCODING, extra_dirs).create(problem, len(plan))
-    checker = enc.new_checker(chunks=chunks, timeout_ms=timeout_ms)
+    problem, plan, enc, checker = plan_checker(
+        num_devices, steps, goal_groups, require_progress, timeout_ms, chunks, ENCODING, extra_dirs
+    )
     stats = lambda: {"solver_calls": checker.calls, "seconds": round(time.perf_counter() - start, 6)}
     try:
         fail = checker.first_failure(plan, terminal_goal=True, detail=True)
@@ -146,7 +140,9 @@ def verify_values(
     for d in range(num_devices):
         want = sum(xs[j] for j in groups.get(d, ()))
         if d in groups and (not present[d] or values[d] != want) or d not in groups and present[d]:
-            inputs = tuple(tuple(xs[e] if r == row else 0 for r in range(chunks)) for e in range(num_devices))
+            inputs = tuple(
+                tuple(xs[e] if r == row else 0 for r in range(checker.chunks)) for e in range(num_devices)
+            )
             got = values[d] if present[d] else None
             shown = "no value (the chunk is empty)" if got is None else str(got)
             blanks = tuple(sorted((t, e, row, v) for (t, e), v in contents.items() if (t, e) in used))

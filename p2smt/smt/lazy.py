@@ -57,19 +57,15 @@ class CheckedEncoding(Encoding):
     strict_rows = True
     logic = "QF_FD"
 
-    def __init__(
-        self,
-        problem: SynthesisProblem,
-        max_len: int,
-        *,
-        refine: str = "prefix",
-        arithmetic: str = "bv",
-        use_weights: bool = True,
-        lemma_depth: int = 1,
-    ):
+    def __init__(self, problem: SynthesisProblem, max_len: int, options: Any):
+        """``options``: the variant's typed options; read here: ``refine``, ``arithmetic``,
+        ``lemma_depth`` and, when present, ``weights`` (per-chunk contribution counts; default on)."""
         super().__init__(problem, max_len)
-        self.refine_mode = refine
-        self.lemma_depth = lemma_depth
+        self.options = options
+        self.refine_mode = options.refine
+        self.lemma_depth = options.lemma_depth
+        arithmetic = options.arithmetic
+        use_weights = getattr(options, "weights", True)
         self.s = Structure(problem)
         self.chunks = problem.num_devices
         self.choices = Choices(self.s, max_len, self.context, "s_")

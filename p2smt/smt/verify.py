@@ -111,6 +111,29 @@ def plan_problem(
     return SynthesisProblem(num_devices, goals, tuple(cands), require_progress), tuple(plan)
 
 
+def plan_checker(
+    num_devices: int,
+    steps: Sequence[Step],
+    goal_groups: Sequence[Group],
+    require_progress: bool,
+    timeout_ms: int | None,
+    chunks: int | None,
+    encoding: str,
+    extra_dirs: Iterable[str | Path],
+) -> tuple[SynthesisProblem, tuple[int, ...], Any, PlanChecker]:
+    """A plan's problem, its candidate indices, and ``encoding``'s checker over ``chunks`` rows."""
+    if not steps:
+        raise P2Error("a plan needs at least one step")
+    chunks = num_devices if chunks is None else chunks
+    if chunks < 1:
+        raise P2Error(f"chunks must be positive, got {chunks}")
+    problem, plan = plan_problem(num_devices, steps, goal_groups, require_progress)
+    enc = load_encoding(encoding, extra_dirs).create(problem, len(plan))
+    if not hasattr(enc, "new_checker"):
+        raise P2Error(f"encoding {encoding!r} cannot prove plans (it has no cell checker)")
+    return problem, plan, enc, enc.new_checker(chunks=chunks, timeout_ms=timeout_ms)
+
+
 def prove_plan(
     num_devices: int,
     steps: Sequence[Step],
@@ -128,16 +151,11 @@ def prove_plan(
     a lowered plan, as ``p2smt.semantics.execute`` takes it).
     """
     start = time.perf_counter()
-    if not steps:
-        raise P2Error("a plan needs at least one step")
-    chunks = num_devices if chunks is None else chunks
-    if chunks < 1:
-        raise P2Error(f"chunks must be positive, got {chunks}")
-    problem, plan = plan_problem(num_devices, steps, goal_groups, require_progress)
-    enc = load_encoding(encoding, extra_dirs).create(problem, len(plan))
-    if not hasattr(enc, "new_checker") or not hasattr(enc, "mask_payload"):
-        raise P2Error(f"encoding {encoding!r} cannot prove plans (it has no cell checker)")
-    checker = enc.new_checker(chunks=chunks, timeout_ms=timeout_ms)
+    problem, plan, enc, checker = plan_checker(
+        num_devices, steps, goal_groups, require_progress, timeout_ms, chunks, encoding, extra_dirs
+    )
+    if not hasattr(enc, "mask_payload"):
+        raise P2Error(f"encoding {encoding!r} cannot prove plans (it has no mask payload to report states with)")
     try:
         failure = checker.first_failure(plan, terminal_goal=True, detail=True)
     except Unknown as err:
