@@ -4,10 +4,13 @@ Each point (max length, levels, devices, engine) runs in a fresh subprocess with
 the child reports its own time and peak RSS (``resource.getrusage``). The reduction group is the whole
 machine (axes ``[k]``, reduce axis 0) of ``h100-superpod`` re-sized by level: 4 non-trivial levels
 ``su x node x pcie 4 x gpu 2`` or 3 (``su = 1``). Engines: ``enumerative`` (P²'s search; its k^3
-interpreter state limits it to 512 devices), ``z3:bool-matrix`` (the exact default encoding) and
+interpreter state limits it to 512 devices), ``pieces`` (the same search on ``pieces.py``'s compressed
+state: exact at any size, so it also checks the representative encoding's programs for completeness
+at the real size: the summary says whether the engines that finished a point found the same
+programs), ``z3:bool-matrix`` (the exact default encoding) and
 ``z3:representative`` (size-2 hierarchy; its real-size check is a Z3 proof up to its
 ``z3_check_max_devices`` and the driver's re-check above, see encodings/representative.py). Every
-program a z3 engine returns is re-checked by ``synth.recheck`` (the numpy interpreter up to
+program a z3 engine returns (and ``pieces``' up to ``PIECES_ABOVE``) is re-checked by ``synth.recheck`` (the numpy interpreter up to
 ``synth.PIECES_ABOVE`` devices, ``pieces.py`` above); ``seconds`` includes that re-check. Once a point
 times out, the larger sizes of the same (max length, levels, engine) are skipped, except for
 ``z3:representative`` (its size-2 solve is the same at every size, and its check mode changes). Prints the machine,
@@ -20,6 +23,7 @@ one line per point, a summary table per max length, and writes a PNG (and the ro
 from __future__ import annotations
 
 import argparse
+import hashlib
 import json
 import subprocess
 import sys
@@ -32,7 +36,7 @@ SHAPES = {  # levels -> devices -> (su, nodes per SU); pcie 4 x gpu 2 per node
     4: {64: (2, 4), 128: (2, 8), 256: (4, 8), 512: (4, 16), 1024: (4, 32), 2048: (4, 64), 4096: (4, 128)},
     3: {64: (1, 8), 128: (1, 16), 256: (1, 32), 512: (1, 64), 1024: (1, 128), 2048: (1, 256), 4096: (1, 512)},
 }
-ENGINES = ("enumerative", "z3:bool-matrix", "z3:representative")
+ENGINES = ("enumerative", "pieces", "z3:bool-matrix", "z3:representative")
 INTERPRETER_LIMIT = 512  # semantics.MAX_INTERPRETER_DEVICES: the enumerative search's k^3 state
 
 
@@ -63,8 +67,13 @@ def child(spec: dict) -> dict:
     built = time.perf_counter() - t0
     res = run_engine(engine, prob, spec["max_len"], opts)
     t1 = time.perf_counter()
-    if engine != "enumerative":
-        recheck(prob, res.programs, engine)  # raises InternalError on any failing program
+    # every other engine's programs go through the driver's re-check (raises on any failing program);
+    # ``pieces`` is the compressed interpreter itself, so it is re-checked only where numpy's fits
+    checked_by = None if engine == "enumerative" else ("pieces" if k > PIECES_ABOVE else "numpy")
+    if engine == "pieces" and k > PIECES_ABOVE:
+        checked_by = None
+    if checked_by:
+        recheck(prob, res.programs, engine)
     usage = resource.getrusage(resource.RUSAGE_SELF)
     out = {
         "status": res.status,
@@ -72,8 +81,9 @@ def child(spec: dict) -> dict:
         "seconds": round(time.perf_counter() - t0, 3),
         "build_seconds": round(built, 3),
         "engine_seconds": round(t1 - t0 - built, 3),
-        "recheck_seconds": round(time.perf_counter() - t1, 3) if engine != "enumerative" else None,
-        "recheck": None if engine == "enumerative" else ("pieces" if k > PIECES_ABOVE else "numpy"),
+        "recheck_seconds": round(time.perf_counter() - t1, 3) if checked_by else None,
+        "recheck": checked_by,
+        "programs_sha": hashlib.sha256(repr(list(res.programs)).encode()).hexdigest()[:12],
         "cpu_seconds": round(usage.ru_utime + usage.ru_stime, 3),
         "peak_mib": round(usage.ru_maxrss / 1024, 1),
     }
@@ -127,7 +137,10 @@ def summary(rows: list[dict], max_len: int, engines: list[str]) -> str:
             found = [r for r in rows if (r["max_len"], r["levels"], r["devices"], r["engine"]) ==
                      (max_len, levels, devices, e)]
             cells.append(f"{cell(found[0]) if found else '':<{width}}")
-        lines.append(f"{levels:>6} {devices:>7}  " + "".join(cells))
+        done = {r["programs_sha"] for r in rows if (r["max_len"], r["levels"], r["devices"]) ==
+                (max_len, levels, devices) and r["status"] == "complete" and "programs_sha" in r}
+        agree = {0: "", 1: "same programs"}.get(len(done), "PROGRAMS DIFFER")
+        lines.append(f"{levels:>6} {devices:>7}  " + "".join(cells) + agree)
     return "\n".join(lines)
 
 

@@ -677,7 +677,7 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("synth", help="synthesize every valid reduction program up to --max-len")
     add_request(p)
     p.add_argument("--max-len", type=int, default=5)
-    p.add_argument("--engine", default="enumerative", help="enumerative | z3 | z3-cegis")
+    p.add_argument("--engine", default="enumerative", help="enumerative | pieces (compressed state, any size) | z3 | z3-cegis")
     p.add_argument("--encoding", help="Z3 encoding variant (see `p2smt encodings`)")
     p.add_argument("--encoding-options", help="JSON object of encoding options")
     p.add_argument("--timeout", type=float, help="seconds per solver call")

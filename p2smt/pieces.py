@@ -1,4 +1,4 @@
-"""A second concrete interpreter on a compressed state: checks programs at any size (k > 512 too).
+"""A second concrete interpreter on a compressed state: checks and enumerates programs at any size.
 
 ``check.PlanChecker`` proves a program with a symbolic cell, but its formulas hold a term per device
 and step, and Z3's time grows with them (≈1.5 s per 3-step program at 256 devices, see
@@ -257,3 +257,38 @@ def check_programs(
         else:
             out[i] = Verdict(p, "counterexample", None, None, "goal")
     return [out[i] for i in range(len(progs))]
+
+
+def enumerate_programs(problem: SynthesisProblem, max_len: int) -> list[tuple[int, ...]]:
+    """Every valid program of at most ``max_len`` candidates (canonical order), on compressed states.
+
+    P²'s search as in ``enumerative.py`` (a failing step prunes all its extensions; the valid suffixes
+    of a (state, remaining length) pair are computed once), but on this module's state, so it is exact
+    at any number of devices: its memory is O(states · k · pieces), not the k×k×k interpreter's.
+    """
+    if max_len < 1:
+        return []
+    runner = _Runner(problem)
+    goal = tuple(runner.goal)
+    cands = problem.candidates
+    memo: dict[tuple[tuple[State, ...], int], list[tuple[int, ...]]] = {}
+
+    def suffixes(state: tuple[State, ...], remaining: int) -> list[tuple[int, ...]]:
+        key = (state, remaining)
+        found = memo.get(key)
+        if found is not None:
+            return found
+        out: list[tuple[int, ...]] = []
+        for idx, cand in enumerate(cands):
+            try:
+                nxt = tuple(runner._step(list(state), cand.collective, cand.groups))
+            except _Fail:
+                continue
+            if nxt == goal:
+                out.append((idx,))
+            elif remaining > 1:
+                out.extend((idx, *rest) for rest in suffixes(nxt, remaining - 1))
+        memo[key] = out
+        return out
+
+    return sorted(suffixes(tuple(runner.stack[0]), max_len), key=lambda p: (len(p), p))

@@ -43,6 +43,12 @@ def _enumerative(prob: SynthesisProblem, max_len: int, opts: EngineOptions) -> E
     return EngineOutcome("complete", tuple(enumerate_programs(prob, max_len)))
 
 
+def _pieces(prob: SynthesisProblem, max_len: int, opts: EngineOptions) -> EngineOutcome:
+    from .pieces import enumerate_programs
+
+    return EngineOutcome("complete", tuple(enumerate_programs(prob, max_len)))
+
+
 def _z3(prob: SynthesisProblem, max_len: int, opts: EngineOptions) -> EngineOutcome:
     from pathlib import Path
 
@@ -68,6 +74,7 @@ def _z3_cegis(prob: SynthesisProblem, max_len: int, opts: EngineOptions) -> Engi
 
 ENGINES: dict[str, tuple[str, Callable[[SynthesisProblem, int, EngineOptions], EngineOutcome]]] = {
     "enumerative": ("P²'s enumerative search pruned by the preconditions", _enumerative),
+    "pieces": ("P²'s search on pieces.py's compressed state: exact at any number of devices", _pieces),
     "z3": ("Z3 over an SMT encoding of the Hoare rules (enumerates all models)", _z3),
     "z3-cegis": ("Z3 CEGIS over symbolic data values", _z3_cegis),
 }
@@ -191,7 +198,10 @@ def _solve(
     """The engine's outcome and its programs (candidate indices) after the re-check and pruning."""
     outcome = run_engine(engine, prob, max_len, opts)
     programs = list(outcome.programs)
-    if engine != "enumerative":
+    if engine == "pieces":
+        if prob.num_devices <= PIECES_ABOVE:  # above, the engine is the compressed interpreter itself
+            recheck(prob, programs, engine)
+    elif engine != "enumerative":
         recheck(prob, programs, engine)
     if prune != "none":
         from .pruning import apply_pruning
