@@ -17,6 +17,7 @@ from __future__ import annotations
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
+from functools import lru_cache
 
 from .collectives import Collective
 from .errors import P2Error
@@ -71,6 +72,8 @@ def _canon(pieces: dict[int, int]) -> State:
 
 
 def _rows(s: State) -> int:
+    if len(s) == 1:  # the usual case
+        return s[0][0]
     out = 0
     for rows, _ in s:
         out |= rows
@@ -95,24 +98,22 @@ def _union(group: tuple[int, ...], states: Sequence[State], coll: Collective) ->
     return _canon(acc)
 
 
-def _select(rows: int, first: int, count: int) -> int:
-    """The chunks of ``rows`` from its ``first``-th set bit on, ``count`` of them (0-based)."""
-    if count == 0:
-        return 0
+@lru_cache(maxsize=4096)
+def _blocks(rows: int, m: int) -> tuple[int, ...]:
+    """``rows`` cut into ``m`` equal contiguous blocks in chunk order (``m`` divides its size).
 
-    def position(j: int) -> int:  # bit index of the j-th set bit
-        lo, hi = 0, rows.bit_length()
-        while lo < hi:
-            mid = (lo + hi) // 2
-            if (rows & ((1 << (mid + 1)) - 1)).bit_count() > j:
-                hi = mid
-            else:
-                lo = mid + 1
-        return lo
-
-    start = position(first)
-    stop = position(first + count - 1) + 1
-    return rows & (((1 << stop) - 1) ^ ((1 << start) - 1))
+    Pure and cached: the members of every group of a step usually hold the same chunks."""
+    block = rows.bit_count() // m
+    out, current, taken, rest = [], 0, 0, rows
+    while rest:
+        low = rest & -rest
+        current |= low
+        rest ^= low
+        taken += 1
+        if taken == block:
+            out.append(current)
+            current, taken = 0, 0
+    return tuple(out) if out else (0,) * m
 
 
 def _restrict(s: State, mask: int) -> State:
@@ -145,8 +146,7 @@ def apply_group(coll: Collective, group: tuple[int, ...], states: list[State]) -
         n = rows[0].bit_count()
         if n % m:
             raise _Fail(group, "ReduceScatter.divisible")
-        block = n // m
-        return [_restrict(union, _select(rows[0], i * block, block)) for i in range(m)]
+        return [_restrict(union, b) for b in _blocks(rows[0], m)]
     if coll is AG:
         seen = 0
         for s in states:
