@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import numpy as np
 
+from .errors import P2Error
 from .problem import SynthesisProblem, canonical_order
-from .semantics import Violation, apply_step, goal_state, initial_state
+from .semantics import MAX_INTERPRETER_DEVICES, Violation, apply_step, goal_state, initial_state
 
 
 def enumerate_programs(problem: SynthesisProblem, max_len: int) -> list[tuple[int, ...]]:
@@ -17,6 +18,12 @@ def enumerate_programs(problem: SynthesisProblem, max_len: int) -> list[tuple[in
     valid suffixes of a (state, remaining length) pair are computed once and shared.
     """
     k = problem.num_devices
+    if k > MAX_INTERPRETER_DEVICES:
+        raise P2Error(
+            f"{k} devices in one reduction group is too large for the enumerative engine (its k×k×k "
+            f"state is limited to {MAX_INTERPRETER_DEVICES} devices); use --engine pieces (the same "
+            "search on a compressed state, exact at any size) or --engine z3 --encoding representative"
+        )
     goal = goal_state(k, problem.goal_groups)
     cands = problem.candidates
     memo: dict[tuple[bytes, int], list[tuple[int, ...]]] = {}
