@@ -7,6 +7,8 @@ import random
 from math import prod
 
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from p2smt.dsl import problem
 from p2smt.enumerative import enumerate_programs
@@ -184,16 +186,17 @@ def test_pieces_search_equals_enumerative_on_the_grid():
         assert pieces_programs(prob, 5) == enumerate_programs(prob, 5), prob.num_devices
 
 
-@pytest.mark.parametrize("seed", range(8))
-def test_pieces_search_equals_enumerative_on_random_hierarchies(seed):
-    """1–3 levels of sizes 2–6, both master scopes, with and without the progress rule."""
+@settings(max_examples=10, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    sizes=st.lists(st.integers(2, 6), min_size=1, max_size=3).filter(lambda s: prod(s) <= 64),
+    scope=st.sampled_from(["per-ancestor", "global"]),
+    progress=st.booleans(),
+)
+def test_pieces_search_equals_enumerative_on_random_hierarchies(sizes, scope, progress):
+    """1–3 levels of sizes 2–6 (≤ 64 devices), both master scopes, with and without progress."""
     from p2smt.pieces import enumerate_programs as pieces_programs
 
-    rng = random.Random(100 + seed)
-    sizes = tuple(rng.randint(2, 6) for _ in range(rng.randint(1, 3)))
-    while prod(sizes) > 64:
-        sizes = sizes[:-1]
-    prob = _problem(sizes, scope=rng.choice(["per-ancestor", "global"]), progress=rng.random() < 0.7)
+    prob = _problem(tuple(sizes), scope=scope, progress=progress)
     max_len = 4 if prob.num_devices <= 16 else 3
     assert pieces_programs(prob, max_len) == enumerate_programs(prob, max_len), sizes
 
