@@ -83,7 +83,9 @@ def child(spec: dict) -> dict:
         "engine_seconds": round(t1 - t0 - built, 3),
         "recheck_seconds": round(time.perf_counter() - t1, 3) if checked_by else None,
         "recheck": checked_by,
-        "programs_sha": hashlib.sha256(repr(list(res.programs)).encode()).hexdigest()[:12],
+        "programs_sha": hashlib.sha256(
+            json.dumps([list(map(int, p)) for p in res.programs], separators=(",", ":")).encode()
+        ).hexdigest()[:12],
         "cpu_seconds": round(usage.ru_utime + usage.ru_stime, 3),
         "peak_mib": round(usage.ru_maxrss / 1024, 1),
     }
@@ -137,9 +139,9 @@ def summary(rows: list[dict], max_len: int, engines: list[str]) -> str:
             found = [r for r in rows if (r["max_len"], r["levels"], r["devices"], r["engine"]) ==
                      (max_len, levels, devices, e)]
             cells.append(f"{cell(found[0]) if found else '':<{width}}")
-        done = {r["programs_sha"] for r in rows if (r["max_len"], r["levels"], r["devices"]) ==
-                (max_len, levels, devices) and r["status"] == "complete" and "programs_sha" in r}
-        agree = {0: "", 1: "same programs"}.get(len(done), "PROGRAMS DIFFER")
+        done = [r["programs_sha"] for r in rows if (r["max_len"], r["levels"], r["devices"]) ==
+                (max_len, levels, devices) and r["status"] == "complete" and "programs_sha" in r]
+        agree = "" if len(done) < 2 else "same programs" if len(set(done)) == 1 else "PROGRAMS DIFFER"
         lines.append(f"{levels:>6} {devices:>7}  " + "".join(cells) + agree)
     return "\n".join(lines)
 

@@ -274,7 +274,9 @@ def cmd_synth(args: argparse.Namespace) -> int:
             t = Table(
                 title=f"matrix {[list(r) for r in m.matrix]}  hierarchy "
                 f"{' > '.join(f'{n} {s}' for n, s in m.hierarchy.levels)}  "
-                f"({len(m.programs)} programs, {m.seconds:.3f} s, {m.status})"
+                f"({len(m.programs)} programs, {m.seconds:.3f} s, {m.status}"
+                + (f"; same problem as {m.stats['same_problem_as']}" if "same_problem_as" in m.stats else "")
+                + ")"
             )
             t.add_column("#", justify="right")
             t.add_column("program")

@@ -104,16 +104,21 @@ def _blocks(rows: int, m: int) -> tuple[int, ...]:
 
     Pure and cached: the members of every group of a step usually hold the same chunks."""
     block = rows.bit_count() // m
-    out, current, taken, rest = [], 0, 0, rows
-    while rest:
-        low = rest & -rest
-        current |= low
-        rest ^= low
-        taken += 1
-        if taken == block:
-            out.append(current)
-            current, taken = 0, 0
-    return tuple(out) if out else (0,) * m
+    if block == 0:
+        return (0,) * m
+
+    def position(j: int) -> int:  # bit index of the j-th set bit (0-based), by bisection
+        lo, hi = 0, rows.bit_length()
+        while lo < hi:
+            mid = (lo + hi) // 2
+            if (rows & ((1 << (mid + 1)) - 1)).bit_count() > j:
+                hi = mid
+            else:
+                lo = mid + 1
+        return lo
+
+    cuts = [position(i * block) for i in range(m)] + [rows.bit_length()]
+    return tuple(rows & (((1 << cuts[i + 1]) - 1) ^ ((1 << cuts[i]) - 1)) for i in range(m))
 
 
 def _restrict(s: State, mask: int) -> State:

@@ -125,6 +125,7 @@ class SynthesisResult:
                     "status": m.status,
                     "seconds": round(m.seconds, 6),
                     "programs": [str(p) for p in m.programs],
+                    **({"same_problem_as": m.stats["same_problem_as"]} if "same_problem_as" in m.stats else {}),
                 }
                 for m in self.matrices
             ],

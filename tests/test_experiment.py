@@ -254,7 +254,7 @@ def test_system_entries_expand_to_placements(tmp_path):
         ("configs:\n  - levels: [1]\n", "field configs.0.levels.0"),
         ("configs:\n  - levels: [2]\n    axes: [2]\n", "axes belongs to system entries"),
         ("configs:\n  - levels: [2, 2]\n    level_names: [a]\n", "1 level_names for 2 levels"),
-        ("configs:\n  - levels: [32, 32]\n", "at most 512"),
+        ("configs:\n  - levels: [256, 128]\n", "at most 16384"),
         ("configs:\n  - system: a100-2x16\n", "needs axes and reduce"),
         ("configs:\n  - system: nowhere\n    axes: [2]\n    reduce: [0]\n", "unknown system"),
         ("configs:\n  - levels: [2]\n    colour: red\n", "colour"),

@@ -225,3 +225,22 @@ def test_synthesize_with_the_pieces_engine():
     assert [[format_program(p) for p in m.programs] for m in got.matrices] == [
         [format_program(p) for p in m.programs] for m in ref.matrices
     ]
+
+
+def test_pieces_engine_is_rechecked_by_numpy_only_where_numpy_fits(monkeypatch):
+    """Up to PIECES_ABOVE devices the numpy interpreter re-checks the pieces engine; above, the engine
+    is the compressed interpreter itself (no circular re-check)."""
+    from p2smt import synth
+
+    calls = []
+    real = synth.recheck
+    monkeypatch.setattr(synth, "recheck", lambda prob, progs, engine: calls.append(prob.num_devices) or
+                        real(prob, progs, engine))
+    small = _problem((2, 4), ("node", "gpu")).hierarchy
+    big = _problem((4, 8, 4, 2), SUPERPOD).hierarchy
+    progs_small, _, _ = synth.synthesize_hierarchy(small, max_len=3, engine="pieces")
+    progs_big, _, _ = synth.synthesize_hierarchy(big, max_len=1, engine="pieces")
+    assert calls == [8]
+    ref, _, _ = synth.synthesize_hierarchy(small, max_len=3, engine="enumerative")
+    assert [str(p) for p in progs_small] == [str(p) for p in ref] and len(ref) == 29
+    assert [str(p) for p in progs_big] == ["(root, InsideGroup, AllReduce)"]
