@@ -158,11 +158,11 @@ def plot(rows: list[dict], path: Path, title: str) -> None:
     fig, axes = plt.subplots(len(lengths), 2, figsize=(12, 4.2 * len(lengths)), squeeze=False)
     for row_axes, max_len in zip(axes, lengths):
         for levels, engine in series:
-            pts = [
+            pts = sorted((
                 r for r in rows
                 if (r["max_len"], r["levels"], r["engine"]) == (max_len, levels, engine)
                 and r["status"] in ("complete", "unknown")
-            ]
+            ), key=lambda r: r["devices"])
             if not pts:
                 continue
             xs = [r["devices"] for r in pts]
