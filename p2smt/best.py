@@ -18,6 +18,14 @@ bit-vector sum of per-step costs (``lit(t, c, counts) -> cost_t = weight``, weig
 pairs not yet priced weigh 0, so the sum never exceeds a valid program's scaled time): fewer solver
 calls, but each is much slower (see ``benchmarks/best.py``).
 
+``lookahead`` (default) strengthens the clauses with a lower bound on completing the program: the
+step's time plus the cheapest path, in the abstraction that keeps only each cell's chunk count and
+contributions per chunk (P2.md §4's count rules, necessary conditions of validity), from the counts
+after the step to the goal's counts within the remaining steps, pricing only (candidate, counts)
+pairs already priced (0 otherwise: step times are non-negative). Every valid program's counts follow
+such a path, so the bound never exceeds a valid completion's time; it halves the solver calls on the
+4-level superpod (``benchmarks/best.py``).
+
 ``unsat`` then proves that every valid program of at most ``max_len`` steps costing at most U has
 been found. Order and ties are ``rank``'s: seconds to 9 significant digits, then the program text
 (across placements then the matrix), so ``best`` returns what ranking the complete set would.
@@ -169,7 +177,7 @@ class _Search:
 
     def __init__(self, system: System, h: SynthesisHierarchy, *, algo: str, bytes_per_device: float, max_len: int,
                  top: int, timeout_ms: int | None, encoding: str, options: dict[str, Any] | None,
-                 require_progress: bool, bound: str):
+                 require_progress: bool, bound: str, lookahead: bool = True):
         self.system, self.h, self.top, self.timeout_ms = system, h, top, timeout_ms
         self.max_len, self.mode = max_len, bound
         self.prob = problem(h, require_progress)
@@ -188,6 +196,14 @@ class _Search:
         self.target: float | None = None  # U in seconds
         self._priced: dict[tuple[int, ...], float] = {}  # prefix -> the target its next steps were priced at
         self._blocked: set[tuple[int, ...]] = set()  # prefix + step excluded by a cost clause
+        self.lookahead = lookahead
+        k = self.prob.num_devices
+        self._initial_state = tuple((k, 1) for _ in range(s.cells))
+        self._goal_state = tuple((k, s.goal_size[s.rep[x]]) if s.goal_size[s.rep[x]] else (0, 0)
+                                 for x in range(s.cells))
+        self._lower: dict[tuple, float] = {}  # (count state, steps left) -> cheapest completion
+        self._lower_priced = 0
+        self._transitions: dict[tuple, tuple | None] = {}
         # bound="sum": per-step bit-vector costs, fixed with the first bound
         self.scale: float | None = None
         self.cap = 0
@@ -237,12 +253,96 @@ class _Search:
         self._blocked.add(prefix + (c,))
         self.counters["cost_clauses"] += 1
 
+    # ------------------------------------------------------------------ lower bound (lookahead)
+
+    def _abstract_step(self, c: int, state: tuple) -> tuple | None:
+        """Per-cell (chunks, contributions per chunk or None if unknown) after ``c``, by P2.md §4's
+        count rules; None when a count rule rules ``c`` out (a necessary condition of validity)."""
+        key = (c, state)
+        if key not in self._transitions:
+            self._transitions[key] = self._abstract_step_uncached(c, state)
+        return self._transitions[key]
+
+    def _abstract_step_uncached(self, c: int, state: tuple) -> tuple | None:
+        cand, s, k = self.prob.candidates[c], self.enc.s, self.prob.num_devices
+        coll = cand.collective
+        new = list(state)
+        for g in cand.groups:
+            cells = [s.cell[d] for d in g]
+            ns = [state[x][0] for x in cells]
+            cs = [state[x][1] for x in cells]
+            m = len(g)
+            if coll is Collective.BROADCAST:
+                if any(v > ns[0] for v in ns[1:]):
+                    return None
+                out = [state[cells[0]]] * m
+            elif coll is Collective.ALL_GATHER:
+                if any(v != ns[0] for v in ns[1:]) or ns[0] * m > k:
+                    return None
+                same = None not in cs and all(v == cs[0] for v in cs)
+                out = [(ns[0] * m, cs[0] if same else None)] * m
+            else:
+                if any(v != ns[0] for v in ns[1:]):
+                    return None
+                total = None if None in cs else sum(cs)
+                if total is not None and total > k:
+                    return None  # some contribution would be counted twice
+                if coll is Collective.REDUCE_SCATTER:
+                    if ns[0] % m:
+                        return None
+                    out = [(ns[0] // m, total)] * m
+                elif coll is Collective.REDUCE:
+                    out = [(ns[0], total)] + [(0, 0)] * (m - 1)
+                else:
+                    out = [(ns[0], total)] * m
+            for x, v in zip(cells, out):
+                new[x] = v
+        return tuple(new)
+
+    def _priced_seconds(self, c: int, counts: tuple[int, ...]) -> float:
+        """The step's time if already priced, else 0 (a lower bound: step times are non-negative);
+        pricing every pair the abstraction reaches would cost more than the calls it saves."""
+        return self.costs.table.get((c, tuple(counts[x] for x in self.cells_of[c])), 0.0)
+
+    def _remaining(self, state: tuple, steps: int) -> float:
+        """A lower bound on the time of any valid completion from ``state`` in at most ``steps``
+        steps: the cheapest path of the count abstraction to the goal's counts (every valid program's
+        counts follow such a path and step times depend only on the counts), 0 once a count is unknown,
+        infinity when no such path exists."""
+        if state == self._goal_state:
+            return 0.0
+        if steps == 0:
+            return math.inf
+        if any(c is None for _, c in state):
+            return 0.0
+        key = (state, steps)
+        found = self._lower.get(key)
+        if found is None:
+            found = math.inf
+            counts = tuple(n for n, _ in state)
+            for c in range(len(self.prob.candidates)):
+                nxt = self._abstract_step(c, state)
+                if nxt is None or (nxt == state and self.prob.require_progress):
+                    continue
+                here = self._priced_seconds(c, counts)
+                if here >= found:
+                    continue
+                found = min(found, here + self._remaining(nxt, steps - 1))
+            self._lower[key] = found
+        return found
+
     def _prune(self, program: tuple[int, ...], counts: list[tuple[int, ...]], seconds: list[float]) -> bool:
-        """Exclude, at every prefix of the model's path, each next step that takes the cost over U.
+        """Exclude, at every prefix of the model's path, each next step after which every valid
+        completion costs more than U (``lookahead``: the step plus the count abstraction's cheapest
+        completion; else the step alone).
 
         True when the program itself costs more than U (it is then excluded too).
         """
         spent = 0.0
+        state = self._initial_state
+        if len(self.costs.table) > 1.25 * self._lower_priced:  # many more steps priced: tighter bounds
+            self._lower.clear()
+            self._lower_priced = len(self.costs.table)
         for t, c in enumerate(program):
             prefix = program[:t]
             if self._priced.get(prefix) != self.target:
@@ -250,8 +350,13 @@ class _Search:
                 for c2 in range(len(self.prob.candidates)):
                     if prefix + (c2,) in self._blocked or not self._may_run(c2, counts[t]):
                         continue
-                    if spent + self._step_seconds(c2, counts[t]) > self.target:
+                    bound = spent + self._step_seconds(c2, counts[t])
+                    if self.lookahead and state is not None and bound <= self.target:
+                        nxt = self._abstract_step(c2, state)
+                        bound = math.inf if nxt is None else bound + self._remaining(nxt, self.max_len - t - 1)
+                    if bound > self.target:
                         self._block(prefix, c2)
+            state = None if state is None else self._abstract_step(c, state)
             spent += seconds[t]
             if spent > self.target:
                 if prefix + (c,) not in self._blocked:
@@ -406,13 +511,15 @@ def _check_options(max_len: int, timeout_ms: int | None, bound: str) -> None:
 def best_on_hierarchy(system: System, h: SynthesisHierarchy, *, max_len: int = 8, top: int = 1, algo: str = "ring",
                       bytes_per_device: float | None = None, timeout_ms: int | None = None,
                       encoding: str = "bool-matrix", encoding_options: dict[str, Any] | None = None,
-                      require_progress: bool = True, bound: str = "clauses", matrix: Matrix = ()) -> MatrixBest:
+                      require_progress: bool = True, bound: str = "clauses", matrix: Matrix = (),
+                      lookahead: bool = True) -> MatrixBest:
     """The ``top`` cheapest valid programs of at most ``max_len`` steps on one synthesis hierarchy."""
     b = check_request(system, algo, bytes_per_device, top)
     _check_options(max_len, timeout_ms, bound)
     start = time.perf_counter()
     search = _Search(system, h, algo=algo, bytes_per_device=b, max_len=max_len, top=top, timeout_ms=timeout_ms,
-                     encoding=encoding, options=encoding_options, require_progress=require_progress, bound=bound)
+                     encoding=encoding, options=encoding_options, require_progress=require_progress, bound=bound,
+                     lookahead=lookahead)
     status, ranked, stats = search.run()
     return MatrixBest(matrix, h, tuple(ranked), status, time.perf_counter() - start, stats)
 
@@ -422,7 +529,7 @@ def best(system: System, axes: Sequence[int], reduction_axes: Sequence[int], *, 
          timeout_ms: int | None = None, encoding: str = "bool-matrix",
          encoding_options: dict[str, Any] | None = None, hierarchy_kind: HierarchyKind = "d",
          master_scope: MasterScope = "per-ancestor", require_progress: bool = True,
-         bound: str = "clauses") -> BestResult:
+         bound: str = "clauses", lookahead: bool = True) -> BestResult:
     """The ``top`` cheapest programs per placement (or one ``matrix``) and overall, proved with Z3.
 
     Same order, ties and seconds as ``rank.rank_result`` over the complete program set up to
@@ -439,6 +546,6 @@ def best(system: System, axes: Sequence[int], reduction_axes: Sequence[int], *, 
         results.append(best_on_hierarchy(system, h, max_len=max_len, top=top, algo=algo, bytes_per_device=b,
                                          timeout_ms=timeout_ms, encoding=encoding,
                                          encoding_options=encoding_options, require_progress=require_progress,
-                                         bound=bound, matrix=placement.matrix))
+                                         bound=bound, matrix=placement.matrix, lookahead=lookahead))
     return BestResult(system.name, tuple(axes), tuple(red), algo, float(b), max_len, top, tuple(results),
                       time.perf_counter() - start)

@@ -625,7 +625,7 @@ def cmd_best(args: argparse.Namespace) -> int:
                   bytes_per_device=args.bytes, timeout_ms=opts.timeout_ms,
                   encoding=opts.encoding or "bool-matrix", encoding_options=opts.encoding_options,
                   hierarchy_kind=args.hierarchy, master_scope=args.master_scope,
-                  require_progress=not args.allow_noop, bound=args.bound)
+                  require_progress=not args.allow_noop, bound=args.bound, lookahead=not args.no_lookahead)
     payload = result.to_json()
 
     def render(c: Console) -> None:
@@ -814,6 +814,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--bound", default="clauses", choices=["clauses", "sum"],
                    help="how cost <= U reaches the solver: prefix clauses (default) or also a bit-vector sum")
     p.add_argument("--allow-noop", action="store_true", help="allow steps in which a group changes nothing")
+    p.add_argument("--no-lookahead", action="store_true",
+                   help="bound a prefix by the next step alone, not by the count abstraction's cheapest completion")
     add_json(p)
     p.set_defaults(func=cmd_best)
     return parser

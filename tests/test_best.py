@@ -106,10 +106,19 @@ def test_bad_requests_are_p2errors(kwargs, message):
         best(system, (4, 16), (1,), matrix=((4, 1), (1, 16)), **{"max_len": 2, **kwargs})
 
 
+def test_without_lookahead_the_same_answer_on_three_levels():
+    system = load_system("h100-superpod")
+    matrix = ((2, 2, 2, 1), (2, 16, 2, 2))
+    with_bound = best(system, (8, 128), (0,), matrix=matrix, max_len=4, top=3).to_json()
+    without = best(system, (8, 128), (0,), matrix=matrix, max_len=4, top=3, lookahead=False).to_json()
+    assert with_bound["status"] == without["status"] == "optimal"
+    assert with_bound["matrices"][0]["programs"] == without["matrices"][0]["programs"]
+
+
 def test_other_encodings_and_the_sum_bound_give_the_same_answer():
     system = load_system("dgx1-v100")
     reference = best(system, (16,), (0,), max_len=4, top=2).to_json()
-    for kwargs in ({"encoding": "values"}, {"bound": "sum"}):
+    for kwargs in ({"encoding": "values"}, {"bound": "sum"}, {"lookahead": False}):
         other = best(system, (16,), (0,), max_len=4, top=2, **kwargs).to_json()
         assert other["status"] == "optimal", kwargs
         assert other["matrices"][0]["programs"] == reference["matrices"][0]["programs"], kwargs
