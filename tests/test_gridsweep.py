@@ -181,7 +181,8 @@ def test_result_line_matches_the_cost_model(tmp_path):
 
 
 def test_runaway_task_is_killed_and_reported_as_timeout_then_the_runner_recovers():
-    slow = Task("a100-4x16", 4, (4, 4, 4), (0, 1, 2), "ring", "default", "enumerative", None, 8, 0.2)
+    # 16 GPUs spread 2 x 2 x 2 x 2 over the superpod's four levels: minutes of work at length 8
+    slow = Task("h100-superpod", 2, (16, 4), (0,), "ring", "default", "enumerative", None, 8, 0.2)
     row = run_task(slow)
     assert row["status"] == "timeout"
     assert slow.hard_limit_s <= row["seconds"] < slow.hard_limit_s + 2
@@ -251,18 +252,18 @@ def test_results_file_is_locked_and_corrupt_lines_are_refused(tmp_path):
 
 def test_sweep_timeout_override_reports_the_runaway_task_and_finishes_the_rest(tmp_path):
     grid = write(tmp_path, """
-systems: [a100-4x16]
-axes: [[4, 4, 4], [4, 16]]
-reductions: [[0, 1, 2], [0]]
+systems: [h100-superpod]
+nodes: [2]
+axes: [[16, 4], [2, 32]]
+reductions: [[0], [0, 1, 2]]
 max_len: 8
 """)
     out = tmp_path / "out.jsonl"
     summary = sweep(grid, out, workers=2, progress=False, timeout_s=0.3)
     rows = {tuple(r["task"]["axes"]) + tuple(r["task"]["reduce"]): r for r in read_results(out)}
-    assert rows[(4, 4, 4, 0, 1, 2)]["status"] == "timeout"
-    assert rows[(4, 16, 0)]["status"] == "ok"
-    assert rows[(4, 16, 0, 1, 2)]["status"] == "skipped"
-    assert rows[(4, 4, 4, 0)]["status"] in ("ok", "timeout")  # ~1 s of work: depends on the machine's load
+    assert rows[(16, 4, 0)]["status"] == "timeout"  # 2 x 2 x 2 x 2 over four levels: minutes of work
+    assert rows[(2, 32, 0)]["status"] == "ok"  # one level of 2: 3 programs per placement
+    assert rows[(16, 4, 0, 1, 2)]["status"] == rows[(2, 32, 0, 1, 2)]["status"] == "skipped"
     assert all(r["task"]["timeout_s"] == 0.3 for r in rows.values())
     assert summary.finished == 4 and summary.by_status["timeout"] >= 1
     assert summary.seconds < 30  # the runaway does not hold the sweep (length 6 alone takes ~5 s)
