@@ -165,11 +165,17 @@ def _numeral_like(v: int, other: z3.ExprRef) -> z3.ExprRef:
     return found
 
 
-def _compare(a: Term, b: Term, strict: bool) -> Term:
+def _terms(a: Term, b: Term) -> tuple[z3.ExprRef, z3.ExprRef]:
+    """Both operands as Z3 terms: a Python integer becomes a numeral of the other's sort."""
     if is_const(a):
-        a = _numeral_like(a, b)
-    elif is_const(b):
-        b = _numeral_like(b, a)
+        return _numeral_like(a, b), b
+    if is_const(b):
+        return a, _numeral_like(b, a)
+    return a, b
+
+
+def _compare(a: Term, b: Term, strict: bool) -> Term:
+    a, b = _terms(a, b)
     ctx = a.ctx
     if isinstance(a, z3.BitVecRef):
         mk = _c.Z3_mk_bvslt if strict else _c.Z3_mk_bvsle
@@ -225,10 +231,7 @@ def sub(a: Term, b: Term) -> Term:
         return a - b
     if is_const(b) and b == 0:
         return a
-    if is_const(a):
-        a = _numeral_like(a, b)
-    elif is_const(b):
-        b = _numeral_like(b, a)
+    a, b = _terms(a, b)
     ctx = a.ctx
     if isinstance(a, z3.BitVecRef):
         return z3.BitVecRef(_c.Z3_mk_bvsub(ctx.ref(), a.ast, b.ast), ctx)
