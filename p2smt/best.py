@@ -264,37 +264,30 @@ class _Search:
         return self._transitions[key]
 
     def _abstract_step_uncached(self, c: int, state: tuple) -> tuple | None:
+        if not self._may_run(c, tuple(n for n, _ in state)):  # the chunk-count rules
+            return None
         cand, s, k = self.prob.candidates[c], self.enc.s, self.prob.num_devices
         coll = cand.collective
         new = list(state)
         for g in cand.groups:
             cells = [s.cell[d] for d in g]
-            ns = [state[x][0] for x in cells]
+            n, m = state[cells[0]][0], len(g)
             cs = [state[x][1] for x in cells]
-            m = len(g)
             if coll is Collective.BROADCAST:
-                if any(v > ns[0] for v in ns[1:]):
-                    return None
                 out = [state[cells[0]]] * m
             elif coll is Collective.ALL_GATHER:
-                if any(v != ns[0] for v in ns[1:]) or ns[0] * m > k:
-                    return None
                 same = None not in cs and all(v == cs[0] for v in cs)
-                out = [(ns[0] * m, cs[0] if same else None)] * m
+                out = [(n * m, cs[0] if same else None)] * m
             else:
-                if any(v != ns[0] for v in ns[1:]):
-                    return None
                 total = None if None in cs else sum(cs)
                 if total is not None and total > k:
                     return None  # some contribution would be counted twice
                 if coll is Collective.REDUCE_SCATTER:
-                    if ns[0] % m:
-                        return None
-                    out = [(ns[0] // m, total)] * m
+                    out = [(n // m, total)] * m
                 elif coll is Collective.REDUCE:
-                    out = [(ns[0], total)] + [(0, 0)] * (m - 1)
+                    out = [(n, total)] + [(0, 0)] * (m - 1)
                 else:
-                    out = [(ns[0], total)] * m
+                    out = [(n, total)] * m
             for x, v in zip(cells, out):
                 new[x] = v
         return tuple(new)
