@@ -21,7 +21,7 @@ from functools import lru_cache
 
 from .collectives import Collective
 from .errors import P2Error
-from .problem import SynthesisProblem
+from .problem import SynthesisProblem, search_programs
 
 AR, RS, AG, RED, BC = (
     Collective.ALL_REDUCE,
@@ -267,33 +267,18 @@ def check_programs(
 def enumerate_programs(problem: SynthesisProblem, max_len: int) -> list[tuple[int, ...]]:
     """Every valid program of at most ``max_len`` candidates (canonical order), on compressed states.
 
-    P²'s search as in ``enumerative.py`` (a failing step prunes all its extensions; the valid suffixes
-    of a (state, remaining length) pair are computed once), but on this module's state, so it is exact
-    at any number of devices: its memory is O(states · k · pieces), not the k×k×k interpreter's.
+    ``problem.search_programs`` (P²'s search, as the enumerative engine runs it) on this module's
+    state, so it is exact at any number of devices: its memory is O(states · k · pieces), not the
+    k×k×k interpreter's.
     """
-    if max_len < 1:
-        return []
     runner = _Runner(problem)
     goal = tuple(runner.goal)
     cands = problem.candidates
-    memo: dict[tuple[tuple[State, ...], int], list[tuple[int, ...]]] = {}
 
-    def suffixes(state: tuple[State, ...], remaining: int) -> list[tuple[int, ...]]:
-        key = (state, remaining)
-        found = memo.get(key)
-        if found is not None:
-            return found
-        out: list[tuple[int, ...]] = []
-        for idx, cand in enumerate(cands):
-            try:
-                nxt = tuple(runner._step(list(state), cand.collective, cand.groups))
-            except _Fail:
-                continue
-            if nxt == goal:
-                out.append((idx,))
-            elif remaining > 1:
-                out.extend((idx, *rest) for rest in suffixes(nxt, remaining - 1))
-        memo[key] = out
-        return out
+    def step(state: tuple[State, ...], i: int) -> tuple[State, ...] | None:
+        try:
+            return tuple(runner._step(list(state), cands[i].collective, cands[i].groups))
+        except _Fail:
+            return None
 
-    return sorted(suffixes(tuple(runner.stack[0]), max_len), key=lambda p: (len(p), p))
+    return search_programs(tuple(runner.stack[0]), max_len, len(cands), step, lambda state: state == goal, lambda state: state)
