@@ -52,7 +52,7 @@ def child(spec: dict) -> dict:
     from p2smt.dsl import problem
     from p2smt.hierarchy import synthesis_hierarchy
     from p2smt.placement import Placement
-    from p2smt.synth import PIECES_ABOVE, EngineOptions, recheck, run_engine
+    from p2smt.synth import EngineOptions, recheck, rechecked_by, run_engine
     from p2smt.system import load_system
 
     t0 = time.perf_counter()
@@ -67,11 +67,7 @@ def child(spec: dict) -> dict:
     built = time.perf_counter() - t0
     res = run_engine(engine, prob, spec["max_len"], opts)
     t1 = time.perf_counter()
-    # every other engine's programs go through the driver's re-check (raises on any failing program);
-    # ``pieces`` is the compressed interpreter itself, so it is re-checked only where numpy's fits
-    checked_by = None if engine == "enumerative" else ("pieces" if k > PIECES_ABOVE else "numpy")
-    if engine == "pieces" and k > PIECES_ABOVE:
-        checked_by = None
+    checked_by = rechecked_by(engine, k)  # the driver's policy; recheck raises on any failing program
     if checked_by:
         recheck(prob, res.programs, engine)
     usage = resource.getrusage(resource.RUSAGE_SELF)

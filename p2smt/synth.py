@@ -146,6 +146,16 @@ def run_engine(
 PIECES_ABOVE = 128  # devices; above this the compressed interpreter re-checks (the k^3 one costs GiBs)
 
 
+def rechecked_by(engine: str, k: int) -> str | None:
+    """The interpreter that re-checks ``engine``'s programs on ``k`` devices ("numpy": the k×k×k one,
+    up to ``PIECES_ABOVE``; "pieces" above), or None for an engine that is that interpreter itself."""
+    if engine == "enumerative":
+        return None
+    if k <= PIECES_ABOVE:
+        return "numpy"
+    return None if engine == "pieces" else "pieces"
+
+
 def recheck(prob: SynthesisProblem, programs, engine: str) -> None:
     """Every engine's program must be valid in an independent concrete interpreter; else fail loudly.
 
@@ -199,10 +209,7 @@ def _solve(
     """The engine's outcome and its programs (candidate indices) after the re-check and pruning."""
     outcome = run_engine(engine, prob, max_len, opts)
     programs = list(outcome.programs)
-    if engine == "pieces":
-        if prob.num_devices <= PIECES_ABOVE:  # above, the engine is the compressed interpreter itself
-            recheck(prob, programs, engine)
-    elif engine != "enumerative":
+    if rechecked_by(engine, prob.num_devices):
         recheck(prob, programs, engine)
     if prune != "none":
         from .pruning import apply_pruning
