@@ -1,0 +1,53 @@
+"""Golden CLI outputs: the architecture must not change what any command prints (wall-clock fields aside).
+
+Record anew with ``P2SMT_RECORD_GOLDEN=1 pytest tests/test_golden.py``; a deliberate change updates its golden
+file in a commit of its own that says why.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import pytest
+
+from p2smt.cli import main
+
+GOLDEN = Path(__file__).parent / "golden"
+ROOT = Path(__file__).parent.parent
+CASES = json.loads((GOLDEN / "cases.json").read_text())
+# Keys whose values are measured, not computed: set aside before comparing.
+WALL_CLOCK = {"seconds", "solve_seconds", "stats", "elapsed", "time_s", "wall_seconds", "solver"}
+
+
+def normalize(value):
+    if isinstance(value, dict):
+        return {k: normalize(v) for k, v in value.items() if k not in WALL_CLOCK}
+    if isinstance(value, list):
+        return [normalize(v) for v in value]
+    return value
+
+
+def run_case(argv: list[str], capsys) -> dict:
+    cwd = os.getcwd()
+    os.chdir(ROOT)
+    try:
+        rc = main(argv)
+    finally:
+        os.chdir(cwd)
+    out, err = capsys.readouterr()
+    if "--json" in argv:
+        return {"rc": rc, "stderr": err, "json": normalize(json.loads(out)) if out else None}
+    return {"rc": rc, "stderr": err, "text": out}
+
+
+@pytest.mark.parametrize("case", CASES, ids=[c["name"] for c in CASES])
+def test_golden(case, capsys):
+    got = run_case(case["argv"], capsys)
+    path = GOLDEN / f"{case['name']}.json"
+    text = json.dumps(got, indent=1, sort_keys=False) + "\n"
+    if os.environ.get("P2SMT_RECORD_GOLDEN"):
+        path.write_text(text)
+        return
+    assert text == path.read_text(), f"{case['name']}: output changed (see {path})"
