@@ -21,7 +21,7 @@ import subprocess
 import sys
 import time
 
-from p2smt.machine import describe_machine, machine_info
+from p2smt.runs.machine import describe_machine, machine_info
 
 CASES = {
     "a100": {"system": "a100-4x16", "axes": [4, 16], "reduce": [1], "matrix": None},
@@ -32,7 +32,7 @@ CASES = {
 
 def run_point(spec: dict) -> dict:
     """One side of one point, in this process: {"seconds", "status", "best", ...}."""
-    from p2smt.system import load_system
+    from p2smt.model.system import load_system
 
     case = CASES[spec["case"]]
     system = load_system(case["system"])
@@ -40,8 +40,8 @@ def run_point(spec: dict) -> dict:
     matrix = tuple(tuple(r) for r in case["matrix"]) if case["matrix"] else None
     start = time.perf_counter()
     if spec["side"] == "rank":
-        from p2smt.rank import rank_result
-        from p2smt.synth import synthesize
+        from p2smt.cost.rank import rank_result
+        from p2smt.synth.driver import synthesize
 
         result = synthesize(system, axes, reduce, matrix=matrix, max_len=spec["max_len"], engine=spec["engine"])
         synth_seconds = time.perf_counter() - start
@@ -49,7 +49,7 @@ def run_point(spec: dict) -> dict:
         return {"seconds": time.perf_counter() - start, "synth_seconds": synth_seconds,
                 "programs": result.total_programs, "status": result.status, "best": report["best"],
                 "top": [m["programs"] for m in report["matrices"]]}
-    from p2smt.best import best
+    from p2smt.cost.best import best
 
     found = best(system, axes, reduce, matrix=matrix, max_len=spec["max_len"], top=spec["top"])
     report = found.to_json()

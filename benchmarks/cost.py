@@ -21,11 +21,11 @@ import math
 import sys
 import time
 
-from p2smt.cost import flat_collective_time
-from p2smt.machine import describe_machine, machine_info
-from p2smt.rank import rank_result
-from p2smt.synth import synthesize
-from p2smt.system import System, load_system
+from p2smt.cost.model import flat_collective_time
+from p2smt.cost.rank import rank_result
+from p2smt.model.system import System, load_system
+from p2smt.runs.machine import describe_machine, machine_info
+from p2smt.synth.driver import synthesize
 
 KIB, MIB, GIB = 1 << 10, 1 << 20, 1 << 30
 # COSTS.md C1: 8 x A100-SXM4-80GB, NVSwitch, nccl-tests AllReduce busbw (GB/s).

@@ -30,7 +30,7 @@ import sys
 import time
 from pathlib import Path
 
-from p2smt.machine import describe_machine
+from p2smt.runs.machine import describe_machine
 
 SHAPES = {  # levels -> devices -> (su, nodes per SU); pcie 4 x gpu 2 per node
     4: {64: (2, 4), 128: (2, 8), 256: (4, 8), 512: (4, 16), 1024: (4, 32), 2048: (4, 64), 4096: (4, 128)},
@@ -49,11 +49,11 @@ def child(spec: dict) -> dict:
     """Run one point in this process and return its figures."""
     import resource
 
-    from p2smt.dsl import problem
-    from p2smt.hierarchy import synthesis_hierarchy
-    from p2smt.placement import Placement
-    from p2smt.synth import EngineOptions, recheck, rechecked_by, run_engine
-    from p2smt.system import load_system
+    from p2smt.model.dsl import problem
+    from p2smt.model.hierarchy import synthesis_hierarchy
+    from p2smt.model.placement import Placement
+    from p2smt.model.system import load_system
+    from p2smt.synth.driver import EngineOptions, recheck, rechecked_by, run_engine
 
     t0 = time.perf_counter()
     system = load_system("h100-superpod", levels=spec["levels"])

@@ -21,10 +21,10 @@ import sys
 import time
 from pathlib import Path
 
-from p2smt.grid import paper_grid
-from p2smt.machine import describe_machine, machine_info
-from p2smt.synth import EngineOptions, recheck, synthesize
-from p2smt.system import load_system
+from p2smt.model.system import load_system
+from p2smt.runs.grid import paper_grid
+from p2smt.runs.machine import describe_machine, machine_info
+from p2smt.synth.driver import EngineOptions, recheck, synthesize
 
 P2_RANGE = (0.0035, 1.16)
 
@@ -51,10 +51,10 @@ def z3_floor(cfg) -> tuple[float, float]:
     """
     import z3
 
-    from p2smt.dsl import problem
-    from p2smt.enumerative import enumerate_programs
-    from p2smt.hierarchy import synthesis_hierarchy
-    from p2smt.synth import placements_for
+    from p2smt.model.dsl import problem
+    from p2smt.model.hierarchy import synthesis_hierarchy
+    from p2smt.synth.driver import placements_for
+    from p2smt.synth.enumerative import enumerate_programs
 
     system = load_system(cfg.system)
     seen, total, checked = set(), 0.0, 0.0

@@ -22,8 +22,8 @@ from typing import Any, Literal
 import z3
 from pydantic import Field
 
-from p2smt.collectives import AG, AR, BC, RED, RS, Collective
-from p2smt.problem import SynthesisProblem
+from p2smt.model.collectives import AG, AR, BC, RED, RS, Collective
+from p2smt.model.problem import SynthesisProblem
 from p2smt.smt.base import Encoding, EncodingOptions, EncodingSpec, Program
 from p2smt.smt.choices import StepChoices
 

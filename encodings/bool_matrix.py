@@ -22,8 +22,8 @@ from typing import Literal
 
 from pydantic import Field
 
-from p2smt.collectives import AG, AR, BC, RED, RS
-from p2smt.problem import SynthesisProblem
+from p2smt.model.collectives import AG, AR, BC, RED, RS
+from p2smt.model.problem import SynthesisProblem
 from p2smt.smt import terms as T
 from p2smt.smt.base import EncodingOptions, EncodingSpec
 from p2smt.smt.lazy import CheckedEncoding

@@ -60,10 +60,10 @@ from typing import Any, Literal
 import z3
 from pydantic import Field
 
-from p2smt.dsl import problem as make_problem
 from p2smt.errors import P2Error
-from p2smt.hierarchy import SynthesisHierarchy
-from p2smt.problem import SynthesisProblem, canonical_order
+from p2smt.model.dsl import problem as make_problem
+from p2smt.model.hierarchy import SynthesisHierarchy
+from p2smt.model.problem import SynthesisProblem, canonical_order
 from p2smt.smt.base import ACCEPTED, Encoding, EncodingOptions, EncodingSpec, Program, Refinement
 from p2smt.smt.check import PlanChecker, Unknown
 from p2smt.smt.engine import run_encoding

@@ -30,8 +30,8 @@ from typing import Literal
 import z3
 from pydantic import Field
 
-from p2smt.collectives import AG, AR, BC, RED, RS
-from p2smt.problem import SynthesisProblem
+from p2smt.model.collectives import AG, AR, BC, RED, RS
+from p2smt.model.problem import SynthesisProblem
 from p2smt.smt import terms as T
 from p2smt.smt.base import EncodingOptions, EncodingSpec
 from p2smt.smt.lazy import CheckedEncoding

@@ -7,9 +7,9 @@ from pathlib import Path
 
 import pytest
 
-from p2smt.cli import main
-from p2smt.hierarchy import SynthesisHierarchy, synthesis_hierarchy
-from p2smt.placement import Placement
+from p2smt.cli.main import main
+from p2smt.model.hierarchy import SynthesisHierarchy, synthesis_hierarchy
+from p2smt.model.placement import Placement
 
 DATA = Path(__file__).parent / "data"
 
@@ -54,7 +54,7 @@ def flat_hierarchy() -> Callable[..., SynthesisHierarchy]:
 
 @pytest.fixture
 def run_cli(capsys) -> Callable[..., tuple[int, str, str]]:
-    """Run ``p2smt.cli.main(argv)`` in-process: (exit code, stdout, stderr)."""
+    """Run ``p2smt.cli.main.main(argv)`` in-process: (exit code, stdout, stderr)."""
 
     def run(*argv: str) -> tuple[int, str, str]:
         rc = main([str(a) for a in argv])

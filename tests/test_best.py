@@ -1,14 +1,14 @@
-"""Cost-guided search (``p2smt.best``) returns what enumerate-then-rank returns, computed in the same run."""
+"""Cost-guided search (``p2smt.cost.best``) returns what enumerate-then-rank returns, computed in the same run."""
 
 from __future__ import annotations
 
 import pytest
 
-from p2smt.best import best
+from p2smt.cost.best import best
+from p2smt.cost.rank import rank_result
 from p2smt.errors import P2Error
-from p2smt.rank import rank_result
-from p2smt.synth import synthesize
-from p2smt.system import load_system
+from p2smt.model.system import load_system
+from p2smt.synth.driver import synthesize
 
 FLAT_ALLREDUCE = "(root, InsideGroup, AllReduce)"
 
@@ -57,9 +57,9 @@ def test_some_best_program_is_not_allreduce(outcomes):
 
 
 def test_every_listed_program_is_valid_and_priced_by_the_cost_model(outcomes):
-    from p2smt.cost import program_time
-    from p2smt.dsl import problem, program_steps
-    from p2smt.semantics import execute
+    from p2smt.cost.model import program_time
+    from p2smt.model.dsl import problem, program_steps
+    from p2smt.semantics.dense import execute
 
     for name, found, _ in outcomes:
         system = load_system(name)

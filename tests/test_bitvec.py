@@ -9,13 +9,13 @@ from math import prod
 
 import pytest
 
-from p2smt.dsl import problem
-from p2smt.enumerative import enumerate_programs
-from p2smt.hierarchy import synthesis_hierarchy
-from p2smt.placement import Placement
-from p2smt.semantics import Violation, apply_step, initial_state
+from p2smt.model.dsl import problem
+from p2smt.model.hierarchy import synthesis_hierarchy
+from p2smt.model.placement import Placement
+from p2smt.semantics.dense import Violation, apply_step, initial_state
 from p2smt.smt.engine import enumerate_z3, run_encoding
 from p2smt.smt.registry import load_encoding
+from p2smt.synth.enumerative import enumerate_programs
 
 
 def _problem(sizes, require_progress=True):

@@ -5,11 +5,11 @@ from __future__ import annotations
 
 import pytest
 
-from p2smt.collectives import Collective
-from p2smt.dsl import problem
-from p2smt.enumerative import enumerate_programs
 from p2smt.errors import P2Error
+from p2smt.model.collectives import Collective
+from p2smt.model.dsl import problem
 from p2smt.smt.cegis import enumerate_cegis, verify_values
+from p2smt.synth.enumerative import enumerate_programs
 
 AR, RS, AG, R, B = (
     Collective.ALL_REDUCE,

@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from p2smt.dsl import format_program, parse_program
-from p2smt.system import shipped_systems
+from p2smt.model.dsl import format_program, parse_program
+from p2smt.model.system import shipped_systems
 
 DATA = Path(__file__).parent / "data"
 

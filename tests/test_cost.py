@@ -9,8 +9,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from p2smt.collectives import Collective
-from p2smt.cost import (
+from p2smt.cost.model import (
     collective_time,
     default_bytes_per_device,
     flat_collective_time,
@@ -21,12 +20,13 @@ from p2smt.cost import (
     program_volumes,
     step_time,
 )
-from p2smt.dsl import parse_program
 from p2smt.errors import P2Error
-from p2smt.hierarchy import synthesis_hierarchy
-from p2smt.placement import Placement
-from p2smt.system import load_system
-from p2smt.topology import build_topology
+from p2smt.model.collectives import Collective
+from p2smt.model.dsl import parse_program
+from p2smt.model.hierarchy import synthesis_hierarchy
+from p2smt.model.placement import Placement
+from p2smt.model.system import load_system
+from p2smt.model.topology import build_topology
 
 AR = Collective.ALL_REDUCE
 GIB = 1 << 30

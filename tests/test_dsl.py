@@ -6,8 +6,9 @@ import dataclasses
 
 import pytest
 
-from p2smt.collectives import Collective, ExplicitStep
-from p2smt.dsl import (
+from p2smt.errors import P2Error, PlanSyntaxError
+from p2smt.model.collectives import Collective, ExplicitStep
+from p2smt.model.dsl import (
     Form,
     Instruction,
     Program,
@@ -20,10 +21,9 @@ from p2smt.dsl import (
     problem,
     program_steps,
 )
-from p2smt.errors import P2Error, PlanSyntaxError
-from p2smt.placement import Placement, matrices
-from p2smt.semantics import execute
-from p2smt.system import load_system
+from p2smt.model.placement import Placement, matrices
+from p2smt.model.system import load_system
+from p2smt.semantics.dense import execute
 
 # The four well-known programs of P2.md §3 on a two-level [root, node, gpu] hierarchy.
 EXAMPLES = {
@@ -158,7 +158,7 @@ def test_syntax_error_names_the_source(data_dir):
 def a100_h():
     system = load_system("a100-4x16")
     p = Placement(system.sizes, (4, 16), ((2, 2), (2, 8)))
-    from p2smt.hierarchy import synthesis_hierarchy
+    from p2smt.model.hierarchy import synthesis_hierarchy
 
     return synthesis_hierarchy(p, (1,), system.level_names)
 

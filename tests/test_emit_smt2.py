@@ -13,14 +13,14 @@ from pathlib import Path
 import pytest
 import z3
 
-from p2smt.dsl import problem
-from p2smt.enumerative import enumerate_programs
-from p2smt.hierarchy import synthesis_hierarchy
-from p2smt.placement import Placement
+from p2smt.model.dsl import problem
+from p2smt.model.hierarchy import synthesis_hierarchy
+from p2smt.model.placement import Placement
+from p2smt.model.system import load_system
 from p2smt.smt.engine import enumerate_z3
 from p2smt.smt.registry import available_encodings
-from p2smt.synth import EngineOptions, synthesize
-from p2smt.system import load_system
+from p2smt.synth.driver import EngineOptions, synthesize
+from p2smt.synth.enumerative import enumerate_programs
 
 ENCODINGS = [spec.name for spec in available_encodings()]
 MAX_LEN = 2

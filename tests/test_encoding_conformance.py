@@ -25,17 +25,17 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from p2smt.dsl import problem
-from p2smt.enumerative import enumerate_programs
 from p2smt.errors import P2Error
-from p2smt.grid import paper_grid
-from p2smt.hierarchy import synthesis_hierarchy
-from p2smt.placement import Placement, matrices
-from p2smt.problem import SynthesisProblem
+from p2smt.model.dsl import problem
+from p2smt.model.hierarchy import synthesis_hierarchy
+from p2smt.model.placement import Placement, matrices
+from p2smt.model.problem import SynthesisProblem
+from p2smt.model.system import load_system
+from p2smt.runs.grid import paper_grid
 from p2smt.smt.base import EncodingSpec
 from p2smt.smt.engine import enumerate_z3
 from p2smt.smt.registry import available_encodings, load_encoding
-from p2smt.system import load_system
+from p2smt.synth.enumerative import enumerate_programs
 
 GRID_MAX_LEN = 5
 SLOW = bool(os.environ.get("P2SMT_SLOW"))

@@ -7,10 +7,10 @@ from collections import Counter
 
 import pytest
 
-from p2smt.dsl import problem
-from p2smt.enumerative import enumerate_programs
-from p2smt.semantics import execute
-from p2smt.system import load_system
+from p2smt.model.dsl import problem
+from p2smt.model.system import load_system
+from p2smt.semantics.dense import execute
+from p2smt.synth.enumerative import enumerate_programs
 
 ONE_LEVEL = {
     "(root, InsideGroup, AllReduce)",
@@ -76,8 +76,8 @@ def test_one_nontrivial_collapsed_level_gives_three(hierarchy_of, system_name, a
 
 @pytest.fixture(scope="module")
 def reference_two_level(request):
-    from p2smt.hierarchy import synthesis_hierarchy
-    from p2smt.placement import Placement
+    from p2smt.model.hierarchy import synthesis_hierarchy
+    from p2smt.model.placement import Placement
 
     h = synthesis_hierarchy(Placement((2, 2), (4,), ((2, 2),)), (0,), ("node", "gpu"))
     return texts(h)

@@ -14,9 +14,8 @@ from pathlib import Path
 
 import pytest
 
-from p2smt.enumerative import enumerate_programs
 from p2smt.errors import P2Error
-from p2smt.experiment import (
+from p2smt.runs.experiment import (
     STATUSES,
     _build,
     load_configs,
@@ -28,6 +27,7 @@ from p2smt.experiment import (
     summarize,
 )
 from p2smt.smt.registry import available_encodings
+from p2smt.synth.enumerative import enumerate_programs
 
 TINY = """\
 description: two tiny hierarchies
@@ -163,7 +163,7 @@ def test_summary_table_and_plot(tiny):
         assert v["programs"] == sum(r["programs"] for r in tiny["rows"][:8:4])
         assert 0 < v["median_seconds"] <= v["total_seconds"]
     assert summary["disagreements"] == [] and summary["failures"] == []
-    from p2smt.experiment import plot
+    from p2smt.runs.experiment import plot
 
     png = plot(tiny["rows"], tiny["folder"] / "plots" / "t.png")
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and png.stat().st_size > 5000

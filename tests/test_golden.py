@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from p2smt.cli import main
+from p2smt.cli.main import main
 
 GOLDEN = Path(__file__).parent / "golden"
 ROOT = Path(__file__).parent.parent

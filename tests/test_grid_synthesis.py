@@ -14,12 +14,12 @@ from math import prod
 
 import pytest
 
-from p2smt.dsl import format_program, lower_program, parse_program
-from p2smt.hierarchy import synthesis_hierarchy
-from p2smt.placement import Placement, matrices
-from p2smt.semantics import execute
-from p2smt.synth import synthesize
-from p2smt.system import load_system
+from p2smt.model.dsl import format_program, lower_program, parse_program
+from p2smt.model.hierarchy import synthesis_hierarchy
+from p2smt.model.placement import Placement, matrices
+from p2smt.model.system import load_system
+from p2smt.semantics.dense import execute
+from p2smt.synth.driver import synthesize
 
 GRID = {
     "a100-2x16": [(32,), (2, 16), (4, 8), (8, 4), (16, 2)],
@@ -106,7 +106,7 @@ def test_grid_configuration_synthesizes(name, axes, red, kind):
 
 
 def test_package_grid_is_this_grid():
-    from p2smt.grid import paper_grid
+    from p2smt.runs.grid import paper_grid
 
     grid = paper_grid()
     assert [(c.system, c.axes, c.reduction_axes) for c in grid] == PAPER
@@ -118,7 +118,7 @@ def test_package_grid_is_this_grid():
 @pytest.mark.parametrize("engine", ["enumerative", "z3"])
 def test_equal_problems_of_one_request_are_solved_once(engine):
     """[16,2,2] on [4,16] reducing {0,2}: 4 matrices, 2 distinct synthesis problems."""
-    from p2smt.synth import synthesize_hierarchy
+    from p2smt.synth.driver import synthesize_hierarchy
 
     system = load_system("a100-4x16")
     res = synthesize(system, (16, 2, 2), (0, 2), engine=engine)

@@ -11,8 +11,10 @@ from pathlib import Path
 import pytest
 
 from p2smt import __version__
+from p2smt.cost.rank import rank_result
 from p2smt.errors import P2Error
-from p2smt.gridsweep import (
+from p2smt.model.system import load_system
+from p2smt.runs.gridsweep import (
     Grid,
     Task,
     _ResultsFile,
@@ -25,9 +27,7 @@ from p2smt.gridsweep import (
     sweep,
     task_key,
 )
-from p2smt.rank import rank_result
-from p2smt.synth import synthesize
-from p2smt.system import load_system
+from p2smt.synth.driver import synthesize
 
 TINY = """
 systems: [a100-2x16, v100-2x8]
@@ -84,7 +84,7 @@ def test_task_key_is_sha256_of_canonical_json_and_version_and_stable_across_proc
     canonical = json.dumps({"p2smt": __version__, "task": task.to_json()}, sort_keys=True,
                            separators=(",", ":"))
     assert task_key(task) == hashlib.sha256(canonical.encode()).hexdigest()
-    code = ("from p2smt.gridsweep import Task, task_key; "
+    code = ("from p2smt.runs.gridsweep import Task, task_key; "
             "print(task_key(Task('a100-2x16', 2, (2, 16), (0,), 'ring', 'default', 'enumerative', None, 3, "
             "60.0)))")
     other = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
@@ -270,7 +270,7 @@ max_len: 8
 
 
 def test_infrastructure_failures_are_not_recorded_and_are_retried(tmp_path, monkeypatch):
-    import p2smt.gridsweep as gs
+    import p2smt.runs.gridsweep as gs
 
     grid_path = write(tmp_path, "systems: [v100-2x8]\naxes: [[2, 8]]\nreductions: [[0], [1]]\nmax_len: 3\n")
     tasks = expand(load_grid(grid_path))
@@ -294,7 +294,7 @@ def test_infrastructure_failures_are_not_recorded_and_are_retried(tmp_path, monk
 
 
 def test_sweep_rejects_bad_options(tmp_path, monkeypatch):
-    import p2smt.gridsweep as gs
+    import p2smt.runs.gridsweep as gs
 
     monkeypatch.setattr(gs, "CONNECT_TIMEOUT_S", 1.0)
     grid = write(tmp_path, TINY)

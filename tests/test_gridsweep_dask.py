@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from p2smt.gridsweep import expand, load_grid, read_results, sweep, task_key
+from p2smt.runs.gridsweep import expand, load_grid, read_results, sweep, task_key
 
 distributed = pytest.importorskip("distributed")
 
@@ -46,7 +46,7 @@ def test_dask_sweep_killed_midway_resumes_without_losing_or_repeating_tasks(tmp_
         with distributed.Client(address) as client:
             worker_pids = set(client.run(os.getpid).values())
         code = (
-            "import sys; from p2smt.gridsweep import sweep; "
+            "import sys; from p2smt.runs.gridsweep import sweep; "
             "sweep(sys.argv[1], sys.argv[2], scheduler=sys.argv[3], progress=False)"
         )
         driver = subprocess.Popen([sys.executable, "-c", code, str(grid_path), str(out), address],

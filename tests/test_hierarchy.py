@@ -8,11 +8,11 @@ from math import prod
 
 import pytest
 
-from p2smt.dsl import Form, instruction_groups
 from p2smt.errors import P2Error
-from p2smt.hierarchy import synthesis_hierarchy
-from p2smt.placement import Placement, matrices
-from p2smt.system import load_system
+from p2smt.model.dsl import Form, instruction_groups
+from p2smt.model.hierarchy import synthesis_hierarchy
+from p2smt.model.placement import Placement, matrices
+from p2smt.model.system import load_system
 
 FIG2 = (1, 2, 2, 4)
 FIG2_NAMES = ("rack", "server", "cpu", "gpu")

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from p2smt.cli import main
+from p2smt.cli.main import main
 from p2smt.errors import P2Error
-from p2smt.system import load_system
+from p2smt.model.system import load_system
 
 
 def test_levels_resize_any_level_and_compose_with_nodes():

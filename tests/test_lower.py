@@ -8,11 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from p2smt.collectives import Collective as C
-from p2smt.collectives import ExplicitStep as S
-from p2smt.dsl import lower_program, parse_program
 from p2smt.errors import P2Error
-from p2smt.hierarchy import synthesis_hierarchy
 from p2smt.lower import (
     MeshSpec,
     jax_mesh_order,
@@ -25,8 +21,12 @@ from p2smt.lower import (
 )
 from p2smt.lower.layout import mesh_axes_of
 from p2smt.lower.target import connected_groups
-from p2smt.placement import Placement
-from p2smt.system import load_system
+from p2smt.model.collectives import Collective as C
+from p2smt.model.collectives import ExplicitStep as S
+from p2smt.model.dsl import lower_program, parse_program
+from p2smt.model.hierarchy import synthesis_hierarchy
+from p2smt.model.placement import Placement
+from p2smt.model.system import load_system
 
 PYPROJECT = Path(__file__).resolve().parent.parent / "pyproject.toml"
 HOSTILE = "x); import os; os.system('rm -rf /')#"

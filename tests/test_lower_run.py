@@ -15,15 +15,15 @@ import textwrap
 
 import pytest
 
-from p2smt.collectives import Collective as C
-from p2smt.collectives import ExplicitStep as S
-from p2smt.dsl import lower_program, parse_program
-from p2smt.hierarchy import synthesis_hierarchy
 from p2smt.lower import RunCase, placement_target, plan_target, run_cases
 from p2smt.lower.layout import mesh_axes_of
-from p2smt.placement import Placement
-from p2smt.semantics import execute
-from p2smt.system import load_system
+from p2smt.model.collectives import Collective as C
+from p2smt.model.collectives import ExplicitStep as S
+from p2smt.model.dsl import lower_program, parse_program
+from p2smt.model.hierarchy import synthesis_hierarchy
+from p2smt.model.placement import Placement
+from p2smt.model.system import load_system
+from p2smt.semantics.dense import execute
 
 AR = "(root, InsideGroup, AllReduce)"
 RAB = "({n}, InsideGroup, Reduce); ({n}, Master(root), AllReduce); ({n}, InsideGroup, Broadcast)"

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from p2smt.errors import P2Error
-from p2smt.placement import Placement, matrices, parse_matrix
+from p2smt.model.placement import Placement, matrices, parse_matrix
 
 # P2.md §1: matrix counts of P²'s evaluation (hierarchy, axes, count).
 TABLE = [

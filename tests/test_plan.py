@@ -6,13 +6,13 @@ import json
 
 import pytest
 
-from p2smt.cli import main
+from p2smt.cli.main import main
+from p2smt.cost.plan import pipeline_pairs, plan
+from p2smt.cost.rank import rank
 from p2smt.errors import P2Error
-from p2smt.placement import Placement
-from p2smt.plan import pipeline_pairs, plan
-from p2smt.profile import Profile, load_profile, shipped_profiles
-from p2smt.rank import rank
-from p2smt.system import load_system
+from p2smt.model.placement import Placement
+from p2smt.model.profile import Profile, load_profile, shipped_profiles
+from p2smt.model.system import load_system
 
 
 def _profile(axes, comms, name="t"):

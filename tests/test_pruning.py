@@ -1,4 +1,4 @@
-"""Named prunings (p2smt.pruning): P²'s 3 and 47, the complete set under "none", and each rule's count."""
+"""Named prunings (p2smt.synth.pruning): P²'s 3 and 47, the complete set under "none", and each rule's count."""
 
 from __future__ import annotations
 
@@ -7,12 +7,12 @@ from functools import cache
 
 import pytest
 
-from p2smt.dsl import problem
-from p2smt.enumerative import enumerate_programs
 from p2smt.errors import P2Error
-from p2smt.hierarchy import synthesis_hierarchy
-from p2smt.placement import Placement
-from p2smt.pruning import PRUNINGS, apply_pruning, get_pruning, pruning_names
+from p2smt.model.dsl import problem
+from p2smt.model.hierarchy import synthesis_hierarchy
+from p2smt.model.placement import Placement
+from p2smt.synth.enumerative import enumerate_programs
+from p2smt.synth.pruning import PRUNINGS, apply_pruning, get_pruning, pruning_names
 
 SIZES = range(2, 7)
 TWO_LEVEL_COUNTS = {

@@ -6,9 +6,9 @@ import json
 
 import pytest
 
+from p2smt.cost.rank import rank, render_rank
 from p2smt.errors import P2Error
-from p2smt.rank import rank, render_rank
-from p2smt.system import load_system
+from p2smt.model.system import load_system
 
 
 @pytest.fixture(scope="module")

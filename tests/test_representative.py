@@ -10,17 +10,17 @@ import z3
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from p2smt.dsl import problem
-from p2smt.enumerative import enumerate_programs
 from p2smt.errors import InternalError, P2Error
-from p2smt.grid import paper_grid
-from p2smt.hierarchy import synthesis_hierarchy
-from p2smt.placement import Placement
+from p2smt.model.dsl import problem
+from p2smt.model.hierarchy import synthesis_hierarchy
+from p2smt.model.placement import Placement
+from p2smt.model.system import load_system
+from p2smt.runs.grid import paper_grid
 from p2smt.smt.check import Unknown
 from p2smt.smt.engine import enumerate_z3, run_encoding
 from p2smt.smt.registry import load_encoding
-from p2smt.synth import placements_for, recheck
-from p2smt.system import load_system
+from p2smt.synth.driver import placements_for, recheck
+from p2smt.synth.enumerative import enumerate_programs
 
 FAST = {"certify": "never"}
 

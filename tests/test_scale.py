@@ -1,4 +1,4 @@
-"""The compressed interpreter (p2smt.pieces, the driver's re-check above synth.PIECES_ABOVE devices):
+"""The compressed interpreter (p2smt.semantics.pieces, the driver's re-check above synth.PIECES_ABOVE devices):
 equal to the numpy interpreter where both run, exact beyond it."""
 
 from __future__ import annotations
@@ -10,15 +10,15 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from p2smt.dsl import problem
-from p2smt.enumerative import enumerate_programs
 from p2smt.errors import InternalError, P2Error
-from p2smt.hierarchy import synthesis_hierarchy
-from p2smt.pieces import check_programs
-from p2smt.placement import Placement
-from p2smt.semantics import execute, execute_all
-from p2smt.synth import PIECES_ABOVE, recheck
-from p2smt.system import load_system
+from p2smt.model.dsl import problem
+from p2smt.model.hierarchy import synthesis_hierarchy
+from p2smt.model.placement import Placement
+from p2smt.model.system import load_system
+from p2smt.semantics.dense import execute, execute_all
+from p2smt.semantics.pieces import check_programs
+from p2smt.synth.driver import PIECES_ABOVE, recheck
+from p2smt.synth.enumerative import enumerate_programs
 
 SUPERPOD = ("su", "node", "pcie", "gpu")
 
@@ -164,8 +164,8 @@ def test_bad_input(programs, timeout, needle):
 # ---------------------------------------------------------------- the compressed enumerative search
 
 def _grid_problems():
-    from p2smt.grid import paper_grid
-    from p2smt.synth import placements_for
+    from p2smt.runs.grid import paper_grid
+    from p2smt.synth.driver import placements_for
 
     seen = {}
     for cfg in paper_grid():
@@ -178,7 +178,7 @@ def _grid_problems():
 
 def test_pieces_search_equals_enumerative_on_the_grid():
     """All 12 distinct problems of P2.md §7's grid, max length 5: the same programs, same order."""
-    from p2smt.pieces import enumerate_programs as pieces_programs
+    from p2smt.semantics.pieces import enumerate_programs as pieces_programs
 
     probs = _grid_problems()
     assert len(probs) == 12
@@ -194,7 +194,7 @@ def test_pieces_search_equals_enumerative_on_the_grid():
 )
 def test_pieces_search_equals_enumerative_on_random_hierarchies(sizes, scope, progress):
     """1–3 levels of sizes 2–6 (≤ 64 devices), both master scopes, with and without progress."""
-    from p2smt.pieces import enumerate_programs as pieces_programs
+    from p2smt.semantics.pieces import enumerate_programs as pieces_programs
 
     prob = _problem(tuple(sizes), scope=scope, progress=progress)
     max_len = 4 if prob.num_devices <= 16 else 3
@@ -204,7 +204,7 @@ def test_pieces_search_equals_enumerative_on_random_hierarchies(sizes, scope, pr
 def test_pieces_search_at_256_devices_equals_the_representative_encoding():
     """4 x 8 x 4 x 2 = 256 devices, beyond the representative's real-size proof (64): the exact search
     at the real size finds exactly the programs the size-2 solve maps up (114 at length 3)."""
-    from p2smt.pieces import enumerate_programs as pieces_programs
+    from p2smt.semantics.pieces import enumerate_programs as pieces_programs
     from p2smt.smt.engine import enumerate_z3
 
     prob = _problem((4, 8, 4, 2), SUPERPOD)
@@ -215,8 +215,8 @@ def test_pieces_search_at_256_devices_equals_the_representative_encoding():
 
 
 def test_synthesize_with_the_pieces_engine():
-    from p2smt.dsl import format_program
-    from p2smt.synth import synthesize
+    from p2smt.model.dsl import format_program
+    from p2smt.synth.driver import synthesize
 
     system = load_system("a100-4x16")
     ref = synthesize(system, (4, 16), (1,), engine="enumerative")
@@ -230,7 +230,7 @@ def test_synthesize_with_the_pieces_engine():
 def test_pieces_engine_is_rechecked_by_numpy_only_where_numpy_fits(monkeypatch):
     """Up to PIECES_ABOVE devices the numpy interpreter re-checks the pieces engine; above, the engine
     is the compressed interpreter itself (no circular re-check)."""
-    from p2smt import synth
+    from p2smt.synth import driver as synth
 
     calls = []
     real = synth.recheck

@@ -5,9 +5,17 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from p2smt.collectives import Collective
 from p2smt.errors import P2Error
-from p2smt.semantics import Defect, Violation, apply_group, execute, execute_all, goal_state, initial_state
+from p2smt.model.collectives import Collective
+from p2smt.semantics.dense import (
+    Defect,
+    Violation,
+    apply_group,
+    execute,
+    execute_all,
+    goal_state,
+    initial_state,
+)
 
 AR, RS, AG, R, B = (Collective.ALL_REDUCE, Collective.REDUCE_SCATTER, Collective.ALL_GATHER,
                     Collective.REDUCE, Collective.BROADCAST)

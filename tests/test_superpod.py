@@ -9,8 +9,7 @@ import numpy as np
 import pytest
 import yaml
 
-from p2smt.collectives import Collective
-from p2smt.cost import (
+from p2smt.cost.model import (
     _held_fractions,
     _held_fractions_by_rows,
     collective_time,
@@ -18,13 +17,14 @@ from p2smt.cost import (
     held_fractions_of_programs,
     program_time,
 )
-from p2smt.dsl import parse_program
 from p2smt.errors import P2Error
-from p2smt.hierarchy import synthesis_hierarchy
-from p2smt.placement import Placement
-from p2smt.synth import synthesize
-from p2smt.system import Level, load_system, parse_system, topologies_dir
-from p2smt.topology import build_topology
+from p2smt.model.collectives import Collective
+from p2smt.model.dsl import parse_program
+from p2smt.model.hierarchy import synthesis_hierarchy
+from p2smt.model.placement import Placement
+from p2smt.model.system import Level, load_system, parse_system, topologies_dir
+from p2smt.model.topology import build_topology
+from p2smt.synth.driver import synthesize
 
 AR = Collective.ALL_REDUCE
 FLAT_AR = "(root, InsideGroup, AllReduce)"

@@ -9,8 +9,8 @@ from dataclasses import dataclass
 
 import pytest
 
-from p2smt.sweep import P2_HEADLINE, SweepRow, _algorithms, aggregate, paper_sweep, render_sweep
-from p2smt.system import load_system
+from p2smt.model.system import load_system
+from p2smt.runs.paper import P2_HEADLINE, SweepRow, _algorithms, aggregate, paper_sweep, render_sweep
 
 
 @dataclass(frozen=True)

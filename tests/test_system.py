@@ -6,7 +6,7 @@ import pytest
 from pydantic import ValidationError
 
 from p2smt.errors import P2Error
-from p2smt.system import Level, System, load_system, parse_system, shipped_systems, topologies_dir
+from p2smt.model.system import Level, System, load_system, parse_system, shipped_systems, topologies_dir
 
 SHIPPED_LEVELS = {
     "fig2-16gpu": (("rack", 1), ("server", 2), ("cpu", 2), ("gpu", 4)),

@@ -5,11 +5,11 @@ from __future__ import annotations
 import pytest
 import yaml
 
-from p2smt.draw import draw_topology
 from p2smt.errors import P2Error
-from p2smt.layout import expand_names
-from p2smt.system import load_system, parse_system, shipped_systems, topologies_dir
-from p2smt.topology import build_topology
+from p2smt.model.draw import draw_topology
+from p2smt.model.hardware import expand_names
+from p2smt.model.system import load_system, parse_system, shipped_systems, topologies_dir
+from p2smt.model.topology import build_topology
 
 # Hand counts per node: (GPUs + boxes, undirected links inside one node, NICs); plus one network
 # vertex and one uplink per NIC when there are several nodes. Every link is two directed edges.

@@ -11,17 +11,17 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from p2smt.collectives import Collective
-from p2smt.dsl import format_program, lower_program, parse_program, problem
-from p2smt.enumerative import enumerate_programs
-from p2smt.grid import paper_grid
-from p2smt.hierarchy import synthesis_hierarchy
-from p2smt.placement import Placement, matrices
+from p2smt.model.collectives import Collective
+from p2smt.model.dsl import format_program, lower_program, parse_program, problem
+from p2smt.model.hierarchy import synthesis_hierarchy
+from p2smt.model.placement import Placement, matrices
+from p2smt.model.system import load_system
+from p2smt.runs.grid import paper_grid
 from p2smt.smt.cegis import verify_values
 from p2smt.smt.engine import enumerate_z3
 from p2smt.smt.verify import prove_plan
-from p2smt.synth import EngineOptions, synthesize
-from p2smt.system import load_system
+from p2smt.synth.driver import EngineOptions, synthesize
+from p2smt.synth.enumerative import enumerate_programs
 
 AR, RS, AG = Collective.ALL_REDUCE, Collective.REDUCE_SCATTER, Collective.ALL_GATHER
 

@@ -11,15 +11,15 @@ import z3
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from p2smt.dsl import problem
-from p2smt.enumerative import enumerate_programs
 from p2smt.errors import P2Error
-from p2smt.grid import paper_grid
-from p2smt.hierarchy import synthesis_hierarchy
-from p2smt.placement import Placement, matrices
+from p2smt.model.dsl import problem
+from p2smt.model.hierarchy import synthesis_hierarchy
+from p2smt.model.placement import Placement, matrices
+from p2smt.model.system import load_system
+from p2smt.runs.grid import paper_grid
 from p2smt.smt.engine import EngineResult, enumerate_z3
 from p2smt.smt.registry import ENV_VAR, available_encodings, load_encoding
-from p2smt.system import load_system
+from p2smt.synth.enumerative import enumerate_programs
 
 RS_AR_AG = (
     "(node, InsideGroup, ReduceScatter); (node, Parallel(root), AllReduce); (node, InsideGroup, AllGather)"

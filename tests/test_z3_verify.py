@@ -8,14 +8,14 @@ import random
 
 import pytest
 
-from p2smt.collectives import Collective
-from p2smt.dsl import instruction_groups, lower_program, parse_explicit_plan, parse_program
 from p2smt.errors import P2Error, PlanSyntaxError
-from p2smt.hierarchy import synthesis_hierarchy
-from p2smt.placement import Placement, matrices
-from p2smt.semantics import execute
+from p2smt.model.collectives import Collective
+from p2smt.model.dsl import instruction_groups, lower_program, parse_explicit_plan, parse_program
+from p2smt.model.hierarchy import synthesis_hierarchy
+from p2smt.model.placement import Placement, matrices
+from p2smt.model.system import load_system
+from p2smt.semantics.dense import execute
 from p2smt.smt.verify import PlanProof, prove_plan
-from p2smt.system import load_system
 
 AR, RS, AG, R, B = (
     Collective.ALL_REDUCE,

@@ -10,12 +10,11 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from ..collectives import ExplicitPlan
-from ..errors import P2Error
-from .layout import PlanLayout, layout
-from .names import check_identifier
-from .run import Mismatch, RunCase, RunReport, run_cases, run_program
-from .target import (
+from p2smt.errors import P2Error
+from p2smt.lower.layout import PlanLayout, layout
+from p2smt.lower.names import check_identifier
+from p2smt.lower.run import Mismatch, RunCase, RunReport, run_cases, run_program
+from p2smt.lower.target import (
     MeshSpec,
     Target,
     flat_mesh,
@@ -24,6 +23,7 @@ from .target import (
     placement_target,
     plan_target,
 )
+from p2smt.model.collectives import ExplicitPlan
 
 BACKENDS = ("jax", "torch")
 
@@ -32,7 +32,7 @@ def lower_module(
     backend: str, plan: ExplicitPlan, target: Target, step_labels: Sequence[str] | None = None
 ) -> str:
     """Source of a Python module implementing ``plan`` on ``target`` with the chosen backend."""
-    from . import jax_backend, torch_backend
+    from p2smt.lower import jax_backend, torch_backend
 
     renderers = {"jax": jax_backend.render, "torch": torch_backend.render}
     if backend not in renderers:

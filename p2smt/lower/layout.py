@@ -20,12 +20,12 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from ..collectives import Collective, ExplicitPlan, ExplicitStep, Group
-from ..errors import P2Error
-from .names import as_int, check_label
+from p2smt.errors import P2Error
+from p2smt.lower.names import as_int, check_label
+from p2smt.model.collectives import Collective, ExplicitPlan, ExplicitStep, Group
 
 if TYPE_CHECKING:
-    from .target import MeshSpec, Target
+    from p2smt.lower.target import MeshSpec, Target
 
 
 def check_plan(plan: ExplicitPlan, num_devices: int) -> None:

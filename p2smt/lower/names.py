@@ -11,7 +11,7 @@ import re
 from collections.abc import Sequence
 from numbers import Integral
 
-from ..errors import P2Error
+from p2smt.errors import P2Error
 
 _IDENTIFIER = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,63}")
 _LABEL = re.compile(r"[A-Za-z0-9_(), ;]{1,400}")

@@ -19,10 +19,10 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from ..collectives import ExplicitPlan
-from ..errors import P2Error
-from .names import as_int
-from .target import Target
+from p2smt.errors import P2Error
+from p2smt.lower.names import as_int
+from p2smt.lower.target import Target
+from p2smt.model.collectives import ExplicitPlan
 
 DEFAULT_CHUNK = 256
 MAX_ELEMENTS = 1 << 28
@@ -208,7 +208,7 @@ def run_cases(
     backend: str, cases: Sequence[RunCase], *, repeats: int = 1, timeout: float = 600.0
 ) -> tuple[RunReport, ...]:
     """Lower and run several plans on the same number of devices in one launch; one report each."""
-    from . import BACKENDS, lower_module
+    from p2smt.lower import BACKENDS, lower_module
 
     if backend not in BACKENDS:
         raise P2Error(f"unknown backend {backend!r}; choose one of {', '.join(BACKENDS)}")

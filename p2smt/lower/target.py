@@ -6,10 +6,10 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from math import prod
 
-from ..collectives import ExplicitPlan, Group
-from ..errors import P2Error
-from .layout import check_plan
-from .names import as_int, check_identifier, check_text
+from p2smt.errors import P2Error
+from p2smt.lower.layout import check_plan
+from p2smt.lower.names import as_int, check_identifier, check_text
+from p2smt.model.collectives import ExplicitPlan, Group
 
 MAX_LOWER_DEVICES = 4096
 

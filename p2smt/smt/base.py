@@ -11,8 +11,8 @@ from typing import Any
 import z3
 from pydantic import BaseModel, ConfigDict, ValidationError
 
-from ..errors import P2Error
-from ..problem import SynthesisProblem
+from p2smt.errors import P2Error
+from p2smt.model.problem import SynthesisProblem
 
 Program = tuple[int, ...]
 

@@ -14,14 +14,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ..collectives import Group
-from ..errors import InternalError
-from ..problem import SynthesisProblem
-from . import terms as T
-from .check import Unknown
-from .engine import EngineResult, enumerate_z3
-from .unroll import Semantics
-from .verify import Step, concrete_quotients, plan_checker
+from p2smt.errors import InternalError
+from p2smt.model.collectives import Group
+from p2smt.model.problem import SynthesisProblem
+from p2smt.smt import terms as T
+from p2smt.smt.check import Unknown
+from p2smt.smt.engine import EngineResult, enumerate_z3
+from p2smt.smt.unroll import Semantics
+from p2smt.smt.verify import Step, concrete_quotients, plan_checker
 
 ENCODING = "values"
 

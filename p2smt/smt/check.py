@@ -18,12 +18,12 @@ from typing import Any
 
 import z3
 
-from ..collectives import Collective
-from ..problem import SynthesisProblem
-from . import terms as T
-from .structure import Structure
-from .terms import Term
-from .unroll import AG, AR, BC, RED, RS, Arith, Payload, Semantics, TrackState
+from p2smt.model.collectives import Collective
+from p2smt.model.problem import SynthesisProblem
+from p2smt.smt import terms as T
+from p2smt.smt.structure import Structure
+from p2smt.smt.terms import Term
+from p2smt.smt.unroll import AG, AR, BC, RED, RS, Arith, Payload, Semantics, TrackState
 
 PayloadFactory = Callable[["PlanChecker"], tuple[Payload, list[Any], list[Term]]]
 

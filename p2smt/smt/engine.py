@@ -17,10 +17,10 @@ from typing import Any
 
 import z3
 
-from ..errors import InternalError, P2Error
-from ..problem import SynthesisProblem, canonical_order
-from .base import Encoding, Program
-from .registry import load_encoding
+from p2smt.errors import InternalError, P2Error
+from p2smt.model.problem import SynthesisProblem, canonical_order
+from p2smt.smt.base import Encoding, Program
+from p2smt.smt.registry import load_encoding
 
 DEFAULT_ENCODING = "bool-matrix"
 

@@ -30,13 +30,13 @@ from typing import Any
 
 import z3
 
-from ..problem import SynthesisProblem
-from . import terms as T
-from .base import ACCEPTED, Encoding, Program, Refinement
-from .check import PayloadFactory, PlanChecker, Unknown
-from .engine import solver_figures
-from .structure import Structure
-from .unroll import CellCounts, Choices, Payload, Semantics, equal_state_lemmas
+from p2smt.model.problem import SynthesisProblem
+from p2smt.smt import terms as T
+from p2smt.smt.base import ACCEPTED, Encoding, Program, Refinement
+from p2smt.smt.check import PayloadFactory, PlanChecker, Unknown
+from p2smt.smt.engine import solver_figures
+from p2smt.smt.structure import Structure
+from p2smt.smt.unroll import CellCounts, Choices, Payload, Semantics, equal_state_lemmas
 
 Witness = Hashable
 

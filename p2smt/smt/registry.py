@@ -16,9 +16,9 @@ import sys
 from collections.abc import Iterable
 from pathlib import Path
 
-from ..errors import P2Error
-from ..system import _packaged_dir
-from .base import EncodingSpec
+from p2smt.errors import P2Error
+from p2smt.model.system import _packaged_dir
+from p2smt.smt.base import EncodingSpec
 
 ENV_VAR = "P2SMT_ENCODINGS_PATH"
 

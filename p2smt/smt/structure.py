@@ -14,7 +14,7 @@ from __future__ import annotations
 from collections import Counter
 from typing import NamedTuple
 
-from ..problem import SynthesisProblem
+from p2smt.model.problem import SynthesisProblem
 
 
 class Slot(NamedTuple):

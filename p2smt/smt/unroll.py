@@ -21,10 +21,10 @@ from dataclasses import dataclass
 
 import z3
 
-from ..collectives import AG, AR, BC, RED, RS, Collective
-from . import terms as T
-from .structure import Structure
-from .terms import Term
+from p2smt.model.collectives import AG, AR, BC, RED, RS, Collective
+from p2smt.smt import terms as T
+from p2smt.smt.structure import Structure
+from p2smt.smt.terms import Term
 
 RULE_ORDER = ("same_chunks", "disjoint", "disjoint_chunks", "equal_sizes", "divisible", "below_root")
 

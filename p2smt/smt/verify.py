@@ -16,12 +16,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ..collectives import Collective, Group
-from ..errors import P2Error
-from ..problem import Candidate, SynthesisProblem
-from .check import Failure, PlanChecker, Unknown
-from .registry import load_encoding
-from .unroll import Semantics
+from p2smt.errors import P2Error
+from p2smt.model.collectives import Collective, Group
+from p2smt.model.problem import Candidate, SynthesisProblem
+from p2smt.smt.check import Failure, PlanChecker, Unknown
+from p2smt.smt.registry import load_encoding
+from p2smt.smt.unroll import Semantics
 
 Step = tuple[Collective, Sequence[Group]]
 MAX_DEFECTS = 256
@@ -148,7 +148,7 @@ def prove_plan(
     """PROVED, COUNTEREXAMPLE (first failing step, group, devices, rule, defects) or unknown.
 
     ``chunks``: rows of the state matrix (default ``num_devices``; the size of one reduction group for
-    a lowered plan, as ``p2smt.semantics.execute`` takes it).
+    a lowered plan, as ``p2smt.semantics.dense.execute`` takes it).
     """
     start = time.perf_counter()
     problem, plan, enc, checker = plan_checker(

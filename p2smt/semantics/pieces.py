@@ -19,9 +19,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from functools import lru_cache
 
-from .collectives import Collective
-from .errors import P2Error
-from .problem import SynthesisProblem, search_programs
+from p2smt.errors import P2Error
+from p2smt.model.collectives import Collective
+from p2smt.model.problem import SynthesisProblem, search_programs
 
 AR, RS, AG, RED, BC = (
     Collective.ALL_REDUCE,

@@ -18,10 +18,10 @@ from typing import Literal
 
 import numpy as np
 
-from .collectives import Collective, ExplicitPlan, ExplicitStep, Group
-from .errors import P2Error, PlanSyntaxError
-from .hierarchy import SynthesisHierarchy
-from .problem import Candidate, SynthesisProblem
+from p2smt.errors import P2Error, PlanSyntaxError
+from p2smt.model.collectives import Collective, ExplicitPlan, ExplicitStep, Group
+from p2smt.model.hierarchy import SynthesisHierarchy
+from p2smt.model.problem import Candidate, SynthesisProblem
 
 FormKind = Literal["InsideGroup", "Parallel", "Master"]
 

@@ -42,21 +42,21 @@ from typing import Any
 import numpy as np
 import z3
 
-from .collectives import Collective
-from .cost import held_fractions_of_programs, program_time
-from .dsl import Program, candidate_instructions, format_program, problem
-from .errors import InternalError, P2Error
-from .hierarchy import HierarchyKind, MasterScope, SynthesisHierarchy, synthesis_hierarchy
-from .placement import Matrix
-from .rank import check_request
-from .rank import sort_key as rank_key
-from .semantics import execute
-from .smt import terms as T
-from .smt.engine import solver_figures
-from .smt.lazy import CheckedEncoding
-from .smt.registry import load_encoding
-from .synth import MAX_LEN_LIMIT, placements_for
-from .system import System
+from p2smt.cost.model import held_fractions_of_programs, program_time
+from p2smt.cost.rank import check_request
+from p2smt.cost.rank import sort_key as rank_key
+from p2smt.errors import InternalError, P2Error
+from p2smt.model.collectives import Collective
+from p2smt.model.dsl import Program, candidate_instructions, format_program, problem
+from p2smt.model.hierarchy import HierarchyKind, MasterScope, SynthesisHierarchy, synthesis_hierarchy
+from p2smt.model.placement import Matrix
+from p2smt.model.system import System
+from p2smt.semantics.dense import execute
+from p2smt.smt import terms as T
+from p2smt.smt.engine import solver_figures
+from p2smt.smt.lazy import CheckedEncoding
+from p2smt.smt.registry import load_encoding
+from p2smt.synth.driver import MAX_LEN_LIMIT, placements_for
 
 TIE_TOLERANCE = 1e-7
 """Relative slack of the bound above the N-th time: covers ``rank``'s 9-significant-digit ties."""

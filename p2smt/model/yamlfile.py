@@ -7,7 +7,7 @@ from typing import Any
 
 import yaml
 
-from .errors import P2Error
+from p2smt.errors import P2Error
 
 
 def read_yaml(path: Path, what: str) -> Any:

@@ -11,8 +11,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from .collectives import Collective, Group
-from .errors import P2Error
+from p2smt.errors import P2Error
+from p2smt.model.collectives import Collective, Group
 
 Step = tuple[Collective, Sequence[Group]]
 MAX_INTERPRETER_DEVICES = 512

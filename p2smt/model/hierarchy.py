@@ -12,9 +12,9 @@ from typing import Literal
 
 import numpy as np
 
-from .collectives import Group
-from .errors import P2Error
-from .placement import Placement, mixed_radix
+from p2smt.errors import P2Error
+from p2smt.model.collectives import Group
+from p2smt.model.placement import Placement, mixed_radix
 
 HierarchyKind = Literal["a", "b", "c", "d"]
 HIERARCHY_KINDS: dict[str, str] = {

@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from enum import Enum
 
-from .errors import P2Error
+from p2smt.errors import P2Error
 
 
 class Collective(str, Enum):

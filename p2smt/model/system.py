@@ -10,9 +10,9 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
-from .errors import P2Error
-from .layout import PhysicalLayout
-from .yamlfile import read_yaml
+from p2smt.errors import P2Error
+from p2smt.model.hardware import PhysicalLayout
+from p2smt.model.yamlfile import read_yaml
 
 IDENTIFIER = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 RESERVED_LEVEL_NAMES = frozenset({"root", "InsideGroup", "Parallel", "Master"})
@@ -127,7 +127,7 @@ def _packaged_dir(kind: str) -> Path | None:
     inside = Path(str(resources.files("p2smt"))) / "data" / kind
     if inside.is_dir():
         return inside
-    checkout = Path(__file__).resolve().parent.parent / kind
+    checkout = Path(__file__).resolve().parents[2] / kind
     return checkout if checkout.is_dir() else None
 
 

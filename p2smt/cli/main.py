@@ -12,8 +12,8 @@ from typing import Any
 from rich.console import Console
 from rich.table import Table
 
-from . import __version__
-from .errors import InternalError, P2Error
+from p2smt import __version__
+from p2smt.errors import InternalError, P2Error
 
 EXIT_OK, EXIT_FAIL, EXIT_BAD_INPUT, EXIT_INTERNAL, EXIT_UNKNOWN = 0, 1, 2, 3, 4
 
@@ -95,14 +95,14 @@ def level_sizes(items: list[str]) -> dict[str, int]:
 
 
 def load(args: argparse.Namespace):
-    from .system import load_system
+    from p2smt.model.system import load_system
 
     return load_system(args.system, args.nodes, level_sizes(args.level))
 
 
 def request(args: argparse.Namespace):
     """(system, axes, reduction_axes, matrix or None) from the shared options."""
-    from .placement import parse_matrix
+    from p2smt.model.placement import parse_matrix
 
     system = load(args)
     axes = int_list(args.axes)
@@ -113,8 +113,8 @@ def request(args: argparse.Namespace):
 
 def one_hierarchy(args: argparse.Namespace):
     """The placement and synthesis hierarchy of a request with one --matrix."""
-    from .hierarchy import synthesis_hierarchy
-    from .placement import Placement
+    from p2smt.model.hierarchy import synthesis_hierarchy
+    from p2smt.model.placement import Placement
 
     system, axes, reduce, matrix = request(args)
     placement = Placement(system.sizes, axes, matrix)
@@ -126,7 +126,7 @@ def one_hierarchy(args: argparse.Namespace):
 
 
 def cmd_topologies(args: argparse.Namespace) -> int:
-    from .system import load_system, shipped_systems
+    from p2smt.model.system import load_system, shipped_systems
 
     systems = [load_system(n) for n in shipped_systems()]
     payload = {
@@ -156,7 +156,7 @@ def cmd_topologies(args: argparse.Namespace) -> int:
 
 
 def cmd_placements(args: argparse.Namespace) -> int:
-    from .placement import Placement, matrices, parse_matrix
+    from p2smt.model.placement import Placement, matrices, parse_matrix
 
     system = load(args)
     axes = int_list(args.axes)
@@ -192,7 +192,7 @@ def cmd_placements(args: argparse.Namespace) -> int:
 
 
 def cmd_groups(args: argparse.Namespace) -> int:
-    from .dsl import instruction_groups, lower_program, parse_program
+    from p2smt.model.dsl import instruction_groups, lower_program, parse_program
 
     _, _, _, h = one_hierarchy(args)
     text, source = read_arg_text(args.instruction)
@@ -221,7 +221,7 @@ def cmd_groups(args: argparse.Namespace) -> int:
 
 
 def engine_options(args: argparse.Namespace):
-    from .synth import EngineOptions
+    from p2smt.synth.driver import EngineOptions
 
     opts = None
     engine = getattr(args, "engine", "z3")
@@ -246,7 +246,7 @@ def engine_options(args: argparse.Namespace):
 
 
 def cmd_synth(args: argparse.Namespace) -> int:
-    from .synth import synthesize
+    from p2smt.synth.driver import synthesize
 
     system, axes, reduce, matrix = request(args)
     result = synthesize(
@@ -292,7 +292,7 @@ def cmd_synth(args: argparse.Namespace) -> int:
 
 def plan_from_args(args: argparse.Namespace, h, placement, reduce):
     """(steps on the system, DSL program or None, label) from --program or --plan."""
-    from .dsl import lower_program, parse_explicit_plan, parse_program
+    from p2smt.model.dsl import lower_program, parse_explicit_plan, parse_program
 
     if bool(args.program) == bool(args.plan):
         raise P2Error("give exactly one of --program TEXT|@FILE or --plan FILE.json")
@@ -313,7 +313,7 @@ def plan_from_args(args: argparse.Namespace, h, placement, reduce):
 
 
 def cmd_check(args: argparse.Namespace) -> int:
-    from .semantics import execute
+    from p2smt.semantics.dense import execute
 
     _, placement, reduce, h = one_hierarchy(args)
     plan, program = plan_from_args(args, h, placement, reduce)
@@ -353,8 +353,8 @@ def cmd_check(args: argparse.Namespace) -> int:
 
 
 def cmd_plan(args: argparse.Namespace) -> int:
-    from .plan import plan, plot_plan, render_plan
-    from .profile import load_profile
+    from p2smt.cost.plan import plan, plot_plan, render_plan
+    from p2smt.model.profile import load_profile
 
     profile = load_profile(args.profile)
     system = load(args)
@@ -380,10 +380,10 @@ def cmd_plan(args: argparse.Namespace) -> int:
 
 def export_plan(report: dict[str, Any], profile, system, out: Path) -> list[str]:
     """Write the best placement's JAX mesh order and, per reduction, its program lowered to JAX and torch."""
-    from .dsl import lower_program, parse_program
-    from .hierarchy import synthesis_hierarchy
-    from .lower import lower_module, placement_target
-    from .placement import Placement
+    from p2smt.lower import lower_module, placement_target
+    from p2smt.model.dsl import lower_program, parse_program
+    from p2smt.model.hierarchy import synthesis_hierarchy
+    from p2smt.model.placement import Placement
 
     out.mkdir(parents=True, exist_ok=True)
     best = report["best"]
@@ -413,7 +413,7 @@ def export_plan(report: dict[str, Any], profile, system, out: Path) -> list[str]
 
 def _lowering_inputs(args: argparse.Namespace):
     """(plan, target, step labels) for lower/run from the request and --program/--plan."""
-    from .lower import placement_target
+    from p2smt.lower import placement_target
 
     system, placement, reduce, h = one_hierarchy(args)
     plan, program = plan_from_args(args, h, placement, reduce)
@@ -424,7 +424,7 @@ def _lowering_inputs(args: argparse.Namespace):
 
 
 def cmd_lower(args: argparse.Namespace) -> int:
-    from .lower import lower_module
+    from p2smt.lower import lower_module
 
     plan, target, labels = _lowering_inputs(args)
     source = lower_module(args.backend, plan, target, labels)
@@ -437,7 +437,7 @@ def cmd_lower(args: argparse.Namespace) -> int:
 
 
 def cmd_run(args: argparse.Namespace) -> int:
-    from .lower import run_program
+    from p2smt.lower import run_program
 
     plan, target, labels = _lowering_inputs(args)
     report = run_program(
@@ -449,7 +449,7 @@ def cmd_run(args: argparse.Namespace) -> int:
 
 
 def cmd_rank(args: argparse.Namespace) -> int:
-    from .rank import rank, render_rank
+    from p2smt.cost.rank import rank, render_rank
 
     system, axes, reduce, _ = request(args)
     report = rank(system, axes, reduce, algo=args.algo, bytes_per_device=args.bytes, top=args.top,
@@ -459,7 +459,7 @@ def cmd_rank(args: argparse.Namespace) -> int:
 
 
 def cmd_cost(args: argparse.Namespace) -> int:
-    from .cost import flat_collective_time
+    from p2smt.cost.model import flat_collective_time
 
     system = load(args)
     seconds = flat_collective_time(system, args.collective, args.bytes, args.algo)
@@ -472,7 +472,7 @@ def cmd_cost(args: argparse.Namespace) -> int:
 
 
 def cmd_draw(args: argparse.Namespace) -> int:
-    from .draw import draw_topology
+    from p2smt.model.draw import draw_topology
 
     system = load(args)
     path = draw_topology(system, args.out or f"{system.name}.png")
@@ -484,14 +484,14 @@ def cmd_sweep(args: argparse.Namespace) -> int:
     if bool(args.paper) == bool(args.grid):
         raise P2Error("give exactly one of --paper or --grid FILE")
     if args.paper:
-        from .sweep import paper_sweep, render_sweep
+        from p2smt.runs.paper import paper_sweep, render_sweep
 
         summary = paper_sweep(args.out or "p2-sweep", engine=args.engine, plots=not args.no_plots,
                               max_len=args.max_len)
         emit(args, {k: v for k, v in summary.items() if k != "rows"} | {"out": args.out or "p2-sweep"},
              lambda c: c.print(render_sweep(summary)))
         return EXIT_OK
-    from .gridsweep import sweep
+    from p2smt.runs.gridsweep import sweep
 
     summary = sweep(args.grid, Path(args.out or "sweep.jsonl"), scheduler=args.scheduler,
                     workers=args.workers, timeout_s=args.timeout, progress=not args.json)
@@ -501,7 +501,7 @@ def cmd_sweep(args: argparse.Namespace) -> int:
 
 def cmd_verify(args: argparse.Namespace) -> int:
     """Prove a plan with Z3 (Boolean state, or ∀ data values with --values) or give a counterexample."""
-    from .semantics import execute
+    from p2smt.semantics.dense import execute
 
     _, placement, reduce, h = one_hierarchy(args)
     plan, program = plan_from_args(args, h, placement, reduce)
@@ -510,11 +510,11 @@ def cmd_verify(args: argparse.Namespace) -> int:
     timeout_ms = int(args.timeout * 1000) if args.timeout else None
     common = {"require_progress": not args.allow_noop, "timeout_ms": timeout_ms, "chunks": len(goal_groups[0])}
     if args.values:
-        from .smt.cegis import verify_values
+        from p2smt.smt.cegis import verify_values
 
         proof = verify_values(placement.num_devices, steps, goal_groups, **common)
     else:
-        from .smt.verify import prove_plan
+        from p2smt.smt.verify import prove_plan
 
         proof = prove_plan(placement.num_devices, steps, goal_groups, encoding=args.encoding, **common)
     oracle = execute(placement.num_devices, steps, goal_groups, not args.allow_noop, len(goal_groups[0]))
@@ -549,7 +549,7 @@ def cmd_verify(args: argparse.Namespace) -> int:
 
 
 def cmd_encodings(args: argparse.Namespace) -> int:
-    from .smt.registry import available_encodings
+    from p2smt.smt.registry import available_encodings
 
     extra = [args.encodings_dir] if args.encodings_dir else []
     specs = available_encodings(extra)
@@ -578,7 +578,7 @@ def cmd_encodings(args: argparse.Namespace) -> int:
 
 def cmd_experiment(args: argparse.Namespace) -> int:
     """Run encoding variants over a configuration set; JSONL lines, a summary table, an optional PNG."""
-    from .experiment import experiment, render_summary
+    from p2smt.runs.experiment import experiment, render_summary
 
     max_k = {}
     for item in args.max_k:
@@ -617,7 +617,7 @@ def cmd_experiment(args: argparse.Namespace) -> int:
 
 def cmd_best(args: argparse.Namespace) -> int:
     """The N cheapest programs per placement under the cost model, found and proved optimal with Z3."""
-    from .best import best
+    from p2smt.cost.best import best
 
     system, axes, reduce, matrix = request(args)
     opts = engine_options(args)

@@ -16,10 +16,10 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from .errors import P2Error
-from .rank import rank_result
-from .synth import synthesize
-from .system import System, load_system
+from p2smt.cost.rank import rank_result
+from p2smt.errors import P2Error
+from p2smt.model.system import System, load_system
+from p2smt.synth.driver import synthesize
 
 P2_HEADLINE = {
     "units": 200,
@@ -138,7 +138,7 @@ def plot_config(path: Path, title: str, reports: dict[str, dict[str, Any]]) -> N
 
 def _grid():
     try:
-        from .grid import paper_grid
+        from p2smt.runs.grid import paper_grid
     except ImportError as err:
         raise P2Error("the paper grid (p2smt/grid.py) is not available in this installation") from err
     return paper_grid()

@@ -55,13 +55,13 @@ from typing import Literal
 
 import numpy as np
 
-from .collectives import Collective, ExplicitPlan, Group
-from .dsl import Program, instruction_groups, lower_program
-from .errors import P2Error
-from .hierarchy import SynthesisHierarchy
-from .semantics import Violation, apply_step, initial_state
-from .system import System
-from .topology import Topology, build_topology
+from p2smt.errors import P2Error
+from p2smt.model.collectives import Collective, ExplicitPlan, Group
+from p2smt.model.dsl import Program, instruction_groups, lower_program
+from p2smt.model.hierarchy import SynthesisHierarchy
+from p2smt.model.system import System
+from p2smt.model.topology import Topology, build_topology
+from p2smt.semantics.dense import Violation, apply_step, initial_state
 
 Algo = Literal["ring", "tree", "nvls", "auto"]
 ALGOS: tuple[str, ...] = ("ring", "tree", "nvls", "auto")

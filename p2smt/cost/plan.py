@@ -13,15 +13,15 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from .collectives import Collective
-from .cost import step_time
-from .errors import P2Error
-from .placement import Matrix, Placement, matrices
-from .profile import Communication, Profile
-from .rank import rank_result
-from .synth import synthesize
-from .system import System
-from .topology import build_topology
+from p2smt.cost.model import step_time
+from p2smt.cost.rank import rank_result
+from p2smt.errors import P2Error
+from p2smt.model.collectives import Collective
+from p2smt.model.placement import Matrix, Placement, matrices
+from p2smt.model.profile import Communication, Profile
+from p2smt.model.system import System
+from p2smt.model.topology import build_topology
+from p2smt.synth.driver import synthesize
 
 
 @dataclass(frozen=True)

@@ -29,10 +29,10 @@ from itertools import pairwise
 
 import numpy as np
 
-from .collectives import Collective
-from .errors import P2Error
-from .problem import SynthesisProblem
-from .semantics import Violation, apply_step, execute, goal_state, initial_state
+from p2smt.errors import P2Error
+from p2smt.model.collectives import Collective
+from p2smt.model.problem import SynthesisProblem
+from p2smt.semantics.dense import Violation, apply_step, execute, goal_state, initial_state
 
 Program = tuple[int, ...]
 KeepFn = Callable[[SynthesisProblem, Program], bool]

@@ -10,7 +10,7 @@ from collections.abc import Callable, Hashable
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
-from .collectives import Collective, Group
+from p2smt.model.collectives import Collective, Group
 
 
 @dataclass(frozen=True)

@@ -6,9 +6,9 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-from .errors import P2Error
-from .system import System
-from .topology import build_topology
+from p2smt.errors import P2Error
+from p2smt.model.system import System
+from p2smt.model.topology import build_topology
 
 LAYER = {"spine": 6.0, "leaf": 5.0, "network": 5.0, "nic": 4.0, "cpu": 3.0, "pcie_switch": 2.0, "nvswitch": 1.0,
          "gpu": 0.0}

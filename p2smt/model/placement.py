@@ -9,8 +9,8 @@ from math import prod
 
 import numpy as np
 
-from .collectives import Group
-from .errors import P2Error
+from p2smt.errors import P2Error
+from p2smt.model.collectives import Group
 
 Matrix = tuple[tuple[int, ...], ...]
 """``x[i][j]``: into how many parts axis ``i`` is split at level ``j`` (rows = axes, columns = levels)."""

@@ -32,9 +32,9 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, StrictInt, ValidationError, field_validator
 
-from . import __version__
-from .errors import P2Error
-from .yamlfile import read_yaml
+from p2smt import __version__
+from p2smt.errors import P2Error
+from p2smt.model.yamlfile import read_yaml
 
 STATUSES = ("ok", "unknown", "timeout", "error", "skipped")
 """Statuses of a result line: synthesis complete / engine gave up / killed at the hard limit /
@@ -104,7 +104,7 @@ class Grid(BaseModel):
     @field_validator("algorithms")
     @classmethod
     def _algorithms(cls, v):
-        from .cost import ALGOS
+        from p2smt.cost.model import ALGOS
 
         for a in v:
             if a not in ALGOS:
@@ -114,7 +114,7 @@ class Grid(BaseModel):
     @field_validator("engine")
     @classmethod
     def _engine(cls, v):
-        from .synth import ENGINES
+        from p2smt.synth.driver import ENGINES
 
         if v not in ENGINES:
             raise ValueError(f"unknown engine {v!r}; engines: {', '.join(ENGINES)}")
@@ -123,7 +123,7 @@ class Grid(BaseModel):
     @field_validator("max_len")
     @classmethod
     def _max_len(cls, v):
-        from .synth import MAX_LEN_LIMIT
+        from p2smt.synth.driver import MAX_LEN_LIMIT
 
         if v > MAX_LEN_LIMIT:
             raise ValueError(f"max_len must be at most {MAX_LEN_LIMIT}, got {v}")
@@ -152,7 +152,7 @@ def _looks_like_path(name: str) -> bool:
 
 def parse_grid(data: Any, source: str, base_dir: Path | None = None) -> Grid:
     """Validate a parsed grid document; system files are resolved against ``base_dir`` and loaded."""
-    from .system import load_system
+    from p2smt.model.system import load_system
 
     if not isinstance(data, dict):
         raise P2Error(f"{source}: a grid file must be a mapping, got {type(data).__name__}")
@@ -254,7 +254,7 @@ def expand(grid: Grid) -> list[Task]:
     own if ``nodes`` is absent), each axes entry, each reduction, each algorithm, each message size.
     Combinations that cannot run (axes that do not factor, reduction axes out of range) are tasks with
     ``skip`` set; duplicates (same key) keep their first occurrence."""
-    from .system import load_system
+    from p2smt.model.system import load_system
 
     tasks: list[Task] = []
     seen: set[str] = set()
@@ -309,9 +309,9 @@ def evaluate(task: Task) -> dict[str, Any]:
         return _row(task, "skipped", 0.0, reason=task.skip)
     start = time.perf_counter()
     try:
-        from .rank import rank_result
-        from .synth import EngineOptions, synthesize
-        from .system import load_system
+        from p2smt.cost.rank import rank_result
+        from p2smt.model.system import load_system
+        from p2smt.synth.driver import EngineOptions, synthesize
 
         system = load_system(task.system, task.nodes)
         opts = EngineOptions(timeout_ms=max(1, int(task.timeout_s * 1000)), encoding=task.encoding)
@@ -367,11 +367,11 @@ class _TaskProcess:
         sink(None)
 
     def _start(self) -> None:
-        pkg_parent = str(Path(__file__).resolve().parent.parent)
+        pkg_parent = str(Path(__file__).resolve().parents[2])
         env = dict(os.environ)
         env["PYTHONPATH"] = os.pathsep.join(p for p in (pkg_parent, env.get("PYTHONPATH")) if p)
         self._proc = subprocess.Popen(
-            [sys.executable, "-c", "from p2smt.gridsweep import _child_main; _child_main()"],
+            [sys.executable, "-c", "from p2smt.runs.gridsweep import _child_main; _child_main()"],
             stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, bufsize=1,
             env=env,
         )
@@ -490,7 +490,8 @@ def _child_main() -> None:
         os._exit(1)
 
     threading.Thread(target=watchdog, daemon=True).start()
-    from . import rank, synth  # noqa: F401 - import before "ready" so start-up is not charged to a task
+    from p2smt.cost import rank  # noqa: F401 - import before "ready" so start-up is not charged to a task
+    from p2smt.synth import driver as synth  # noqa: F401 - import before "ready" so start-up is not charged to a task
 
     protocol.write(json.dumps({"ready": True}) + "\n")
     protocol.flush()

@@ -2,16 +2,15 @@
 
 from __future__ import annotations
 
-from importlib import resources
 from math import prod
 from pathlib import Path
 from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
-from .errors import P2Error
-from .system import IDENTIFIER, _format_validation_error
-from .yamlfile import read_yaml
+from p2smt.errors import P2Error
+from p2smt.model.system import IDENTIFIER, _format_validation_error
+from p2smt.model.yamlfile import read_yaml
 
 
 class Axis(BaseModel):
@@ -101,7 +100,7 @@ class Profile(BaseModel):
 
 
 def profiles_dir() -> Path:
-    return Path(str(resources.files("p2smt"))) / "profiles"
+    return Path(__file__).resolve().parent / "profiles"
 
 
 def shipped_profiles() -> list[str]:

@@ -29,9 +29,9 @@ from functools import lru_cache
 
 import networkx as nx
 
-from .errors import P2Error
-from .layout import NcclParams, PhysicalLayout
-from .system import System
+from p2smt.errors import P2Error
+from p2smt.model.hardware import NcclParams, PhysicalLayout
+from p2smt.model.system import System
 
 KIND_RANK = {"nvlink": 0, "nvswitch": 0, "pcie": 1, "smp": 2, "nic": 3}
 """Path classes in NCCL's order (NVL < PCI/PXB < SYS < NET): a route's class is its worst link."""

@@ -34,8 +34,8 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, StrictInt, ValidationError, model_validator
 
-from . import __version__
-from .errors import InternalError, P2Error
+from p2smt import __version__
+from p2smt.errors import InternalError, P2Error
 
 STATUSES = ("complete", "unknown", "timeout", "error", "unsound", "skipped")
 """complete: every length exhausted; unknown: Z3 gave up (its timeout); timeout: killed at the wall-clock
@@ -76,7 +76,7 @@ def parse_variants(
 ) -> list[Variant]:
     """Variants from ``A,B,…`` and ``NAME=JSON`` option sets (repeatable: one variant per set; an
     encoding without a set runs with its defaults). Names and options are validated against the registry."""
-    from .smt.registry import load_encoding
+    from p2smt.smt.registry import load_encoding
 
     names = [n.strip() for n in (encodings.split(",") if isinstance(encodings, str) else encodings)]
     names = [n for n in names if n]
@@ -176,9 +176,9 @@ class Point:
 
 def _build(spec: dict[str, Any]):
     """(synthesis hierarchy, problem) of a point spec."""
-    from .dsl import problem
-    from .hierarchy import synthesis_hierarchy
-    from .placement import Placement
+    from p2smt.model.dsl import problem
+    from p2smt.model.hierarchy import synthesis_hierarchy
+    from p2smt.model.placement import Placement
 
     if "levels" in spec:
         sizes = tuple(spec["levels"])
@@ -186,7 +186,7 @@ def _build(spec: dict[str, Any]):
         placement = Placement(sizes, (math.prod(sizes),), (sizes,))
         h = synthesis_hierarchy(placement, (0,), names)
     else:
-        from .system import load_system
+        from p2smt.model.system import load_system
 
         system = load_system(spec["system"], spec.get("nodes"))
         placement = Placement(system.sizes, tuple(spec["axes"]), tuple(tuple(r) for r in spec["matrix"]))
@@ -195,8 +195,8 @@ def _build(spec: dict[str, Any]):
 
 
 def _request_specs(entry: ConfigEntry, system_name: str) -> list[tuple[str, dict[str, Any]]]:
-    from .placement import matrices
-    from .system import load_system
+    from p2smt.model.placement import matrices
+    from p2smt.model.system import load_system
 
     system = load_system(system_name, entry.nodes)
     found = [entry.matrix] if entry.matrix is not None else matrices(system.sizes, entry.axes)
@@ -236,7 +236,7 @@ def _dedupe(items: Iterable[tuple[str, dict[str, Any], int]]) -> list[Point]:
 
 def paper_grid_points(max_len: int = 5) -> list[Point]:
     """The distinct synthesis problems of P2.md §7's grid, labelled by their first request and matrix."""
-    from .grid import paper_grid
+    from p2smt.runs.grid import paper_grid
 
     items = []
     for cfg in paper_grid():
@@ -260,7 +260,7 @@ def _field_error(source: str, err: ValidationError) -> str:
 def parse_config_file(data: Any, source: str, base_dir: Path | None = None,
                       max_len: int | None = None) -> list[Point]:
     """Validate a parsed config document into points (``max_len`` overrides every entry's)."""
-    from .synth import MAX_LEN_LIMIT
+    from p2smt.synth.driver import MAX_LEN_LIMIT
 
     if not isinstance(data, dict):
         raise P2Error(f"{source}: a config file must be a mapping, got {type(data).__name__}")
@@ -296,7 +296,7 @@ def parse_config_file(data: Any, source: str, base_dir: Path | None = None,
 
 def load_configs(name_or_path: str | Path, max_len: int | None = None) -> list[Point]:
     """``paper-grid``, a shipped set name (``scale``) or a YAML file path -> points in run order."""
-    from .yamlfile import read_yaml
+    from p2smt.model.yamlfile import read_yaml
 
     text = str(name_or_path)
     if text == PAPER_GRID:
@@ -318,8 +318,8 @@ def _child_main() -> None:
     sys.stdout = sys.stderr  # stray prints must not corrupt the protocol
     import z3
 
-    from .smt.engine import run_encoding
-    from .smt.registry import load_encoding
+    from p2smt.smt.engine import run_encoding
+    from p2smt.smt.registry import load_encoding
 
     protocol.write(json.dumps({"ready": True}) + "\n")
     protocol.flush()
@@ -356,10 +356,10 @@ def hard_limit(timeout_s: float) -> float:
 def run_in_child(request: dict[str, Any], limit_s: float) -> tuple[dict[str, Any], float]:
     """Run one request in a fresh process; (answer, seconds from request to answer or kill)."""
     env = dict(os.environ)
-    pkg_parent = str(Path(__file__).resolve().parent.parent)
+    pkg_parent = str(Path(__file__).resolve().parents[2])
     env["PYTHONPATH"] = os.pathsep.join(p for p in (pkg_parent, env.get("PYTHONPATH")) if p)
     proc = subprocess.Popen(
-        [sys.executable, "-c", "from p2smt.experiment import _child_main; _child_main()"],
+        [sys.executable, "-c", "from p2smt.runs.experiment import _child_main; _child_main()"],
         stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env,
     )
     lines: queue.Queue[str | None] = queue.Queue()
@@ -411,7 +411,7 @@ class _Checked:
     seen: dict[int, set[tuple[int, ...]]] = field(default_factory=dict)
 
     def recheck(self, index: int, point: Point, programs: list[tuple[int, ...]], engine: str) -> float:
-        from .synth import recheck
+        from p2smt.synth.driver import recheck
 
         done = self.seen.setdefault(index, set())
         todo = [p for p in programs if p not in done]

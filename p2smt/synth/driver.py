@@ -7,13 +7,13 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from .dsl import Instruction, Program, candidate_instructions, problem
-from .errors import InternalError, P2Error
-from .hierarchy import HierarchyKind, MasterScope, SynthesisHierarchy, synthesis_hierarchy
-from .placement import Matrix, Placement, matrices
-from .problem import SynthesisProblem
-from .semantics import execute_all
-from .system import System
+from p2smt.errors import InternalError, P2Error
+from p2smt.model.dsl import Instruction, Program, candidate_instructions, problem
+from p2smt.model.hierarchy import HierarchyKind, MasterScope, SynthesisHierarchy, synthesis_hierarchy
+from p2smt.model.placement import Matrix, Placement, matrices
+from p2smt.model.problem import SynthesisProblem
+from p2smt.model.system import System
+from p2smt.semantics.dense import execute_all
 
 MAX_LEN_LIMIT = 12
 
@@ -38,13 +38,13 @@ class EngineOptions:
 
 
 def _enumerative(prob: SynthesisProblem, max_len: int, opts: EngineOptions) -> EngineOutcome:
-    from .enumerative import enumerate_programs
+    from p2smt.synth.enumerative import enumerate_programs
 
     return EngineOutcome("complete", tuple(enumerate_programs(prob, max_len)))
 
 
 def _pieces(prob: SynthesisProblem, max_len: int, opts: EngineOptions) -> EngineOutcome:
-    from .pieces import enumerate_programs
+    from p2smt.semantics.pieces import enumerate_programs
 
     return EngineOutcome("complete", tuple(enumerate_programs(prob, max_len)))
 
@@ -52,7 +52,7 @@ def _pieces(prob: SynthesisProblem, max_len: int, opts: EngineOptions) -> Engine
 def _z3(prob: SynthesisProblem, max_len: int, opts: EngineOptions) -> EngineOutcome:
     from pathlib import Path
 
-    from .smt.engine import enumerate_z3
+    from p2smt.smt.engine import enumerate_z3
 
     res = enumerate_z3(
         prob,
@@ -66,7 +66,7 @@ def _z3(prob: SynthesisProblem, max_len: int, opts: EngineOptions) -> EngineOutc
 
 
 def _z3_cegis(prob: SynthesisProblem, max_len: int, opts: EngineOptions) -> EngineOutcome:
-    from .smt.cegis import enumerate_cegis
+    from p2smt.smt.cegis import enumerate_cegis
 
     res = enumerate_cegis(prob, max_len, timeout_ms=opts.timeout_ms)
     return EngineOutcome(res.status, tuple(res.programs), dict(res.stats))
@@ -164,7 +164,7 @@ def recheck(prob: SynthesisProblem, programs, engine: str) -> None:
     """
     cands = prob.candidates
     if prob.num_devices > PIECES_ABOVE:
-        from .pieces import check_programs
+        from p2smt.semantics.pieces import check_programs
 
         for prog, verdict in zip(programs, check_programs(prob, programs), strict=True):
             if not verdict.proved:
@@ -212,7 +212,7 @@ def _solve(
     if rechecked_by(engine, prob.num_devices):
         recheck(prob, programs, engine)
     if prune != "none":
-        from .pruning import apply_pruning
+        from p2smt.synth.pruning import apply_pruning
 
         programs = apply_pruning(prune, prob, programs)
     return outcome, tuple(programs)

@@ -5,14 +5,20 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from .collectives import Collective
-from .cost import ALGOS, default_bytes_per_device, held_fractions_of_programs, program_time, step_time
-from .dsl import format_program
-from .errors import P2Error
-from .placement import Matrix, Placement
-from .synth import SynthesisResult, synthesize
-from .system import System
-from .topology import build_topology
+from p2smt.cost.model import (
+    ALGOS,
+    default_bytes_per_device,
+    held_fractions_of_programs,
+    program_time,
+    step_time,
+)
+from p2smt.errors import P2Error
+from p2smt.model.collectives import Collective
+from p2smt.model.dsl import format_program
+from p2smt.model.placement import Matrix, Placement
+from p2smt.model.system import System
+from p2smt.model.topology import build_topology
+from p2smt.synth.driver import SynthesisResult, synthesize
 
 
 def sort_key(seconds: float, text: str) -> tuple[float, str]:

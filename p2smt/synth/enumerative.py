@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from .errors import P2Error
-from .problem import SynthesisProblem, search_programs
-from .semantics import MAX_INTERPRETER_DEVICES, Violation, apply_step, goal_state, initial_state
+from p2smt.errors import P2Error
+from p2smt.model.problem import SynthesisProblem, search_programs
+from p2smt.semantics.dense import MAX_INTERPRETER_DEVICES, Violation, apply_step, goal_state, initial_state
 
 
 def enumerate_programs(problem: SynthesisProblem, max_len: int) -> list[tuple[int, ...]]:
