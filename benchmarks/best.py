@@ -21,7 +21,9 @@ import subprocess
 import sys
 import time
 
+from p2smt.model.request import Request
 from p2smt.runs.machine import describe_machine, machine_info
+from p2smt.synth.config import EngineConfig
 
 CASES = {
     "a100": {"system": "a100-4x16", "axes": [4, 16], "reduce": [1], "matrix": None},
@@ -43,7 +45,7 @@ def run_point(spec: dict) -> dict:
         from p2smt.cost.rank import rank_result
         from p2smt.synth.driver import synthesize
 
-        result = synthesize(system, axes, reduce, matrix=matrix, max_len=spec["max_len"], engine=spec["engine"])
+        result = synthesize(Request.for_system(system, axes, reduce, matrix=matrix), EngineConfig(engine=spec["engine"], max_len=spec["max_len"]))
         synth_seconds = time.perf_counter() - start
         report = rank_result(system, result, top=spec["top"])
         return {"seconds": time.perf_counter() - start, "synth_seconds": synth_seconds,

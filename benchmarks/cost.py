@@ -23,6 +23,7 @@ import time
 
 from p2smt.cost.model import flat_collective_time
 from p2smt.cost.rank import rank_result
+from p2smt.model.request import Request
 from p2smt.model.system import System, load_system
 from p2smt.runs.machine import describe_machine, machine_info
 from p2smt.synth.driver import synthesize
@@ -131,7 +132,7 @@ def throughput() -> dict:
     """(program, matrix) pairs scored per second on P²'s 4×A100 requests (cold then warm caches)."""
     system = load_system("a100-4x16")
     requests = [((64,), (0,)), ((8, 8), (1,)), ((8, 2, 4), (0,)), ((4, 2, 8), (2,))]
-    results = [synthesize(system, axes, red) for axes, red in requests]
+    results = [synthesize(Request.for_system(system, axes, red)) for axes, red in requests]
     pairs = sum(r.total_programs for r in results)
     out = {"pairs": pairs}
     for label in ("cold", "warm"):

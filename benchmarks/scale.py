@@ -31,6 +31,7 @@ import time
 from pathlib import Path
 
 from p2smt.runs.machine import describe_machine
+from p2smt.synth.config import EngineConfig
 
 SHAPES = {  # levels -> devices -> (su, nodes per SU); pcie 4 x gpu 2 per node
     4: {64: (2, 4), 128: (2, 8), 256: (4, 8), 512: (4, 16), 1024: (4, 32), 2048: (4, 64), 4096: (4, 128)},
@@ -53,19 +54,19 @@ def child(spec: dict) -> dict:
     from p2smt.model.hierarchy import synthesis_hierarchy
     from p2smt.model.placement import Placement
     from p2smt.model.system import load_system
-    from p2smt.synth.driver import EngineOptions, recheck, rechecked_by, run_engine
+    from p2smt.synth.driver import recheck, rechecked_by, run_engine
 
     t0 = time.perf_counter()
     system = load_system("h100-superpod", levels=spec["levels"])
     k = spec["devices"]
     engine, _, encoding = spec["engine"].partition(":")
-    opts = EngineOptions(encoding=encoding or None, encoding_options=spec.get("options"))
+    config = EngineConfig(engine=engine, max_len=spec["max_len"], encoding=encoding or None, encoding_options=spec.get("options"))
     placement = Placement(system.sizes, (k,), (tuple(system.sizes),))
     h = synthesis_hierarchy(placement, (0,), system.level_names)
     prob = problem(h)
     assert prob.num_devices == k, (prob.num_devices, k)
     built = time.perf_counter() - t0
-    res = run_engine(engine, prob, spec["max_len"], opts)
+    res = run_engine(prob, config)
     t1 = time.perf_counter()
     checked_by = rechecked_by(engine, k)  # the driver's policy; recheck raises on any failing program
     if checked_by:

@@ -21,19 +21,21 @@ import sys
 import time
 from pathlib import Path
 
+from p2smt.model.request import Request
 from p2smt.model.system import load_system
 from p2smt.runs.grid import paper_grid
 from p2smt.runs.machine import describe_machine, machine_info
-from p2smt.synth.driver import EngineOptions, recheck, synthesize
+from p2smt.synth.config import EngineConfig
+from p2smt.synth.driver import recheck, synthesize
 
 P2_RANGE = (0.0035, 1.16)
 
 
 def run(engine: str, cfg, timeout_ms: int | None):
     system = load_system(cfg.system)
-    opts = EngineOptions(timeout_ms=timeout_ms)
+    config = EngineConfig(engine=engine, timeout_ms=timeout_ms)
     start = time.perf_counter()
-    res = synthesize(system, cfg.axes, cfg.reduction_axes, engine=engine, opts=opts)
+    res = synthesize(Request.for_system(system, cfg.axes, cfg.reduction_axes), config)
     total = time.perf_counter() - start
     engine_only = sum(float(m.stats.get("seconds", m.seconds)) for m in res.matrices)
     programs = [tuple(str(p) for p in m.programs) for m in res.matrices]

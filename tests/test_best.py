@@ -7,7 +7,9 @@ import pytest
 from p2smt.cost.best import best
 from p2smt.cost.rank import rank_result
 from p2smt.errors import P2Error
+from p2smt.model.request import Request
 from p2smt.model.system import load_system
+from p2smt.synth.config import EngineConfig
 from p2smt.synth.driver import synthesize
 
 FLAT_ALLREDUCE = "(root, InsideGroup, AllReduce)"
@@ -22,7 +24,7 @@ CASES = [
 
 
 def _enumerate_then_rank(system, axes, reduce, matrix, max_len, top, algo):
-    result = synthesize(system, axes, reduce, matrix=matrix, max_len=max_len, engine="enumerative")
+    result = synthesize(Request.for_system(system, axes, reduce, matrix=matrix), EngineConfig(engine="enumerative", max_len=max_len))
     return rank_result(system, result, algo=algo, top=top)
 
 

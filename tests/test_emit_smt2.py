@@ -16,10 +16,12 @@ import z3
 from p2smt.model.dsl import problem
 from p2smt.model.hierarchy import synthesis_hierarchy
 from p2smt.model.placement import Placement
+from p2smt.model.request import Request
 from p2smt.model.system import load_system
 from p2smt.smt.engine import enumerate_z3
 from p2smt.smt.registry import available_encodings
-from p2smt.synth.driver import EngineOptions, synthesize
+from p2smt.synth.config import EngineConfig
+from p2smt.synth.driver import synthesize
 from p2smt.synth.enumerative import enumerate_programs
 
 ENCODINGS = [spec.name for spec in available_encodings()]
@@ -120,8 +122,8 @@ def test_first_query_carries_its_assertions(tmp_path):
 def test_synth_command_path_writes_one_file_per_query(tmp_path):
     """Through ``synthesize`` (the path of ``p2smt synth --emit-smt2``), one matrix."""
     system = load_system("a100-2x16")
-    opts = EngineOptions(emit_smt2=str(tmp_path / "q"))
-    result = synthesize(system, (4, 8), (0,), matrix=((2, 2), (1, 8)), engine="z3", max_len=2, opts=opts)
+    config = EngineConfig(engine="z3", max_len=2, emit_smt2=str(tmp_path / "q"))
+    result = synthesize(Request.for_system(system, (4, 8), (0,), matrix=((2, 2), (1, 8))), config)
     stats = result.matrices[0].stats
     files = sorted((tmp_path / "q").glob("*.smt2"))
     assert result.status == "complete"

@@ -17,8 +17,10 @@ import pytest
 from p2smt.model.dsl import format_program, lower_program, parse_program
 from p2smt.model.hierarchy import synthesis_hierarchy
 from p2smt.model.placement import Placement, matrices
+from p2smt.model.request import Request
 from p2smt.model.system import load_system
 from p2smt.semantics.dense import execute
+from p2smt.synth.config import EngineConfig
 from p2smt.synth.driver import synthesize
 
 GRID = {
@@ -86,7 +88,7 @@ def _check_lowered(system, axes, mr, red, programs):
 def test_grid_configuration_synthesizes(name, axes, red, kind):
     system = load_system(name)
     start = time.perf_counter()
-    result = synthesize(system, axes, red, engine="enumerative", max_len=5)
+    result = synthesize(Request.for_system(system, axes, red), EngineConfig(engine="enumerative", max_len=5))
     seconds = time.perf_counter() - start
     print(f"\n[grid {kind}] {name:10s} axes {list(axes)!s:12s} reduce {list(red)!s:7s}: "
           f"{len(result.matrices)} matrices, {result.total_programs:4d} programs, {seconds:.3f} s")
@@ -121,13 +123,13 @@ def test_equal_problems_of_one_request_are_solved_once(engine):
     from p2smt.synth.driver import synthesize_hierarchy
 
     system = load_system("a100-4x16")
-    res = synthesize(system, (16, 2, 2), (0, 2), engine=engine)
+    res = synthesize(Request.for_system(system, (16, 2, 2), (0, 2)), EngineConfig(engine=engine))
     assert len(res.matrices) == 4
     reused = [m for m in res.matrices if "same_problem_as" in m.stats]
     assert len(reused) == 2
     solved = {tuple(map(tuple, m.matrix)) for m in res.matrices if "same_problem_as" not in m.stats}
     for m in res.matrices:
-        alone, _, _ = synthesize_hierarchy(m.hierarchy, engine=engine)
+        alone, _, _ = synthesize_hierarchy(m.hierarchy, EngineConfig(engine=engine))
         assert [format_program(p) for p in m.programs] == [format_program(p) for p in alone]
         if m in reused:
             assert tuple(map(tuple, m.stats["same_problem_as"])) in solved

@@ -13,6 +13,7 @@ import pytest
 from p2smt import __version__
 from p2smt.cost.rank import rank_result
 from p2smt.errors import P2Error
+from p2smt.model.request import Request
 from p2smt.model.system import load_system
 from p2smt.runs.gridsweep import (
     Grid,
@@ -27,6 +28,7 @@ from p2smt.runs.gridsweep import (
     sweep,
     task_key,
 )
+from p2smt.synth.config import EngineConfig
 from p2smt.synth.driver import synthesize
 
 TINY = """
@@ -166,7 +168,7 @@ def test_result_line_matches_the_cost_model(tmp_path):
     task = Task("a100-2x16", 2, (4, 8), (0,), "tree", 1e8, "enumerative", None, 3, 60.0)
     row = run_task(task)
     system = load_system("a100-2x16")
-    result = synthesize(system, (4, 8), (0,), max_len=3)
+    result = synthesize(Request.for_system(system, (4, 8), (0,)), EngineConfig(max_len=3))
     report = rank_result(system, result, algo="tree", bytes_per_device=1e8)
     assert row["status"] == "ok" and row["key"] == task_key(task) and row["task"] == task.to_json()
     assert row["matrices"] == len(report["matrices"]) == len(row["per_matrix"])

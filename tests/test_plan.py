@@ -12,6 +12,7 @@ from p2smt.cost.rank import rank
 from p2smt.errors import P2Error
 from p2smt.model.placement import Placement
 from p2smt.model.profile import Profile, load_profile, shipped_profiles
+from p2smt.model.request import Request
 from p2smt.model.system import load_system
 
 
@@ -33,7 +34,7 @@ def test_data_parallel_profile_picks_the_placement_rank_picks_for_that_axis():
         [{"name": "grads", "axes": ["data"], "bytes_per_device": 2**29 * 4 * 4}],
     )
     report = plan(prof, system)
-    ranked = rank(system, (4, 16), (0,))
+    ranked = rank(Request.for_system(system, (4, 16), (0,)))
     assert report["best"]["matrix"] == ranked["best"]["matrix"]
     assert report["best"]["communications"][0]["program"] == ranked["best"]["program"]
     assert report["best"]["total_seconds"] == pytest.approx(ranked["best"]["seconds"])

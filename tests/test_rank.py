@@ -8,12 +8,12 @@ import pytest
 
 from p2smt.cost.rank import rank, render_rank
 from p2smt.errors import P2Error
-from p2smt.model.system import load_system
+from p2smt.model.request import Request
 
 
 @pytest.fixture(scope="module")
 def report():
-    return rank(load_system("a100-2x16"), (2, 16), (1,))
+    return rank(Request("a100-2x16", (2, 16), (1,)))
 
 
 def test_json_contract_shape(report):
@@ -43,14 +43,14 @@ def test_best_is_the_fastest_program_over_all_matrices(report):
 
 
 def test_top_bytes_and_algorithm_are_honoured(report):
-    small = rank(load_system("a100-2x16"), (2, 16), (1,), top=2, bytes_per_device=1 << 20, algo="tree")
+    small = rank(Request("a100-2x16", (2, 16), (1,)), top=2, bytes_per_device=1 << 20, algo="tree")
     assert small["bytes_per_device"] == 1 << 20 and small["algo"] == "tree"
     assert all(len(m["programs"]) == 2 for m in small["matrices"])
     assert small["matrices"][0]["allreduce_seconds"] < report["matrices"][0]["allreduce_seconds"]
 
 
 def test_same_inputs_same_report(report):
-    assert rank(load_system("a100-2x16"), (2, 16), (1,)) == report
+    assert rank(Request("a100-2x16", (2, 16), (1,))) == report
 
 
 def test_render_builds_tables(report):
@@ -64,4 +64,4 @@ def test_render_builds_tables(report):
 @pytest.mark.parametrize("kwargs", [{"algo": "butterfly"}, {"top": 0}, {"bytes_per_device": -1}])
 def test_bad_input_is_a_p2error(kwargs):
     with pytest.raises(P2Error):
-        rank(load_system("a100-2x16"), (2, 16), (1,), **kwargs)
+        rank(Request("a100-2x16", (2, 16), (1,)), **kwargs)

@@ -14,9 +14,11 @@ from p2smt.errors import InternalError, P2Error
 from p2smt.model.dsl import problem
 from p2smt.model.hierarchy import synthesis_hierarchy
 from p2smt.model.placement import Placement
+from p2smt.model.request import Request
 from p2smt.model.system import load_system
 from p2smt.semantics.dense import execute, execute_all
 from p2smt.semantics.pieces import check_programs
+from p2smt.synth.config import EngineConfig
 from p2smt.synth.driver import PIECES_ABOVE, recheck
 from p2smt.synth.enumerative import enumerate_programs
 
@@ -219,8 +221,8 @@ def test_synthesize_with_the_pieces_engine():
     from p2smt.synth.driver import synthesize
 
     system = load_system("a100-4x16")
-    ref = synthesize(system, (4, 16), (1,), engine="enumerative")
-    got = synthesize(system, (4, 16), (1,), engine="pieces")
+    ref = synthesize(Request.for_system(system, (4, 16), (1,)), EngineConfig(engine="enumerative"))
+    got = synthesize(Request.for_system(system, (4, 16), (1,)), EngineConfig(engine="pieces"))
     assert got.status == "complete"
     assert [[format_program(p) for p in m.programs] for m in got.matrices] == [
         [format_program(p) for p in m.programs] for m in ref.matrices
@@ -238,9 +240,9 @@ def test_pieces_engine_is_rechecked_by_numpy_only_where_numpy_fits(monkeypatch):
                         real(prob, progs, engine))
     small = _problem((2, 4), ("node", "gpu")).hierarchy
     big = _problem((4, 8, 4, 2), SUPERPOD).hierarchy
-    progs_small, _, _ = synth.synthesize_hierarchy(small, max_len=3, engine="pieces")
-    progs_big, _, _ = synth.synthesize_hierarchy(big, max_len=1, engine="pieces")
+    progs_small, _, _ = synth.synthesize_hierarchy(small, EngineConfig(engine="pieces", max_len=3))
+    progs_big, _, _ = synth.synthesize_hierarchy(big, EngineConfig(engine="pieces", max_len=1))
     assert calls == [8]
-    ref, _, _ = synth.synthesize_hierarchy(small, max_len=3, engine="enumerative")
+    ref, _, _ = synth.synthesize_hierarchy(small, EngineConfig(engine="enumerative", max_len=3))
     assert [str(p) for p in progs_small] == [str(p) for p in ref] and len(ref) == 29
     assert [str(p) for p in progs_big] == ["(root, InsideGroup, AllReduce)"]

@@ -22,6 +22,7 @@ from p2smt.model.collectives import Collective
 from p2smt.model.dsl import parse_program
 from p2smt.model.hierarchy import synthesis_hierarchy
 from p2smt.model.placement import Placement
+from p2smt.model.request import Request
 from p2smt.model.system import Level, load_system, parse_system, topologies_dir
 from p2smt.model.topology import build_topology
 from p2smt.synth.driver import synthesize
@@ -237,7 +238,7 @@ def test_bad_network_sections_are_one_line_errors(change, message):
 
 def test_row_abstraction_gives_the_interpreters_volumes():
     for name, nodes, axes in (("h100-superpod", 1, (4, 8)), ("fig2-16gpu", None, (16,))):
-        result = synthesize(load_system(name, nodes=nodes), axes, (0,))
+        result = synthesize(Request.for_system(load_system(name, nodes=nodes), axes, (0,)))
         for m in result.matrices:
             progs = tuple(sorted(set(m.programs), key=lambda p: tuple(map(str, p.instructions))))
             exact = _held_fractions.__wrapped__(m.hierarchy, progs)

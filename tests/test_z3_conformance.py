@@ -15,12 +15,14 @@ from p2smt.model.collectives import Collective
 from p2smt.model.dsl import format_program, lower_program, parse_program, problem
 from p2smt.model.hierarchy import synthesis_hierarchy
 from p2smt.model.placement import Placement, matrices
+from p2smt.model.request import Request
 from p2smt.model.system import load_system
 from p2smt.runs.grid import paper_grid
 from p2smt.smt.cegis import verify_values
 from p2smt.smt.engine import enumerate_z3
 from p2smt.smt.verify import prove_plan
-from p2smt.synth.driver import EngineOptions, synthesize
+from p2smt.synth.config import EngineConfig
+from p2smt.synth.driver import synthesize
 from p2smt.synth.enumerative import enumerate_programs
 
 AR, RS, AG = Collective.ALL_REDUCE, Collective.REDUCE_SCATTER, Collective.ALL_GATHER
@@ -40,8 +42,8 @@ def _texts(result):
 @pytest.mark.parametrize("config", paper_grid(), ids=lambda c: c.label.replace(" ", "_"))
 def test_grid_z3_set_equals_enumerative_set(config):
     system = load_system(config.system)
-    z3_result = synthesize(system, config.axes, config.reduction_axes, engine="z3")
-    enum_result = synthesize(system, config.axes, config.reduction_axes, engine="enumerative")
+    z3_result = synthesize(Request.for_system(system, config.axes, config.reduction_axes), EngineConfig(engine="z3"))
+    enum_result = synthesize(Request.for_system(system, config.axes, config.reduction_axes), EngineConfig(engine="enumerative"))
     assert z3_result.status == "complete"
     assert _texts(z3_result) == _texts(enum_result)
 
@@ -88,7 +90,7 @@ def test_tiny_timeout_is_unknown_never_complete():
 
 def test_unknown_propagates_to_synthesis_result():
     system = load_system("a100-4x16")
-    result = synthesize(system, (64,), (0,), engine="z3", opts=EngineOptions(timeout_ms=1))
+    result = synthesize(Request.for_system(system, (64,), (0,)), EngineConfig(engine="z3", timeout_ms=1))
     assert result.status in ("unknown", "complete")
     if result.status == "unknown":
         assert any(m.status == "unknown" for m in result.matrices)

@@ -220,15 +220,25 @@ def cmd_groups(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
-def engine_options(args: argparse.Namespace):
-    from p2smt.synth.driver import EngineOptions
+def request_of(args: argparse.Namespace):
+    """The typed request of the shared request options (``--system … --master-scope``)."""
+    from p2smt.model.placement import parse_matrix
+    from p2smt.model.request import Request
+
+    return Request(
+        args.system, int_list(args.axes), int_list(args.reduce),
+        matrix=parse_matrix(args.matrix) if args.matrix else None,
+        nodes=args.nodes, levels=tuple(level_sizes(args.level).items()),
+        hierarchy=args.hierarchy, master_scope=args.master_scope,
+        require_progress=not getattr(args, "allow_noop", False),
+    )
+
+
+def engine_config(args: argparse.Namespace):
+    """The typed engine configuration of ``--engine --max-len --timeout --encoding … --prune``."""
+    from p2smt.synth.config import EngineConfig
 
     opts = None
-    engine = getattr(args, "engine", "z3")
-    smt_only = [flag for flag, attr in (("--encoding", "encoding"), ("--encoding-options", "encoding_options"),
-                                        ("--emit-smt2", "emit_smt2")) if getattr(args, attr, None)]
-    if smt_only and engine != "z3":
-        raise P2Error(f"{', '.join(smt_only)}: only with --engine z3 (got --engine {engine})")
     if getattr(args, "encoding_options", None):
         try:
             opts = json.loads(args.encoding_options)
@@ -237,31 +247,28 @@ def engine_options(args: argparse.Namespace):
         if not isinstance(opts, dict):
             raise P2Error("--encoding-options must be a JSON object")
     timeout = getattr(args, "timeout", None)
-    return EngineOptions(
+    return EngineConfig(
+        engine=getattr(args, "engine", "enumerative"),
+        max_len=args.max_len,
         timeout_ms=int(timeout * 1000) if timeout else None,
         encoding=getattr(args, "encoding", None),
         encoding_options=opts,
         emit_smt2=getattr(args, "emit_smt2", None),
+        prune=getattr(args, "prune", "none"),
     )
 
 
 def cmd_synth(args: argparse.Namespace) -> int:
+    from p2smt.model.request import Request
     from p2smt.synth.driver import synthesize
 
-    system, axes, reduce, matrix = request(args)
-    result = synthesize(
-        system,
-        axes,
-        reduce,
-        matrix=matrix,
-        max_len=args.max_len,
-        engine=args.engine,
-        hierarchy_kind=args.hierarchy,
-        master_scope=args.master_scope,
-        require_progress=not args.allow_noop,
-        prune=args.prune,
-        opts=engine_options(args),
-    )
+    req = request_of(args)
+    config = engine_config(args)
+    system = req.load_system()
+    axes = req.axes
+    result = synthesize(Request.for_system(system, req.axes, req.reduce, matrix=req.matrix,
+                                           hierarchy=req.hierarchy, master_scope=req.master_scope,
+                                           require_progress=req.require_progress), config)
     payload = result.to_json()
 
     def render(c: Console) -> None:
@@ -358,7 +365,7 @@ def cmd_plan(args: argparse.Namespace) -> int:
 
     profile = load_profile(args.profile)
     system = load(args)
-    report = plan(profile, system, algo=args.algo, engine=args.engine, max_len=args.max_len)
+    report = plan(profile, system, algo=args.algo, config=engine_config(args))
     if args.png:
         plot_plan(report, Path(args.png))
     if args.export_dir:
@@ -451,9 +458,8 @@ def cmd_run(args: argparse.Namespace) -> int:
 def cmd_rank(args: argparse.Namespace) -> int:
     from p2smt.cost.rank import rank, render_rank
 
-    system, axes, reduce, _ = request(args)
-    report = rank(system, axes, reduce, algo=args.algo, bytes_per_device=args.bytes, top=args.top,
-                  engine=args.engine, max_len=args.max_len)
+    report = rank(request_of(args), engine_config(args), algo=args.algo, bytes_per_device=args.bytes,
+                  top=args.top)
     emit(args, report, lambda c: c.print(render_rank(report)))
     return EXIT_OK
 
@@ -620,7 +626,7 @@ def cmd_best(args: argparse.Namespace) -> int:
     from p2smt.cost.best import best
 
     system, axes, reduce, matrix = request(args)
-    opts = engine_options(args)
+    opts = engine_config(args)
     result = best(system, axes, reduce, matrix=matrix, max_len=args.max_len, top=args.top, algo=args.algo,
                   bytes_per_device=args.bytes, timeout_ms=opts.timeout_ms,
                   encoding=opts.encoding or "bool-matrix", encoding_options=opts.encoding_options,

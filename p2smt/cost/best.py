@@ -56,7 +56,8 @@ from p2smt.smt import terms as T
 from p2smt.smt.engine import solver_figures
 from p2smt.smt.lazy import CheckedEncoding
 from p2smt.smt.registry import load_encoding
-from p2smt.synth.driver import MAX_LEN_LIMIT, placements_for
+from p2smt.synth.config import MAX_LEN_LIMIT
+from p2smt.synth.driver import placements_for
 
 TIE_TOLERANCE = 1e-7
 """Relative slack of the bound above the N-th time: covers ``rank``'s 9-significant-digit ties."""

@@ -19,8 +19,10 @@ from p2smt.errors import P2Error
 from p2smt.model.collectives import Collective
 from p2smt.model.placement import Matrix, Placement, matrices
 from p2smt.model.profile import Communication, Profile
+from p2smt.model.request import Request
 from p2smt.model.system import System
 from p2smt.model.topology import build_topology
+from p2smt.synth.config import EngineConfig
 from p2smt.synth.driver import synthesize
 
 
@@ -64,8 +66,9 @@ def p2p_seconds(system: System, placement: Placement, axis: int, nbytes: float, 
 
 
 def _reduction_choices(system: System, axes: tuple[int, ...], comm: Communication, red: tuple[int, ...],
-                       algo: str, engine: str, max_len: int) -> list[CommChoice]:
-    result = synthesize(system, axes, red, max_len=max_len, engine=engine)
+                       algo: str, config: EngineConfig) -> list[CommChoice]:
+    result = synthesize(Request.for_system(system, axes, red), config)
+    max_len = config.max_len
     report = rank_result(system, result, algo=algo, bytes_per_device=comm.bytes_per_device, top=1)
     out = []
     for m in report["matrices"]:
@@ -76,16 +79,23 @@ def _reduction_choices(system: System, axes: tuple[int, ...], comm: Communicatio
     return out
 
 
-def plan(profile: Profile, system: System, *, algo: str = "ring", engine: str = "enumerative",
-         max_len: int = 5) -> dict[str, Any]:
-    """Rank every placement of the profile's axes on ``system`` by predicted communication per step."""
+def plan(profile: Profile, system: System, *, algo: str = "ring", config: EngineConfig | None = None) -> dict[str, Any]:
+    """Rank every placement of the profile's axes on ``system`` by predicted communication per step.
+
+    >>> from p2smt.model.profile import load_profile
+    >>> from p2smt.model.system import load_system
+    >>> report = plan(load_profile("resnet50-dp"), load_system("v100-2x8"))
+    >>> report["best"]["matrix"]
+    [[2, 8]]
+    """
+    config = config or EngineConfig()
     axes = profile.sizes_for(system.num_devices)
     mats: list[Matrix] = matrices(system.sizes, axes)
     per_comm: list[list[CommChoice]] = []
     for comm in profile.communication:
         idx = tuple(sorted(profile.axis_index(a) for a in comm.axes))
         if comm.kind == "reduce":
-            per_comm.append(_reduction_choices(system, axes, comm, idx, algo, engine, max_len))
+            per_comm.append(_reduction_choices(system, axes, comm, idx, algo, config))
         else:
             per_comm.append([
                 CommChoice(comm.name, "p2p", comm.count,

@@ -16,8 +16,10 @@ from p2smt.errors import P2Error
 from p2smt.model.collectives import Collective
 from p2smt.model.dsl import format_program
 from p2smt.model.placement import Matrix, Placement
+from p2smt.model.request import Request
 from p2smt.model.system import System
 from p2smt.model.topology import build_topology
+from p2smt.synth.config import EngineConfig
 from p2smt.synth.driver import SynthesisResult, synthesize
 
 
@@ -74,17 +76,19 @@ def rank_result(system: System, result: SynthesisResult, *, algo: str = "ring",
     }
 
 
-def rank(system: System, axes: Sequence[int], reduction_axes: Sequence[int], *, algo: str = "ring",
-         bytes_per_device: float | None = None, top: int | None = None, engine: str = "enumerative",
-         max_len: int = 5) -> dict[str, Any]:
+def rank(request: Request, config: EngineConfig | None = None, *, algo: str = "ring",
+         bytes_per_device: float | None = None, top: int | None = None) -> dict[str, Any]:
     """Synthesize every placement's programs and rank them by predicted time.
 
     Returns ``{"bytes_per_device", "algo", "matrices": [{"matrix", "allreduce_seconds",
     "programs": [{"program", "seconds"}]}], "best": {"matrix", "program", "seconds"}}``; programs are
     sorted by predicted seconds, ties by program text; ``top`` keeps the first N per matrix.
     """
+    system = request.load_system()
     check_request(system, algo, bytes_per_device, top)
-    result = synthesize(system, tuple(axes), tuple(reduction_axes), max_len=max_len, engine=engine)
+    result = synthesize(Request.for_system(system, request.axes, request.reduce, matrix=request.matrix,
+                                           hierarchy=request.hierarchy, master_scope=request.master_scope,
+                                           require_progress=request.require_progress), config)
     return rank_result(system, result, algo=algo, bytes_per_device=bytes_per_device, top=top)
 
 

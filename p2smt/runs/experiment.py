@@ -260,7 +260,7 @@ def _field_error(source: str, err: ValidationError) -> str:
 def parse_config_file(data: Any, source: str, base_dir: Path | None = None,
                       max_len: int | None = None) -> list[Point]:
     """Validate a parsed config document into points (``max_len`` overrides every entry's)."""
-    from p2smt.synth.driver import MAX_LEN_LIMIT
+    from p2smt.synth.config import MAX_LEN_LIMIT
 
     if not isinstance(data, dict):
         raise P2Error(f"{source}: a config file must be a mapping, got {type(data).__name__}")

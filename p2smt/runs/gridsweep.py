@@ -123,7 +123,7 @@ class Grid(BaseModel):
     @field_validator("max_len")
     @classmethod
     def _max_len(cls, v):
-        from p2smt.synth.driver import MAX_LEN_LIMIT
+        from p2smt.synth.config import MAX_LEN_LIMIT
 
         if v > MAX_LEN_LIMIT:
             raise ValueError(f"max_len must be at most {MAX_LEN_LIMIT}, got {v}")
@@ -310,13 +310,15 @@ def evaluate(task: Task) -> dict[str, Any]:
     start = time.perf_counter()
     try:
         from p2smt.cost.rank import rank_result
+        from p2smt.model.request import Request
         from p2smt.model.system import load_system
-        from p2smt.synth.driver import EngineOptions, synthesize
+        from p2smt.synth.config import EngineConfig
+        from p2smt.synth.driver import synthesize
 
         system = load_system(task.system, task.nodes)
-        opts = EngineOptions(timeout_ms=max(1, int(task.timeout_s * 1000)), encoding=task.encoding)
-        result = synthesize(system, tuple(task.axes), tuple(task.reduce), engine=task.engine,
-                            max_len=task.max_len, opts=opts)
+        config = EngineConfig(engine=task.engine, max_len=task.max_len,
+                              timeout_ms=max(1, int(task.timeout_s * 1000)), encoding=task.encoding)
+        result = synthesize(Request.for_system(system, task.axes, task.reduce), config)
         b = None if task.bytes == "default" else float(task.bytes)
         report = rank_result(system, result, algo=task.algo, bytes_per_device=b, top=1)
     except P2Error as err:

@@ -18,7 +18,9 @@ from typing import Any
 
 from p2smt.cost.rank import rank_result
 from p2smt.errors import P2Error
+from p2smt.model.request import Request
 from p2smt.model.system import System, load_system
+from p2smt.synth.config import EngineConfig
 from p2smt.synth.driver import synthesize
 
 P2_HEADLINE = {
@@ -66,7 +68,7 @@ def _algorithms(cfg, system: System) -> tuple[str, ...]:
 def sweep_config(system: System, axes, reduction_axes, algos, *, engine: str = "enumerative",
                  max_len: int = 5) -> tuple[list[SweepRow], dict[str, dict[str, Any]]]:
     """Rows of one grid configuration (all matrices × algorithms) and the rank reports per algorithm."""
-    result = synthesize(system, tuple(axes), tuple(reduction_axes), max_len=max_len, engine=engine)
+    result = synthesize(Request.for_system(system, axes, reduction_axes), EngineConfig(engine=engine, max_len=max_len))
     seconds = {tuple(map(tuple, m.matrix)): m.seconds for m in result.matrices}
     rows, reports = [], {}
     for algo in algos:

@@ -7,15 +7,17 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from p2smt.errors import InternalError, P2Error
+from p2smt.errors import InternalError
 from p2smt.model.dsl import Instruction, Program, candidate_instructions, problem
-from p2smt.model.hierarchy import HierarchyKind, MasterScope, SynthesisHierarchy, synthesis_hierarchy
+from p2smt.model.hierarchy import SynthesisHierarchy, synthesis_hierarchy
 from p2smt.model.placement import Matrix, Placement, matrices
 from p2smt.model.problem import SynthesisProblem
+from p2smt.model.request import Request, Status
 from p2smt.model.system import System
 from p2smt.semantics.dense import execute_all
+from p2smt.synth.config import Engine, EngineConfig
 
-MAX_LEN_LIMIT = 12
+EngineOptions = EngineConfig  # the solver options engines read travel in the one engine configuration
 
 
 @dataclass(frozen=True)
@@ -25,16 +27,6 @@ class EngineOutcome:
     status: str
     programs: tuple[tuple[int, ...], ...]
     stats: dict[str, Any] = field(default_factory=dict)
-
-
-@dataclass(frozen=True)
-class EngineOptions:
-    """Options every engine accepts; engine-specific ones travel in ``encoding_options``."""
-
-    timeout_ms: int | None = None
-    encoding: str | None = None
-    encoding_options: dict[str, Any] | None = None
-    emit_smt2: str | None = None
 
 
 def _enumerative(prob: SynthesisProblem, max_len: int, opts: EngineOptions) -> EngineOutcome:
@@ -72,11 +64,11 @@ def _z3_cegis(prob: SynthesisProblem, max_len: int, opts: EngineOptions) -> Engi
     return EngineOutcome(res.status, tuple(res.programs), dict(res.stats))
 
 
-ENGINES: dict[str, tuple[str, Callable[[SynthesisProblem, int, EngineOptions], EngineOutcome]]] = {
-    "enumerative": ("P²'s enumerative search pruned by the preconditions", _enumerative),
-    "pieces": ("P²'s search on pieces.py's compressed state: exact at any number of devices", _pieces),
-    "z3": ("Z3 over an SMT encoding of the Hoare rules (enumerates all models)", _z3),
-    "z3-cegis": ("Z3 CEGIS over symbolic data values", _z3_cegis),
+ENGINES: dict[Engine, tuple[str, Callable[[SynthesisProblem, int, EngineOptions], EngineOutcome]]] = {
+    Engine.ENUMERATIVE: ("P²'s enumerative search pruned by the preconditions", _enumerative),
+    Engine.PIECES: ("P²'s search on pieces.py's compressed state: exact at any number of devices", _pieces),
+    Engine.Z3: ("Z3 over an SMT encoding of the Hoare rules (enumerates all models)", _z3),
+    Engine.Z3_CEGIS: ("Z3 CEGIS over symbolic data values", _z3_cegis),
 }
 
 
@@ -101,8 +93,8 @@ class SynthesisResult:
     seconds: float
 
     @property
-    def status(self) -> str:
-        return "complete" if all(m.status == "complete" for m in self.matrices) else "unknown"
+    def status(self) -> Status:
+        return Status.COMPLETE if all(m.status == Status.COMPLETE for m in self.matrices) else Status.UNKNOWN
 
     @property
     def total_programs(self) -> int:
@@ -132,15 +124,9 @@ class SynthesisResult:
         }
 
 
-def run_engine(
-    engine: str, prob: SynthesisProblem, max_len: int, opts: EngineOptions | None = None
-) -> EngineOutcome:
+def run_engine(prob: SynthesisProblem, config: EngineConfig) -> EngineOutcome:
     """Run one engine on one problem (no re-check; see ``synthesize_hierarchy``)."""
-    if engine not in ENGINES:
-        raise P2Error(f"unknown engine {engine!r}; engines: {', '.join(ENGINES)}")
-    if not 1 <= max_len <= MAX_LEN_LIMIT:
-        raise P2Error(f"--max-len must be between 1 and {MAX_LEN_LIMIT}, got {max_len}")
-    return ENGINES[engine][1](prob, max_len, opts or EngineOptions())
+    return ENGINES[config.engine][1](prob, config.max_len, config)
 
 
 PIECES_ABOVE = 128  # devices; above this the compressed interpreter re-checks (the k^3 one costs GiBs)
@@ -188,33 +174,25 @@ def recheck(prob: SynthesisProblem, programs, engine: str) -> None:
 
 
 def synthesize_hierarchy(
-    h: SynthesisHierarchy,
-    *,
-    max_len: int = 5,
-    engine: str = "enumerative",
-    require_progress: bool = True,
-    opts: EngineOptions | None = None,
-    prune: str = "none",
+    h: SynthesisHierarchy, config: EngineConfig | None = None, *, require_progress: bool = True
 ) -> tuple[tuple[Program, ...], EngineOutcome, float]:
     """Synthesize on one hierarchy; programs are re-checked unless the engine is the interpreter itself."""
     start = time.perf_counter()
     prob = problem(h, require_progress)
-    outcome, indices = _solve(prob, max_len, engine, opts, prune)
+    outcome, indices = _solve(prob, config or EngineConfig())
     return _programs(h, indices), outcome, time.perf_counter() - start
 
 
-def _solve(
-    prob: SynthesisProblem, max_len: int, engine: str, opts: EngineOptions | None, prune: str
-) -> tuple[EngineOutcome, tuple[tuple[int, ...], ...]]:
+def _solve(prob: SynthesisProblem, config: EngineConfig) -> tuple[EngineOutcome, tuple[tuple[int, ...], ...]]:
     """The engine's outcome and its programs (candidate indices) after the re-check and pruning."""
-    outcome = run_engine(engine, prob, max_len, opts)
+    outcome = run_engine(prob, config)
     programs = list(outcome.programs)
-    if rechecked_by(engine, prob.num_devices):
-        recheck(prob, programs, engine)
-    if prune != "none":
+    if rechecked_by(config.engine, prob.num_devices):
+        recheck(prob, programs, config.engine)
+    if config.prune != "none":
         from p2smt.synth.pruning import apply_pruning
 
-        programs = apply_pruning(prune, prob, programs)
+        programs = apply_pruning(config.prune, prob, programs)
     return outcome, tuple(programs)
 
 
@@ -229,49 +207,40 @@ def placements_for(system: System, axes: tuple[int, ...], matrix: Matrix | None)
     return [Placement(system.sizes, tuple(axes), m) for m in matrices(system.sizes, axes)]
 
 
-def synthesize(
-    system: System,
-    axes: tuple[int, ...],
-    reduction_axes: tuple[int, ...],
-    *,
-    matrix: Matrix | None = None,
-    max_len: int = 5,
-    engine: str = "enumerative",
-    hierarchy_kind: HierarchyKind = "d",
-    master_scope: MasterScope = "per-ancestor",
-    require_progress: bool = True,
-    prune: str = "none",
-    opts: EngineOptions | None = None,
-) -> SynthesisResult:
-    """All valid programs up to ``max_len`` for every placement (or one ``matrix``) of ``axes``.
+def synthesize(request: Request, config: EngineConfig | None = None) -> SynthesisResult:
+    """All valid programs up to ``config.max_len`` for every placement (or the one ``matrix``) of a request.
 
     Placements whose synthesis problems are equal (same devices, goal and candidate instructions,
     e.g. matrices that differ only in the non-reduced axes) are solved once; the others report
     ``stats["same_problem_as"]``, the matrix that was solved, and their own (small) seconds.
+
+    >>> r = synthesize(Request("a100-4x16", axes=(4, 16), reduce=(1,), matrix=((1, 4), (4, 4))))
+    >>> r.status, r.total_programs
+    (<Status.COMPLETE: 'complete'>, 3)
     """
+    config = config or EngineConfig()
     start = time.perf_counter()
+    system = request.load_system()
+    placements = request.placements(system)
+    reduction_axes = placements[0].check_axes(request.reduce)
     results = []
     solved: dict[SynthesisProblem, tuple[Matrix, EngineOutcome, tuple[tuple[int, ...], ...]]] = {}
-    for placement in placements_for(system, tuple(axes), matrix):
+    for placement in placements:
         t0 = time.perf_counter()
-        h = synthesis_hierarchy(placement, tuple(reduction_axes), system.level_names, hierarchy_kind, master_scope)
-        prob = problem(h, require_progress)
+        h = synthesis_hierarchy(placement, reduction_axes, system.level_names, request.hierarchy,
+                                request.master_scope)
+        prob = problem(h, request.require_progress)
         if prob in solved:
             first, outcome, indices = solved[prob]
             stats: dict[str, Any] = {"same_problem_as": [list(r) for r in first]}
         else:
-            outcome, indices = _solve(prob, max_len, engine, opts, prune)
+            outcome, indices = _solve(prob, config)
             solved[prob] = (placement.matrix, outcome, indices)
             stats = dict(outcome.stats)
         progs = _programs(h, indices)
         secs = time.perf_counter() - t0
         results.append(MatrixResult(placement.matrix, h, progs, outcome.status, secs, stats))
     return SynthesisResult(
-        system.name,
-        tuple(axes),
-        placements_for(system, tuple(axes), matrix)[0].check_axes(tuple(reduction_axes)),
-        engine,
-        max_len,
-        tuple(results),
+        system.name, request.axes, reduction_axes, config.engine, config.max_len, tuple(results),
         time.perf_counter() - start,
     )

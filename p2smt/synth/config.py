@@ -1,0 +1,80 @@
+"""The engine configuration: which engine searches, how far, and with which solver options."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from enum import StrEnum
+from typing import Any
+
+from p2smt.errors import P2Error
+
+MAX_LEN_LIMIT = 12
+
+
+class Engine(StrEnum):
+    """The synthesis engines (``p2smt synth --engine``)."""
+
+    ENUMERATIVE = "enumerative"
+    PIECES = "pieces"
+    Z3 = "z3"
+    Z3_CEGIS = "z3-cegis"
+
+    @classmethod
+    def parse(cls, value: Any) -> Engine:
+        try:
+            return cls(value)
+        except ValueError:
+            raise P2Error(f"unknown engine {value!r}; engines: {', '.join(e.value for e in cls)}") from None
+
+
+@dataclass(frozen=True)
+class EngineConfig:
+    """How to search: engine, maximum program length, solver limits, encoding and pruning.
+
+    >>> EngineConfig(engine="pieces", max_len=3).to_json()["engine"]
+    'pieces'
+    >>> EngineConfig(engine="enumerative", encoding="bitvec")
+    Traceback (most recent call last):
+    p2smt.errors.P2Error: --encoding: only with --engine z3 (got --engine enumerative)
+    """
+
+    engine: Engine = Engine.ENUMERATIVE
+    max_len: int = 5
+    timeout_ms: int | None = None
+    encoding: str | None = None
+    encoding_options: Mapping[str, Any] | None = None
+    emit_smt2: str | None = None
+    prune: str = "none"
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "engine", Engine.parse(self.engine))
+        if isinstance(self.max_len, bool) or not isinstance(self.max_len, int):
+            raise P2Error(f"--max-len must be an integer, got {self.max_len!r}")
+        if not 1 <= self.max_len <= MAX_LEN_LIMIT:
+            raise P2Error(f"--max-len must be between 1 and {MAX_LEN_LIMIT}, got {self.max_len}")
+        smt_only = [flag for flag, value in (("--encoding", self.encoding),
+                                             ("--encoding-options", self.encoding_options),
+                                             ("--emit-smt2", self.emit_smt2)) if value]
+        if smt_only and self.engine != Engine.Z3:
+            raise P2Error(f"{', '.join(smt_only)}: only with --engine z3 (got --engine {self.engine})")
+        if self.encoding_options is not None and not isinstance(self.encoding_options, Mapping):
+            raise P2Error("--encoding-options must be a JSON object")
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "engine": self.engine.value,
+            "max_len": self.max_len,
+            "timeout_ms": self.timeout_ms,
+            "encoding": self.encoding,
+            "encoding_options": dict(self.encoding_options) if self.encoding_options is not None else None,
+            "emit_smt2": self.emit_smt2,
+            "prune": self.prune,
+        }
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> EngineConfig:
+        extra = sorted(set(data) - set(cls().to_json()))
+        if extra:
+            raise P2Error(f"engine configuration: unknown keys {extra}")
+        return cls(**data)
