@@ -37,6 +37,7 @@ def run_case(argv: list[str], capsys) -> dict:
     finally:
         os.chdir(cwd)
     out, err = capsys.readouterr()
+    out, err = out.replace(str(ROOT), "<checkout>"), err.replace(str(ROOT), "<checkout>")
     if "--json" in argv:
         return {"rc": rc, "stderr": err, "json": normalize(json.loads(out)) if out else None}
     return {"rc": rc, "stderr": err, "text": out}
