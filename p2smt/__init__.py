@@ -1,3 +1,64 @@
-"""p2smt: synthesize, prove and rank parallelism placements and reduction programs (P², with Z3)."""
+"""p2smt: synthesize, prove, rank and lower reduction programs for parallelism placements on GPU hierarchies.
+
+The names below load their layer on first use, so ``import p2smt`` stays cheap.
+
+>>> import p2smt
+>>> p2smt.Request("a100-4x16", axes=(4, 16), reduce=(1,)).axes
+(4, 16)
+"""
+
+from __future__ import annotations
+
+from importlib import import_module
+from typing import Any
 
 __version__ = "0.1.0"
+
+_EXPORTS = {
+    "Request": "p2smt.model.request",
+    "Status": "p2smt.model.request",
+    "HierarchyKind": "p2smt.model.request",
+    "MasterScope": "p2smt.model.request",
+    "Engine": "p2smt.synth.config",
+    "EngineConfig": "p2smt.synth.config",
+    "P2Error": "p2smt.errors",
+    "load_system": "p2smt.api",
+    "placements": "p2smt.api",
+    "verify": "p2smt.api",
+    "lower": "p2smt.api",
+    "synthesize": "p2smt.synth.driver",
+    "rank": "p2smt.cost.rank",
+    "best": "p2smt.cost.best",
+    "plan": "p2smt.cost.plan",
+    "load_profile": "p2smt.model.profile",
+}
+
+__all__ = [
+    "Engine",
+    "EngineConfig",
+    "HierarchyKind",
+    "MasterScope",
+    "P2Error",
+    "Request",
+    "Status",
+    "__version__",
+    "best",
+    "load_profile",
+    "load_system",
+    "lower",
+    "placements",
+    "plan",
+    "rank",
+    "synthesize",
+    "verify",
+]
+
+
+def __getattr__(name: str) -> Any:
+    if name in _EXPORTS:
+        return getattr(import_module(_EXPORTS[name]), name)
+    raise AttributeError(f"module 'p2smt' has no attribute {name!r}")
+
+
+def __dir__() -> list[str]:
+    return __all__

@@ -214,7 +214,7 @@ def synthesize(request: Request, config: EngineConfig | None = None) -> Synthesi
     e.g. matrices that differ only in the non-reduced axes) are solved once; the others report
     ``stats["same_problem_as"]``, the matrix that was solved, and their own (small) seconds.
 
-    >>> r = synthesize(Request("a100-4x16", axes=(4, 16), reduce=(1,), matrix=((1, 4), (4, 4))))
+    >>> r = synthesize(Request("a100-4x16", axes=(4, 16), reduce=(0,), matrix=((1, 4), (4, 4))))
     >>> r.status, r.total_programs
     (<Status.COMPLETE: 'complete'>, 3)
     """
