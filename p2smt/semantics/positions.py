@@ -97,6 +97,19 @@ class PositionRun:
             return self.misplaced[0].describe()
         return "every device holds every block in its place"
 
+    def counterexample(self) -> dict:
+        """The fields of a COUNTEREXAMPLE: rule and step, or the device, position and block found there."""
+        if self.violation:
+            v = self.violation
+            return {"semantics": "positions", "message": self.message(), "failing_step": v.step,
+                    "group": list(v.group), "device": v.device, "position": v.position, "rule": v.rule}
+        out = {"semantics": "positions", "message": self.message(), "rule": "positions.goal"}
+        if self.wrong_length:
+            return out | {"device": self.wrong_length[0][0]}
+        m = self.misplaced[0]
+        return out | {"device": m.device, "position": m.position, "block": m.found_block,
+                      "expected_block": m.expected_block, "misplaced": len(self.misplaced)}
+
     def to_json(self) -> dict:
         return {
             "valid": self.valid,
