@@ -81,7 +81,8 @@ def _hlo_attribute(attrs: str, key: str) -> str | None:
     mesh = re.match(r"mesh\[[^\]]*\]\s*\{[^}]*\}", rest)
     if mesh:
         return mesh.group(0)
-    return re.match(r"[^,\s]+(?:<=\[[^\]]*\](?:T\([^)]*\))?)?", rest).group(0)
+    iota = re.match(r"\[[\d,\s]*\]\s*<=\s*\[[\d,\s]*\](?:T\([\d,\s]*\))?", rest)
+    return iota.group(0) if iota else re.match(r"[^,\s]*", rest).group(0)
 
 
 def _hlo_collective(line: str, lineno: int, op: str, where: str) -> HloCollective:
