@@ -106,3 +106,20 @@ def test_blueconnect_with_levels_gathered_in_the_wrong_order_is_permuted():
     wrong = [(RS, NODES), (RS, CROSS), (AG, NODES), (AG, CROSS)]
     run = execute_positions(64, [(c, [tuple(x) for x in g]) for c, g in wrong], [tuple(range(64))], 64)
     assert not run.valid and run.misplaced and run.misplaced[0].found_block != run.misplaced[0].expected_block
+
+
+def test_lower_refuses_an_invalid_program_unless_allowed(tmp_path, capsys):
+    argv = ["lower", "--backend", "jax", "--system", "a100-4x16", "--axes", "4,16", "--reduce", "1",
+            "--matrix", "[[1,4],[4,4]]", "--program", "(node, InsideGroup, AllReduce)"]
+    assert main(argv) == 1
+    assert "goal is not reached" in capsys.readouterr().err
+    out = tmp_path / "m.py"
+    assert main([*argv, "--allow-invalid", "--out", str(out)]) == 0
+    head = out.read_text().split('"""')[1]
+    assert "WARNING: emitted with --allow-invalid" in head and "does NOT compute" in head
+    capsys.readouterr()
+    path = tmp_path / "rev.json"
+    path.write_text(json.dumps([{"collective": "ReduceScatter", "replica_groups": [list(ALL16)]},
+                                {"collective": "AllGather", "replica_groups": [list(ALL16[::-1])]}]))
+    assert main(["lower", "--backend", "torch", *V100, "--plan", str(path)]) == 1
+    assert "positions" in capsys.readouterr().err
