@@ -169,6 +169,8 @@ def cmd_placements(args: argparse.Namespace) -> int:
         emit(args, payload, lambda c: c.print(
             f"# Mesh(np.array(jax.devices())[{order}].reshape({tuple(axes)}), axis_names)"))
         return EXIT_OK
+    if args.export == "torch-mesh":
+        return export_torch_mesh(args, system, axes)
     found = matrices(system.sizes, axes)
     payload = {
         "system": system.name,
@@ -188,6 +190,26 @@ def cmd_placements(args: argparse.Namespace) -> int:
         c.print("each cell: parts of axis 0 × axis 1 × … at that level")
 
     emit(args, payload, render)
+    return EXIT_OK
+
+
+def export_torch_mesh(args: argparse.Namespace, system, axes: tuple[int, ...]) -> int:
+    """The rank tensor and dim names that ``DeviceMesh(device_type, mesh=…, mesh_dim_names=…)`` needs."""
+    import numpy as np
+
+    from p2smt.model.placement import Placement, parse_matrix
+
+    if not args.matrix:
+        raise P2Error("--export torch-mesh needs --matrix")
+    placement = Placement(system.sizes, axes, parse_matrix(args.matrix))
+    names = args.axis_names.split(",") if args.axis_names else [f"axis{i}" for i in range(len(axes))]
+    if len(names) != len(axes) or not all(n.isidentifier() for n in names) or len(set(names)) != len(names):
+        raise P2Error(f"--axis-names needs {len(axes)} distinct identifiers, got {args.axis_names!r}")
+    mesh = np.array(placement.mesh_order()).reshape(axes).tolist()
+    payload = {"matrix": [list(r) for r in placement.matrix], "axes": list(axes), "mesh_dim_names": names,
+               "mesh": mesh}
+    emit(args, payload, lambda c: c.print(
+        f"DeviceMesh('cpu', mesh=torch.tensor({mesh}), mesh_dim_names={tuple(names)})"))
     return EXIT_OK
 
 
@@ -301,8 +323,12 @@ def plan_from_args(args: argparse.Namespace, h, placement, reduce):
     """(steps on the system, DSL program or None, label) from --program or --plan."""
     from p2smt.model.dsl import lower_program, parse_explicit_plan, parse_program
 
-    if bool(args.program) == bool(args.plan):
-        raise P2Error("give exactly one of --program TEXT|@FILE or --plan FILE.json")
+    hlo = getattr(args, "hlo", None)
+    if sum(bool(v) for v in (args.program, args.plan, hlo)) != 1:
+        raise P2Error("give exactly one of --program TEXT|@FILE or --plan FILE.json"
+                      + (" or --hlo FILE" if hasattr(args, "hlo") else ""))
+    if hlo:
+        return hlo_plan_from_args(args, placement.num_devices), None
     if args.program:
         text, source = read_arg_text(args.program)
         program = parse_program(text, h, source)
@@ -316,24 +342,36 @@ def plan_from_args(args: argparse.Namespace, h, placement, reduce):
         raise P2Error(f"{path}: not UTF-8 text (byte {err.start})") from None
     except json.JSONDecodeError as err:
         raise P2Error(f"{path}:{err.lineno}:{err.colno}: malformed JSON: {err.msg}") from None
-    return parse_explicit_plan(data, str(path)), None
+    return parse_explicit_plan(data, str(path), placement.num_devices), None
+
+
+def hlo_plan_from_args(args: argparse.Namespace, num_devices: int):
+    """The explicit plan of an HLO/StableHLO file, XLA ids mapped through --device-order (default: identity)."""
+    from p2smt.model.hlo import hlo_plan, parse_module, read_device_order
+
+    text, source = read_arg_text("@" + args.hlo)
+    order = read_device_order(args.device_order) if args.device_order else None
+    return hlo_plan(parse_module(text, source or args.hlo), num_devices, order)
+
+
+def add_plan_sources(p: argparse.ArgumentParser) -> None:
+    """--hlo FILE and --device-order FILE: verify what XLA compiled (issue 16)."""
+    p.add_argument("--hlo", help="HLO text (compile().as_text()) or StableHLO (lower().as_text()) module")
+    p.add_argument("--device-order", help="JSON mesh device order for --hlo (placements --export jax-mesh "
+                                          "--json, or a list); XLA id i is system device order[i]")
 
 
 def cmd_check(args: argparse.Namespace) -> int:
-    from p2smt.semantics.dense import execute
+    from p2smt.semantics.verdict import judge
 
     _, placement, reduce, h = one_hierarchy(args)
     plan, program = plan_from_args(args, h, placement, reduce)
     goal_groups = placement.reduction_groups(reduce)
-    run = execute(
-        placement.num_devices,
-        [(s.collective, s.groups) for s in plan],
-        goal_groups,
-        require_progress=not args.allow_noop,
-        chunks=len(goal_groups[0]),
-    )
+    verdict = judge(placement.num_devices, [(s.collective, s.groups) for s in plan], goal_groups,
+                    len(goal_groups[0]), not args.allow_noop, layout=program is None)
+    run = verdict.execution
     payload = {
-        "valid": run.valid,
+        "valid": verdict.valid,
         "program": str(program) if program else None,
         "steps": len(plan),
         "violation": run.violation.to_json() if run.violation else None,
@@ -341,10 +379,12 @@ def cmd_check(args: argparse.Namespace) -> int:
             {"device": d.device, "chunk": d.chunk, "missing": list(d.missing), "foreign": list(d.foreign)}
             for d in run.defects[:64]
         ],
-    }
+    } | ({"positions": verdict.positions.to_json()} if verdict.positions else {})
 
     def render(c: Console) -> None:
-        if run.valid:
+        if verdict.positions and not verdict.positions.valid:
+            c.print(f"[red]INVALID[/red] under XLA/NCCL positions: {verdict.positions.message()}")
+        elif run.valid:
             c.print(f"[green]VALID[/green]: {len(plan)} steps reduce every group of axes {list(reduce)}")
         elif run.violation:
             v = run.violation
@@ -356,7 +396,7 @@ def cmd_check(args: argparse.Namespace) -> int:
                 c.print(f"  device {d.device} chunk {d.chunk}: missing {list(d.missing)} foreign {list(d.foreign)}")
 
     emit(args, payload, render)
-    return EXIT_OK if run.valid else EXIT_FAIL
+    return EXIT_OK if verdict.valid else EXIT_FAIL
 
 
 def cmd_plan(args: argparse.Namespace) -> int:
@@ -432,9 +472,22 @@ def _lowering_inputs(args: argparse.Namespace):
 
 def cmd_lower(args: argparse.Namespace) -> int:
     from p2smt.lower import lower_module
+    from p2smt.semantics.verdict import judge
 
     plan, target, labels = _lowering_inputs(args)
+    _, placement, reduce, _ = one_hierarchy(args)
+    goal = placement.reduction_groups(reduce)
+    verdict = judge(placement.num_devices, [(s.collective, s.groups) for s in plan], goal, len(goal[0]),
+                    True, layout=labels is None)
+    if not verdict.valid and not args.allow_invalid:
+        print(f"p2smt: {verdict.message()} (lower refuses an invalid program; --allow-invalid emits it anyway)",
+              file=sys.stderr)
+        return EXIT_FAIL
     source = lower_module(args.backend, plan, target, labels)
+    if not verdict.valid:
+        head, _, rest = source.partition("\n")
+        source = (f"{head}\n\nWARNING: emitted with --allow-invalid. p2smt check says {verdict.message()}; "
+                  f"reduce(x) does NOT compute the sums described below.\n{rest}")
     if args.out:
         Path(args.out).write_text(source)
         print(f"wrote {args.out}", file=sys.stderr)
@@ -529,9 +582,17 @@ def cmd_verify(args: argparse.Namespace) -> int:
             f"Z3 says {proof.status} but the interpreter says {'valid' if oracle.valid else 'invalid'}"
         )
     payload = proof.to_json() | {"program": str(program) if program else None, "steps": len(plan)}
+    status = proof.status
+    if program is None and status == "proved":
+        from p2smt.semantics.positions import execute_positions
+
+        layout = execute_positions(placement.num_devices, steps, goal_groups, len(goal_groups[0]))
+        if not layout.valid:
+            status = "counterexample"
+            payload |= {"status": status} | layout.counterexample()
 
     def render(c: Console) -> None:
-        if proof.status == "proved":
+        if status == "proved":
             what = "for every integer input" if args.values else "the goal holds and no precondition fails"
             c.print(f"[green]PROVED[/green]: {what} ({len(plan)} steps, {placement.num_devices} devices)")
             return
@@ -539,7 +600,8 @@ def cmd_verify(args: argparse.Namespace) -> int:
             c.print(f"[yellow]UNKNOWN[/yellow]: {payload.get('message', 'the solver gave up')}")
             return
         c.print(f"[red]COUNTEREXAMPLE[/red]: {payload.get('message', '')}")
-        for key in ("failing_step", "group", "devices", "device", "chunk", "rule", "expected", "actual"):
+        for key in ("failing_step", "group", "devices", "device", "chunk", "position", "block", "expected_block",
+                    "rule", "expected", "actual"):
             if payload.get(key) is not None:
                 c.print(f"  {key.replace('_', ' ')}: {payload[key]}")
         for d in payload.get("defects", [])[:8]:
@@ -551,7 +613,7 @@ def cmd_verify(args: argparse.Namespace) -> int:
                 c.print(f"  {key.replace('_', ' ')}: {payload[key]}")
 
     emit(args, payload, render)
-    return {"proved": EXIT_OK, "counterexample": EXIT_FAIL}.get(proof.status, EXIT_UNKNOWN)
+    return {"proved": EXIT_OK, "counterexample": EXIT_FAIL}.get(status, EXIT_UNKNOWN)
 
 
 def cmd_encodings(args: argparse.Namespace) -> int:
@@ -672,7 +734,9 @@ def build_parser() -> argparse.ArgumentParser:
     add_system(p)
     p.add_argument("--axes", required=True)
     p.add_argument("--matrix")
-    p.add_argument("--export", choices=["jax-mesh"], help="print the device order realizing --matrix")
+    p.add_argument("--export", choices=["jax-mesh", "torch-mesh"],
+                   help="print the device order (jax-mesh) or rank tensor (torch-mesh) realizing --matrix")
+    p.add_argument("--axis-names", help="torch-mesh: comma-separated mesh dim names (default axis0,axis1,…)")
     add_json(p)
     p.set_defaults(func=cmd_placements)
 
@@ -701,6 +765,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--program", help="DSL text or @FILE")
     p.add_argument("--plan", help="JSON file: [{collective, replica_groups}, …] on physical device ids")
     p.add_argument("--allow-noop", action="store_true")
+    add_plan_sources(p)
     add_json(p)
     p.set_defaults(func=cmd_check)
 
@@ -714,6 +779,8 @@ def build_parser() -> argparse.ArgumentParser:
         p.add_argument("--axis-names", help="comma-separated names of the axes (identifiers)")
         if name == "lower":
             p.add_argument("--out", help="write the module here instead of stdout")
+            p.add_argument("--allow-invalid", action="store_true",
+                           help="emit code for a program the check rejects (its docstring says so)")
             p.set_defaults(func=cmd_lower)
         else:
             p.add_argument("--length", type=int, help="elements per device (a multiple of the group size)")
@@ -767,6 +834,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--encoding", default="bool-matrix", help="encoding that proves the Boolean semantics")
     p.add_argument("--timeout", type=float, help="seconds per solver call")
     p.add_argument("--allow-noop", action="store_true")
+    add_plan_sources(p)
     add_json(p)
     p.set_defaults(func=cmd_verify)
 

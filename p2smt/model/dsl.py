@@ -22,6 +22,7 @@ from p2smt.errors import P2Error, PlanSyntaxError
 from p2smt.model.collectives import Collective, ExplicitPlan, ExplicitStep, Group
 from p2smt.model.hierarchy import SynthesisHierarchy
 from p2smt.model.problem import Candidate, SynthesisProblem
+from p2smt.model.replica_groups import normalize, parse_groups_value
 
 FormKind = Literal["InsideGroup", "Parallel", "Master"]
 
@@ -274,8 +275,12 @@ def program_from_labels(labels: list[Instruction]) -> Program:
     return Program(tuple(labels))
 
 
-def parse_explicit_plan(data: object, source: str) -> ExplicitPlan:
-    """Validate a JSON plan: a list (or {"steps": list}) of {"collective", "replica_groups"}."""
+def parse_explicit_plan(data: object, source: str, num_devices: int | None = None) -> ExplicitPlan:
+    """Validate a JSON plan: a list (or {"steps": list}) of {"collective", "replica_groups"}.
+
+    ``replica_groups`` follow XLA: explicit lists (groups of one device are no-op members and dropped),
+    ``[]`` for one group of all ``num_devices`` devices, or an HLO string form such as ``"[4,4]<=[16]"``.
+    """
     steps = data.get("steps") if isinstance(data, dict) else data
     if not isinstance(steps, list) or not steps:
         raise P2Error(f"{source}: a plan is a non-empty list of steps (or an object with a 'steps' list)")
@@ -289,13 +294,10 @@ def parse_explicit_plan(data: object, source: str) -> ExplicitPlan:
             coll = Collective.parse(str(step["collective"]))
         except P2Error as err:
             raise P2Error(f"{source}: step {n}: {err}") from None
-        groups = step["replica_groups"]
-        if not isinstance(groups, list) or not all(
-            isinstance(g, list) and g and all(isinstance(d, int) and not isinstance(d, bool) for d in g)
-            for g in groups
-        ):
-            raise P2Error(f"{source}: step {n}: replica_groups must be a list of non-empty lists of device ids")
-        out.append(ExplicitStep(coll, tuple(tuple(g) for g in groups)))
+        groups = parse_groups_value(step["replica_groups"], f"{source}: step {n}")
+        if not groups and num_devices is None:
+            raise P2Error(f"{source}: step {n}: empty replica_groups (all devices) needs the number of devices")
+        out.append(ExplicitStep(coll, normalize(groups, num_devices or 0)))
     return tuple(out)
 
 

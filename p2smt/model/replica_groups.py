@@ -1,0 +1,162 @@
+"""XLA's replica-group forms, read into p2smt's device groups.
+
+XLA lists every participant of a collective in some group: explicit lists (``{{0,1},{2,3}}`` or JSON
+``[[0,1],[2,3]]``) where a group of one device is a no-op member, the empty list meaning one group of
+all participants, and the compact iota form ``[G,S]<=[dims]`` / ``[G,S]<=[dims]T(perm)`` (iota over
+``dims``, transposed by ``perm``, reshaped to G groups of S). Which ids the groups hold depends on the
+op's mode (XLA ``CollectiveOpGroupMode``): replica ids, partition ids, or flattened global device ids
+``replica * num_partitions + partition`` (``use_global_device_ids=true``).
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass
+from enum import Enum
+
+import numpy as np
+
+from p2smt.errors import P2Error
+from p2smt.model.collectives import Group
+
+_IOTA = re.compile(
+    r"^\s*\[\s*(?P<shape>\d+(?:\s*,\s*\d+)*)\s*\]\s*<=\s*\[\s*(?P<dims>\d+(?:\s*,\s*\d+)*)\s*\]"
+    r"\s*(?:T\s*\(\s*(?P<perm>\d+(?:\s*,\s*\d+)*)\s*\))?\s*$"
+)
+_MESH = re.compile(r"^\s*mesh\s*\[(?P<axes>[^\]]*)\]\s*\{(?P<selected>[^}]*)\}\s*$")
+_MESH_AXIS = re.compile(r"^\s*'(?P<name>[^']+)'\s*=\s*(?P<size>\d+)\s*$")
+_LISTS = re.compile(r"^\s*\{\s*(?:\{[\d\s,]*\}\s*(?:,\s*\{[\d\s,]*\}\s*)*)?\}\s*$")
+
+
+class GroupMode(str, Enum):
+    """What the ids of a collective's replica groups name (XLA's ``CollectiveOpGroupMode``)."""
+
+    CROSS_REPLICA = "cross_replica"
+    CROSS_PARTITION = "cross_partition"
+    CROSS_REPLICA_AND_PARTITION = "cross_replica_and_partition"
+    FLATTENED_ID = "flattened_id"
+
+    @classmethod
+    def of(cls, has_channel_id: bool, use_global_device_ids: bool | None) -> GroupMode:
+        """XLA's rule: no channel id → replicas; channel id → partitions, replicas × partitions, or flat ids."""
+        if not has_channel_id:
+            if use_global_device_ids:
+                raise P2Error("use_global_device_ids=true needs a channel_id")
+            return cls.CROSS_REPLICA
+        if use_global_device_ids is None:
+            return cls.CROSS_PARTITION
+        return cls.FLATTENED_ID if use_global_device_ids else cls.CROSS_REPLICA_AND_PARTITION
+
+
+@dataclass(frozen=True)
+class DeviceSpace:
+    """How many replicas and partitions a module runs on; global id = replica * partitions + partition."""
+
+    replicas: int = 1
+    partitions: int = 1
+
+    @property
+    def num_devices(self) -> int:
+        return self.replicas * self.partitions
+
+    def participants(self, mode: GroupMode) -> int:
+        """How many ids one mode's groups range over."""
+        return {
+            GroupMode.CROSS_REPLICA: self.replicas,
+            GroupMode.CROSS_PARTITION: self.partitions,
+            GroupMode.CROSS_REPLICA_AND_PARTITION: self.replicas,
+        }.get(mode, self.num_devices)
+
+
+def iota_groups(shape: Sequence[int], dims: Sequence[int], perm: Sequence[int] | None = None) -> tuple[Group, ...]:
+    """``[G,S]<=[dims]T(perm)``: iota over ``dims``, transposed by ``perm``, rows of the [G,S] reshape."""
+    if len(shape) != 2:
+        raise P2Error(f"iota replica groups need a [groups,size] shape, got {list(shape)}")
+    total = int(np.prod(dims))
+    if int(np.prod(shape)) != total:
+        raise P2Error(f"iota replica groups {list(shape)}<={list(dims)}: shape and dims hold different counts")
+    perm = tuple(range(len(dims))) if perm is None else tuple(perm)
+    if sorted(perm) != list(range(len(dims))):
+        raise P2Error(f"iota replica groups: T{tuple(perm)} is not a permutation of the {len(dims)} dims")
+    rows = np.arange(total).reshape(tuple(dims)).transpose(perm).reshape(tuple(shape))
+    return tuple(tuple(int(v) for v in r) for r in rows)
+
+
+def mesh_axes_groups(axes: Sequence[tuple[str, int]], selected: Sequence[str]) -> tuple[Group, ...]:
+    """``mesh['a'=4,'b'=4] {'b'}``: devices iota over the mesh; one group per point of the other axes."""
+    names = [n for n, _ in axes]
+    unknown = [s for s in selected if s not in names]
+    if unknown or len(set(selected)) != len(selected):
+        raise P2Error(f"mesh replica groups select {list(selected)} but the mesh axes are {names}")
+    cube = np.arange(int(np.prod([s for _, s in axes]))).reshape(tuple(s for _, s in axes))
+    vary = [names.index(s) for s in selected]
+    fixed = [i for i in range(len(names)) if i not in vary]
+    rows = cube.transpose(fixed + vary).reshape(-1, int(np.prod([axes[i][1] for i in vary])))
+    return tuple(tuple(int(v) for v in r) for r in rows)
+
+
+def parse_groups_text(text: str) -> tuple[Group, ...]:
+    """HLO's printed forms: ``{{0,1},{2,3}}``, ``{}``, ``[4,4]<=[16]``, ``[4,4]<=[4,4]T(1,0)`` and the
+    mesh-axes form ``mesh['axis_0'=4,'axis_1'=4] {'axis_1'}``."""
+    mesh = _MESH.match(text)
+    if mesh:
+        axes = [_MESH_AXIS.match(a) for a in mesh.group("axes").split(",")]
+        if not all(axes):
+            raise P2Error(f"unsupported mesh replica groups {text.strip()!r}: expected 'name'=size axes")
+        selected = [s.strip().strip("'") for s in mesh.group("selected").split(",") if s.strip()]
+        return mesh_axes_groups([(a.group("name"), int(a.group("size"))) for a in axes], selected)
+    m = _IOTA.match(text)
+    if m:
+        ints = [tuple(int(v) for v in m.group(k).split(",")) if m.group(k) else None for k in ("shape", "dims", "perm")]
+        return iota_groups(*ints)
+    if _LISTS.match(text):
+        inner = text.strip()[1:-1]
+        return tuple(tuple(int(v) for v in g.split(",") if v.strip()) for g in re.findall(r"\{([^{}]*)\}", inner))
+    raise P2Error(f"unsupported replica_groups form {text.strip()!r}: expected {{{{…}},…}}, {{}} or [G,S]<=[dims]")
+
+
+def parse_groups_value(value: object, where: str) -> tuple[Group, ...]:
+    """A JSON ``replica_groups`` value: a list of lists of ids, or one of HLO's printed forms as a string."""
+    if isinstance(value, str):
+        try:
+            return parse_groups_text(value)
+        except P2Error as err:
+            raise P2Error(f"{where}: {err}") from None
+    if not isinstance(value, list) or not all(
+        isinstance(g, list) and g and all(isinstance(d, int) and not isinstance(d, bool) for d in g) for g in value
+    ):
+        raise P2Error(
+            f"{where}: replica_groups must be a list of non-empty lists of device ids (or an HLO form such "
+            "as '[4,4]<=[16]')"
+        )
+    return tuple(tuple(g) for g in value)
+
+
+def global_groups(groups: Sequence[Group], mode: GroupMode, space: DeviceSpace) -> tuple[Group, ...]:
+    """The groups in global device ids; an empty list is one group of every participant."""
+    ids = space.participants(mode)
+    groups = tuple(tuple(g) for g in groups) or (tuple(range(ids)),)
+    for g in groups:
+        for d in g:
+            if not 0 <= d < ids:
+                raise P2Error(f"id {d} in replica_groups is out of range 0..{ids - 1} ({mode.value})")
+    R, P = space.replicas, space.partitions
+    if mode is GroupMode.FLATTENED_ID:
+        return groups
+    if mode is GroupMode.CROSS_REPLICA:
+        return tuple(tuple(r * P + p for r in g) for p in range(P) for g in groups)
+    if mode is GroupMode.CROSS_PARTITION:
+        return tuple(tuple(r * P + p for p in g) for r in range(R) for g in groups)
+    if P == 1 or R == 1:
+        return tuple(tuple(r * P + p for r in g for p in range(P)) for g in groups)
+    raise P2Error(
+        f"replica groups over replicas and partitions ({R} replicas × {P} partitions, no "
+        "use_global_device_ids) are not supported: their member order is not fixed by the groups"
+    )
+
+
+def normalize(groups: Sequence[Group], num_devices: int) -> tuple[Group, ...]:
+    """XLA-complete groups to p2smt's: empty → all devices; groups of one device (no-ops) dropped."""
+    groups = tuple(tuple(g) for g in groups) or (tuple(range(num_devices)),)
+    return tuple(g for g in groups if len(g) >= 2)

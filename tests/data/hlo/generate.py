@@ -1,0 +1,85 @@
+"""Compile P²'s example reductions (and two wrong ones) with JAX on 16 CPU devices; write HLO and StableHLO.
+
+Run: ``python tests/data/hlo/generate.py OUT_DIR`` (sets ``--xla_force_host_platform_device_count=16``).
+Each ``shard_map`` function runs on a (node 4, gpu 4) mesh over ``jax.devices()`` in order; every
+device holds a 16-element shard. ``NAME.hlo`` is ``jit(f).lower(x).compile().as_text()`` and
+``NAME.mlir`` is ``jit(f).lower(x).as_text()``. ``sum-*`` are plain ``jnp.sum`` reductions partitioned by
+XLA's SPMD partitioner (it prints replica groups in its mesh-axes form), compiled HLO only.
+"""
+
+import os
+import sys
+from pathlib import Path
+
+os.environ["XLA_FLAGS"] = "--xla_force_host_platform_device_count=16"
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from jax.sharding import Mesh, NamedSharding
+from jax.sharding import PartitionSpec as P
+
+try:
+    from jax import shard_map
+except ImportError:  # older JAX
+    from jax.experimental.shard_map import shard_map
+
+ALL = ("node", "gpu")
+
+
+def psum_all(x):
+    return jax.lax.psum(x, ALL)
+
+
+def two_allreduce(x):
+    return jax.lax.psum(jax.lax.psum(x, "gpu"), "node")
+
+
+def rs_ar_ag(x):
+    y = jax.lax.psum_scatter(x, "gpu", scatter_dimension=0, tiled=True)
+    return jax.lax.all_gather(jax.lax.psum(y, "node"), "gpu", axis=0, tiled=True)
+
+
+def blueconnect(x):
+    y = jax.lax.psum_scatter(x, "gpu", scatter_dimension=0, tiled=True)
+    y = jax.lax.psum_scatter(y, "node", scatter_dimension=0, tiled=True)
+    y = jax.lax.all_gather(y, "node", axis=0, tiled=True)
+    return jax.lax.all_gather(y, "gpu", axis=0, tiled=True)
+
+
+def wrong_double_count(x):
+    return jax.lax.psum(jax.lax.psum(x, "gpu"), ALL)
+
+
+def wrong_gather_across(x):
+    y = jax.lax.psum_scatter(x, "gpu", scatter_dimension=0, tiled=True)
+    return jax.lax.all_gather(y, "node", axis=0, tiled=True)
+
+
+SHARD_MAP = {"allreduce": psum_all, "two-allreduce": two_allreduce, "rs-ar-ag": rs_ar_ag,
+             "blueconnect": blueconnect, "wrong-double-count": wrong_double_count,
+             "wrong-gather-across": wrong_gather_across}
+
+
+def write(out: Path, name: str, lowered, stablehlo: bool = True) -> None:
+    if stablehlo:
+        (out / f"{name}.mlir").write_text(lowered.as_text())
+    (out / f"{name}.hlo").write_text(lowered.compile().as_text())
+
+
+def main(out: Path) -> None:
+    out.mkdir(parents=True, exist_ok=True)
+    mesh = Mesh(np.array(jax.devices()).reshape(4, 4), ALL)
+    x = jnp.zeros((16 * 16,), jnp.float32)
+    for name, fn in SHARD_MAP.items():
+        # JAX's varying-axes check rejects the double count at trace time; the wrong ones skip it
+        f = shard_map(fn, mesh=mesh, in_specs=P(ALL), out_specs=P(ALL), check_vma=not name.startswith("wrong"))
+        write(out, name, jax.jit(f).lower(x))
+    cube = jax.device_put(jnp.zeros((4, 4, 16), jnp.float32), NamedSharding(mesh, P("node", "gpu")))
+    for name, axis, keep in (("sum-gpu", 1, P("node")), ("sum-node", 0, P("gpu"))):
+        f = jax.jit(lambda c, a=axis: jnp.sum(c, axis=a), out_shardings=NamedSharding(mesh, keep))
+        write(out, name, f.lower(cube), stablehlo=False)  # partitioned only when compiled
+
+
+if __name__ == "__main__":
+    main(Path(sys.argv[1] if len(sys.argv) > 1 else Path(__file__).parent))

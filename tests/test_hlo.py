@@ -1,0 +1,157 @@
+"""verify --hlo (issue 16): HLO and StableHLO that JAX compiled on 16 CPU devices, proved or refuted."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from p2smt.cli.main import main
+from p2smt.errors import P2Error
+from p2smt.model.collectives import Collective
+from p2smt.model.hlo import hlo_plan, parse_hlo_text, parse_module
+
+HLO = Path(__file__).parent / "data" / "hlo"
+SYSTEM = ["--system", "a100-4x16", "--level", "gpu=4"]
+ALL = [*SYSTEM, "--axes", "16", "--reduce", "0", "--matrix", "[[4,4]]"]
+PROVED = ["allreduce", "two-allreduce", "rs-ar-ag", "blueconnect"]
+WRONG = {"wrong-double-count": (1, "AllReduce.disjoint"), "wrong-gather-across": (1, "AllGather.disjoint_chunks")}
+
+
+def mesh_order(tmp_path: Path, capsys, axes: str, matrix: str) -> str:
+    """The device order file written by ``placements --export jax-mesh --json``."""
+    assert main(["placements", *SYSTEM, "--axes", axes, "--matrix", matrix, "--export", "jax-mesh", "--json"]) == 0
+    path = tmp_path / "mesh.json"
+    path.write_text(capsys.readouterr().out)
+    return str(path)
+
+
+def verify(argv: list[str], capsys) -> tuple[int, dict]:
+    rc = main(["verify", *argv, "--json"])
+    return rc, json.loads(capsys.readouterr().out)
+
+
+def check_fixtures(folder: Path, tmp_path: Path, capsys, suffixes=(".hlo", ".mlir")) -> None:
+    order = mesh_order(tmp_path, capsys, "16", "[[4,4]]")
+    for name in PROVED:
+        for suffix in suffixes:
+            rc, out = verify([*ALL, "--hlo", str(folder / f"{name}{suffix}"), "--device-order", order], capsys)
+            assert (rc, out["status"]) == (0, "proved"), (name, suffix, out)
+    for name, (step, rule) in WRONG.items():
+        for suffix in suffixes:
+            rc, out = verify([*ALL, "--hlo", str(folder / f"{name}{suffix}"), "--device-order", order], capsys)
+            assert (rc, out["status"], out["failing_step"], out["rule"]) == (1, "counterexample", step, rule)
+
+
+def test_p2_examples_compiled_by_jax_are_proved_and_wrong_ones_refuted(tmp_path, capsys):
+    check_fixtures(HLO, tmp_path, capsys)
+
+
+def test_xla_reduction_order_and_groups_are_read_in_program_order():
+    prog = parse_module((HLO / "rs-ar-ag.hlo").read_text(), "rs-ar-ag.hlo")
+    assert [c.collective for c in prog.collectives] == [Collective.REDUCE_SCATTER, Collective.ALL_REDUCE,
+                                                         Collective.ALL_GATHER]
+    assert prog.space.partitions == 16 and [c.dimension for c in prog.collectives] == [0, None, 0]
+    plan = hlo_plan(prog, 16)
+    assert plan[1].groups == ((0, 4, 8, 12), (1, 5, 9, 13), (2, 6, 10, 14), (3, 7, 11, 15))
+    assert hlo_plan(parse_module((HLO / "rs-ar-ag.mlir").read_text()), 16) == plan
+
+
+@pytest.mark.parametrize(("name", "reduce"), [("sum-gpu", "1"), ("sum-node", "0")])
+def test_spmd_partitioned_sums_in_xla_mesh_form_are_proved(name, reduce, tmp_path, capsys):
+    order = mesh_order(tmp_path, capsys, "4,4", "[[4,1],[1,4]]")
+    argv = [*SYSTEM, "--axes", "4,4", "--reduce", reduce, "--matrix", "[[4,1],[1,4]]", "--hlo",
+            str(HLO / f"{name}.hlo"), "--device-order", order]
+    assert verify(argv, capsys)[0] == 0
+
+
+def test_device_order_maps_xla_ids_to_system_devices(tmp_path, capsys):
+    # axis 0 inside a node, axis 1 across nodes: JAX mesh position i is system device order[i]
+    order = mesh_order(tmp_path, capsys, "4,4", "[[1,4],[4,1]]")
+    argv = [*SYSTEM, "--axes", "4,4", "--reduce", "1", "--matrix", "[[1,4],[4,1]]", "--hlo",
+            str(HLO / "sum-gpu.hlo")]
+    assert verify([*argv, "--device-order", order], capsys)[0] == 0
+    rc, out = verify(argv, capsys)  # identity order: the groups are nodes, not the reduction groups
+    assert (rc, out["status"]) == (1, "counterexample")
+
+
+MODULE = """HloModule m, num_partitions=4
+
+%add (a: f32[], b: f32[]) -> f32[] {
+  ROOT %s = f32[] add(f32[] %a, f32[] %b)
+}
+
+ENTRY %main (p: f32[8]) -> f32[8] {
+  %p = f32[8]{0} parameter(0)
+BODY
+}
+"""
+
+
+def module(body: str) -> str:
+    return MODULE.replace("BODY", body)
+
+
+def test_async_pairs_and_iota_groups():
+    text = module(
+        "  %rs = f32[4]{0} reduce-scatter(%p), channel_id=1, replica_groups=[2,2]<=[4], use_global_device_ids=true,"
+        " dimensions={0}, to_apply=%add\n"
+        "  %ars = f32[4]{0} all-reduce-start(%rs), channel_id=2, replica_groups=[2,2]<=[2,2]T(1,0), "
+        "use_global_device_ids=true, to_apply=%add\n"
+        "  %ard = f32[4]{0} all-reduce-done(%ars)\n"
+        "  %ags = (f32[4]{0}, f32[8]{0}) all-gather-start(%ard), channel_id=3, replica_groups={{0,1},{2,3}}, "
+        "dimensions={0}, use_global_device_ids=true\n"
+        "  ROOT %agd = f32[8]{0} all-gather-done(%ags)")
+    prog = parse_hlo_text(text)
+    assert [c.op for c in prog.collectives] == ["reduce-scatter", "all-reduce-start", "all-gather-start"]
+    assert hlo_plan(prog, 4)[1].groups == ((0, 2), (1, 3))
+
+
+def test_replica_ids_without_channel():
+    text = module("  ROOT %ar = f32[8]{0} all-reduce(%p), replica_groups={}, to_apply=%add").replace(
+        "num_partitions=4", "replica_count=4")
+    assert hlo_plan(parse_hlo_text(text), 4)[0].groups == ((0, 1, 2, 3),)
+
+
+@pytest.mark.parametrize("op", ["collective-permute", "all-to-all", "collective-permute-start"])
+def test_non_reduction_collectives_are_reported_with_op_and_line(op):
+    text = module(f"  ROOT %x = f32[8]{{0}} {op}(%p), channel_id=1, source_target_pairs={{{{0,1}}}}")
+    with pytest.raises(P2Error, match=rf"<hlo>:9: {op} is not a reduction collective"):
+        parse_hlo_text(text)
+
+
+def test_stablehlo_non_reductions_and_other_computations_are_errors(tmp_path, capsys):
+    mlir = (HLO / "allreduce.mlir").read_text().replace("stablehlo.all_reduce", "stablehlo.all_to_all")
+    with pytest.raises(P2Error, match="all_to_all is not a reduction"):
+        parse_module(mlir)
+    text = MODULE.replace("ROOT %s = f32[] add(f32[] %a, f32[] %b)",
+                          "ROOT %s = f32[] all-reduce(%a), replica_groups={}, to_apply=%add").replace("BODY", "")
+    with pytest.raises(P2Error, match="not in the entry computation"):
+        parse_hlo_text(text)
+    path = tmp_path / "bad.hlo"
+    path.write_text(module("  ROOT %x = f32[8]{0} all-to-all(%p), channel_id=1, replica_groups={}"))
+    assert main(["verify", *ALL, "--hlo", str(path)]) == 2
+    assert "all-to-all is not a reduction collective" in capsys.readouterr().err
+
+
+def test_device_count_must_match():
+    with pytest.raises(P2Error, match="4 devices"):
+        hlo_plan(parse_hlo_text(module("  ROOT %ar = f32[8]{0} all-reduce(%p), replica_groups={}")), 16)
+
+
+def test_check_hlo_uses_positions(tmp_path, capsys):
+    assert main(["check", *ALL, "--hlo", str(HLO / "blueconnect.hlo"), "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["positions"]["valid"]
+
+
+@pytest.mark.skipif(os.environ.get("P2SMT_SKIP_JAX") == "1", reason="JAX run disabled")
+def test_jax_compiles_here_and_its_hlo_verifies(tmp_path, capsys):
+    """Real JAX on 16 CPU devices, now: compile the fixtures' functions again and verify what XLA printed."""
+    out = tmp_path / "hlo"
+    env = {k: v for k, v in os.environ.items() if k != "XLA_FLAGS"}
+    subprocess.run([sys.executable, str(HLO / "generate.py"), str(out)], check=True, env=env, timeout=600)
+    check_fixtures(out, tmp_path, capsys)
