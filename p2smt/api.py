@@ -82,19 +82,33 @@ def verify(request: Request, program: str, *, values: bool = False, timeout_ms: 
     return prove_plan(placement.num_devices, steps, goal, **common)
 
 
-def lower(request: Request, program: str, backend: str = "jax", axis_names: list[str] | None = None) -> str:
+def lower(request: Request, program: str, backend: str = "jax", axis_names: list[str] | None = None,
+          allow_invalid: bool = False) -> str:
     """Source of a module that runs a DSL program with JAX ``shard_map`` or torch.distributed (``p2smt lower``).
+
+    An invalid program is refused (P2Error with the interpreter's reason) unless ``allow_invalid``.
 
     >>> req = Request("v100-2x8", axes=(2, 8), reduce=(0,), matrix=((2, 1), (1, 8)))
     >>> "def reduce(" in lower(req, "(root, InsideGroup, AllReduce)", backend="torch")
     True
+    >>> lower(req, "(node, InsideGroup, AllReduce)")
+    Traceback (most recent call last):
+    p2smt.errors.P2Error: ...
     """
+    from p2smt.errors import P2Error
     from p2smt.lower import lower_module, placement_target
     from p2smt.model.dsl import lower_program, parse_program
+    from p2smt.semantics.verdict import judge
 
     placement, h = hierarchy_of(request)
     prog = parse_program(program, h)
+    plan = lower_program(h, prog)
+    goal = placement.reduction_groups(placement.check_axes(request.reduce))
+    verdict = judge(placement.num_devices, [(s.collective, s.groups) for s in plan], goal, len(goal[0]),
+                    request.require_progress, layout=False)
+    if not verdict.valid and not allow_invalid:
+        raise P2Error(f"refusing to lower an invalid program: {verdict.message()}")
     system = request.load_system()
     target = placement_target(placement, placement.check_axes(request.reduce), system.level_names, axis_names,
                               system.name)
-    return lower_module(backend, lower_program(h, prog), target, [str(i) for i in prog.instructions])
+    return lower_module(backend, plan, target, [str(i) for i in prog.instructions])
