@@ -10,6 +10,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
+from p2smt.cost.tuner import HOP_CLASSES
 from p2smt.errors import P2Error
 from p2smt.model.collectives import Collective, Group
 from p2smt.model.topology import Topology
@@ -20,15 +21,19 @@ EdgeKey = int | tuple[str, str]
 
 @dataclass(frozen=True)
 class Channel:
-    """One pipeline of a group's collective: bytes on each resource per message byte, and its latency.
+    """One pipeline of a group's collective: bytes on each resource per message byte, and its hops.
 
-    ``plateau_latency`` and ``plateau_volume`` place it against the AllReduce over the same hops, whose
-    start-up it shares (see ``plateau_latency``): that AllReduce's α, and its β over this channel's β.
+    ``hops`` are (latency class, count) pairs NCCL's tuner charges a per-hop latency for; ``fixed_us``
+    is a latency of its own (NVLS's switch). ``plateau_scale`` and ``plateau_volume`` place it against the
+    AllReduce over the same hops, whose start-up it shares (see ``step.plateau_latency``): that
+    AllReduce's hops are ``plateau_scale`` times these (0: no start-up), its β over this channel's β.
     """
 
     load: tuple[tuple[EdgeKey, float], ...]
-    latency: float
-    plateau_latency: float = 0.0
+    algo: str
+    hops: tuple[tuple[str, float], ...]
+    fixed_us: float = 0.0
+    plateau_scale: float = 0.0
     plateau_volume: float = 1.0
 
 
@@ -202,36 +207,35 @@ def _ring_channel(topo: Topology, collective: Collective, seqs, share: float, ro
         hops = [(order[j], order[(j + 1) % p]) for j in range(p)]
         lat_factor = _coef(collective, p)
     coef = 1.0 if collective in (Collective.REDUCE, Collective.BROADCAST) else _coef(collective, p)
-    latency = 0.0
+    counts: dict[str, float] = {}
     for a, b in hops:
         route = topo.route(a, b)
         _add(load, route, coef * share)
-        latency += topo.route_latency(route)
-    base = topo.nccl.base_latency_us["ring"] * 1e-6
-    alpha = base + lat_factor * latency
+        cls = HOP_CLASSES[topo.route_class(route)]
+        counts[cls] = counts.get(cls, 0.0) + lat_factor
+    weights = tuple(sorted(counts.items()))
     if collective is Collective.ALL_REDUCE:
-        return Channel(_sorted(load), alpha, alpha, 1.0)
+        return Channel(_sorted(load), "ring", weights, 0.0, 1.0, 1.0)
     if collective in (Collective.REDUCE_SCATTER, Collective.REDUCE):
         # The AllReduce over these hops is this reduction plus its mirror (AllGather / Broadcast).
-        return Channel(_sorted(load), alpha, 2 * alpha - base, _coef(Collective.ALL_REDUCE, p) / coef)
-    return Channel(_sorted(load), alpha)
+        return Channel(_sorted(load), "ring", weights, 0.0, 2.0, _coef(Collective.ALL_REDUCE, p) / coef)
+    return Channel(_sorted(load), "ring", weights)
 
 
 def _tree_channel(topo: Topology, seqs, share: float) -> Channel:
     """NCCL Tree AllReduce: intra-node chains headed by the node's entry GPU, two binary trees over nodes."""
     eff = topo.nccl.tree_efficiency
     load: dict[EdgeKey, float] = {}
-    chain_lat = 0.0
+    chain: tuple[int, int] = (0, 0)
     for seq in seqs:
-        lat = 0.0
+        worst = 0
         for j in range(len(seq) - 1):
             up, down = topo.route(seq[j + 1], seq[j]), topo.route(seq[j], seq[j + 1])
             _add(load, up, share / eff)
             _add(load, down, share / eff)
-            lat += topo.route_latency(up)
-        chain_lat = max(chain_lat, lat)
+            worst = max(worst, topo.route_class(up))
+        chain = max(chain, (len(seq) - 1, worst))
     n = len(seqs)
-    net_lat = 0.0
     if n > 1:
         leaders = [s[0] for s in seqs]
         for tree in (list(range(n)), list(range(n - 1, -1, -1))):
@@ -240,10 +244,11 @@ def _tree_channel(topo: Topology, seqs, share: float) -> Channel:
                 up, down = topo.route(child, parent), topo.route(parent, child)
                 _add(load, up, share / 2 / eff)
                 _add(load, down, share / 2 / eff)
-                net_lat = max(net_lat, topo.route_latency(up))
     depth = math.ceil(math.log2(n)) if n > 1 else 0
-    latency = topo.nccl.base_latency_us["tree"] * 1e-6 + 2 * (chain_lat + depth * net_lat)
-    return Channel(_sorted(load), latency, latency, 1.0)
+    counts = {HOP_CLASSES[chain[1]]: 2.0 * chain[0]}
+    if depth:
+        counts["net"] = counts.get("net", 0.0) + 2.0 * depth
+    return Channel(_sorted(load), "tree", tuple(sorted((k, v) for k, v in counts.items() if v)), 0.0, 1.0, 1.0)
 
 
 def _nvls_channel(topo: Topology, group: Group, switch: str) -> Channel:
@@ -253,8 +258,18 @@ def _nvls_channel(topo: Topology, group: Group, switch: str) -> Channel:
         g = topo.gpu(d)
         _add(load, (topo.edge_index(g, switch), topo.edge_index(switch, g)), 1.0)
         load[("nvls", switch, g)] = 1.0
-    latency = topo.nccl.base_latency_us["nvls"] * 1e-6 + data["nvls_latency_us"] * 1e-6
-    return Channel(_sorted(load), latency, latency, 1.0)
+    return Channel(_sorted(load), "nvls", (), data["nvls_latency_us"], 1.0, 1.0)
+
+
+def available_algos(topo: Topology, collective: Collective, group: Group) -> tuple[str, ...]:
+    """The algorithms NCCL can run for ``collective`` over ``group``: Ring always, Tree for AllReduce, NVLS
+    for an AllReduce whose members all reach one NVLink-SHARP switch."""
+    out = ["ring"]
+    if collective is Collective.ALL_REDUCE:
+        out.append("tree")
+        if topo.nvls_switch(group) is not None:
+            out.append("nvls")
+    return tuple(out)
 
 
 def group_channels(topo: Topology, collective: Collective, group: Group, algo: str) -> tuple[Channel, ...]:

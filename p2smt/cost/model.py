@@ -53,11 +53,14 @@ from p2smt.cost.channels import ALGOS, Channel, EdgeKey, group_channels
 from p2smt.cost.fluid import fluid_finish_times
 from p2smt.cost.program import ProgramCost, program_time
 from p2smt.cost.step import (
+    Choice,
     bus_bandwidth_gbps,
     collective_time,
+    flat_collective_choice,
     flat_collective_time,
     plan_time,
     plateau_latency,
+    step_choices,
     step_time,
 )
 from p2smt.cost.volumes import (
@@ -76,9 +79,31 @@ from p2smt.cost.volumes import (
 Algo = Literal["ring", "tree", "nvls", "auto"]
 
 __all__ = [
-    "ALGOS", "FLOAT32_BYTES", "INTERPRETED_DEVICES", "Algo", "Channel", "EdgeKey", "ProgramCost",
-    "_held_fractions", "_held_fractions_by_rows", "apply_rows", "bus_bandwidth_gbps", "collective_time",
-    "default_bytes_per_device", "flat_collective_time", "fluid_finish_times", "group_channels",
-    "held_fractions", "held_fractions_of_programs", "message_bytes", "plan_time", "plateau_latency",
-    "program_time", "program_volumes", "step_time",
+    "ALGOS",
+    "FLOAT32_BYTES",
+    "INTERPRETED_DEVICES",
+    "Algo",
+    "Channel",
+    "Choice",
+    "EdgeKey",
+    "ProgramCost",
+    "_held_fractions",
+    "_held_fractions_by_rows",
+    "apply_rows",
+    "bus_bandwidth_gbps",
+    "collective_time",
+    "default_bytes_per_device",
+    "flat_collective_choice",
+    "flat_collective_time",
+    "fluid_finish_times",
+    "group_channels",
+    "held_fractions",
+    "held_fractions_of_programs",
+    "message_bytes",
+    "plan_time",
+    "plateau_latency",
+    "program_time",
+    "program_volumes",
+    "step_choices",
+    "step_time",
 ]
