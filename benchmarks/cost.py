@@ -21,23 +21,13 @@ import math
 import sys
 import time
 
-from p2smt.cost.model import flat_collective_time
+from p2smt.cost import calibration
+from p2smt.cost.calibration import BANDWIDTH_BOUND, summarize
 from p2smt.cost.rank import rank_result
 from p2smt.model.request import Request
 from p2smt.model.system import System, load_system
 from p2smt.runs.machine import describe_machine, machine_info
 from p2smt.synth.driver import synthesize
-
-KIB, MIB, GIB = 1 << 10, 1 << 20, 1 << 30
-# COSTS.md C1: 8 x A100-SXM4-80GB, NVSwitch, nccl-tests AllReduce busbw (GB/s).
-C1_ALLREDUCE_BUSBW = {KIB: 0.04, 64 * KIB: 2.70, MIB: 36.22, 4 * MIB: 71.43, 16 * MIB: 109.22,
-                      64 * MIB: 166.63, 256 * MIB: 213.87, GIB: 228.10, 4 * GIB: 230.48, 8 * GIB: 231.58}
-# COSTS.md C2: 8 x H100, NVSwitch, times in us.
-C2_ALLREDUCE_US = {KIB: 13.1, 64 * KIB: 20.0, MIB: 31.9, 16 * MIB: 116, 64 * MIB: 317, 256 * MIB: 1079,
-                   GIB: 4029}
-C2_ALLGATHER_US = {KIB: 9.5, 64 * KIB: 12.9, MIB: 18.3, 16 * MIB: 67.2, 64 * MIB: 192, 256 * MIB: 700,
-                   GIB: 2664}
-BANDWIDTH_BOUND = 64 * MIB
 
 
 def with_plateau(system: System, plateau: float) -> System:
@@ -48,40 +38,12 @@ def with_plateau(system: System, plateau: float) -> System:
 
 
 def calibration_points(algo: str = "auto", plateau: float | None = None) -> list[dict]:
-    """Every calibration point with the model's prediction (seconds) and the relative error; ``plateau``
-    overrides the files' ``nccl.allreduce_plateau``."""
-    a100, h100 = load_system("dgx-a100", nodes=1), load_system("dgx-h100", nodes=1)
-    if plateau is not None:
-        a100, h100 = with_plateau(a100, plateau), with_plateau(h100, plateau)
-    n = 8
-    points = []
-    for size, busbw in C1_ALLREDUCE_BUSBW.items():
-        measured = size * 2 * (n - 1) / n / (busbw * 1e9)
-        points.append(("C1", "dgx-a100", "allreduce", size, measured))
-    for coll, table in (("allreduce", C2_ALLREDUCE_US), ("allgather", C2_ALLGATHER_US)):
-        for size, us in table.items():
-            points.append(("C2", "dgx-h100", coll, size, us * 1e-6))
-    out = []
-    for source, system, coll, size, measured in points:
-        predicted = flat_collective_time(a100 if system == "dgx-a100" else h100, coll, size, algo)
-        out.append({"source": source, "system": system, "collective": coll, "bytes": size,
-                    "measured_s": measured, "predicted_s": predicted,
-                    "relative_error": (predicted - measured) / measured})
-    return out
-
-
-def summarize(points: list[dict], min_bytes: int = BANDWIDTH_BOUND) -> dict:
-    """Geometric mean of |relative error| and of predicted/measured over points of at least min_bytes."""
-    sel = [p for p in points if p["bytes"] >= min_bytes]
-    abs_err = [max(abs(p["relative_error"]), 1e-6) for p in sel]
-    ratio = [p["predicted_s"] / p["measured_s"] for p in sel]
-    return {
-        "points": len(sel),
-        "geomean_abs_relative_error": math.exp(sum(map(math.log, abs_err)) / len(sel)),
-        "geomean_ratio": math.exp(sum(map(math.log, ratio)) / len(sel)),
-        "max_abs_relative_error": max(abs(p["relative_error"]) for p in sel),
-        "worst": max(sel, key=lambda p: abs(p["relative_error"])),
-    }
+    """Every calibration point (``p2smt.cost.calibration``) predicted with ``plateau`` in place of the files'."""
+    if plateau is None:
+        return calibration.calibration_points(algo)
+    systems = {m.system: with_plateau(load_system(m.system, nodes=m.nodes), plateau)
+               for m in calibration.measurements()}
+    return calibration.calibration_points(algo, systems)
 
 
 def _fit_plateau(base: list[float], slope: list[float], measured: list[float]) -> float:

@@ -518,15 +518,17 @@ def cmd_rank(args: argparse.Namespace) -> int:
 
 
 def cmd_cost(args: argparse.Namespace) -> int:
-    from p2smt.cost.model import flat_collective_time
+    from p2smt.cost.model import flat_collective_choice
 
     system = load(args)
-    seconds = flat_collective_time(system, args.collective, args.bytes, args.algo)
+    pick = flat_collective_choice(system, args.collective, args.bytes, args.algo)
+    seconds = pick.seconds
     payload = {"system": system.name, "devices": system.num_devices, "collective": args.collective,
-               "bytes": args.bytes, "algo": args.algo, "seconds": seconds}
+               "bytes": args.bytes, "algo": args.algo, "seconds": seconds,
+               "chosen": {"algorithm": pick.algo, "protocol": pick.protocol.value}}
     emit(args, payload, lambda c: c.print(
         f"{args.collective} of {args.bytes:.4g} B over {system.num_devices} GPUs of {system.name} "
-        f"({args.algo}): {seconds:.6g} s"))
+        f"({pick.algo}/{pick.protocol.value}): {seconds:.6g} s"))
     return EXIT_OK
 
 

@@ -126,18 +126,23 @@ class Link(BaseModel):
 
 
 class NcclParams(BaseModel):
-    """Algorithm-level constants of NCCL's Simple protocol (src/graph/tuning.cc) used by the cost model."""
+    """Which NCCL the system runs and the few NCCL settings the cost model needs.
+
+    ``version`` selects a constant set (``p2smt/cost/data/nccl-<version>.yaml``, NCCL's
+    src/graph/tuning.cc of that release); ``arch`` picks its per-architecture rows.
+    """
 
     model_config = ConfigDict(extra="forbid", frozen=True)
-    base_latency_us: dict[Literal["ring", "tree", "nvls"], float] = Field(
-        default_factory=lambda: {"ring": 8.4, "tree": 0.0, "nvls": 0.0}
-    )
+    version: str = Field(default="2.18", description="NCCL release whose tuner constants apply")
+    arch: Literal["volta", "ampere", "hopper", "blackwell"] = Field(default="ampere", description="GPU generation")
+    protocols: tuple[Literal["ll", "ll128", "simple"], ...] = Field(
+        default=("ll", "ll128", "simple"), min_length=1, description="protocols NCCL may choose (NCCL_PROTO)")
     tree_efficiency: float = Field(default=0.92, gt=0, le=1, description="NCCL caps tree busbw at ~0.92x")
     max_channels: int = Field(default=16, ge=1, description="most rings/trees one collective runs at once")
     allreduce_plateau: float = Field(
         default=3.47, ge=1,
-        description="NCCL's ring 'plateau effect': a bandwidth-bound AllReduce pays this multiple of its latency "
-        "(NCCL: x1.4 across nodes). One global constant estimated from COSTS.md's calibration points "
+        description="pipeline start-up of a bandwidth-bound reduction (Simple/LL128/NVLS): it pays this multiple "
+        "of its latency. The one constant fitted on the public calibration points "
         "(python benchmarks/cost.py prints the fit and its leave-one-out errors), not fitted per system",
     )
 
