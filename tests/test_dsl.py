@@ -1,4 +1,4 @@
-"""The reduction DSL of P2.md §3: syntax, round trip, error positions, candidates and lowering."""
+"""The reduction DSL of docs/semantics.md §3: syntax, round trip, error positions, candidates and lowering."""
 
 from __future__ import annotations
 
@@ -25,7 +25,7 @@ from p2smt.model.placement import Placement, matrices
 from p2smt.model.system import load_system
 from p2smt.semantics.dense import execute
 
-# The four well-known programs of P2.md §3 on a two-level [root, node, gpu] hierarchy.
+# The four well-known programs of docs/semantics.md §3 on a two-level [root, node, gpu] hierarchy.
 EXAMPLES = {
     "allreduce": "(root, InsideGroup, AllReduce)",
     "two-allreduce": "(node, InsideGroup, AllReduce); (node, Parallel(root), AllReduce)",

@@ -1,4 +1,4 @@
-"""Synthesis hierarchies (a)–(d) of P2.md §2 and the groups of P2.md §3 on a hierarchy."""
+"""Synthesis hierarchies (a)–(d) of docs/semantics.md §2 and the groups of docs/semantics.md §3 on a hierarchy."""
 
 from __future__ import annotations
 
@@ -16,7 +16,7 @@ from p2smt.model.system import load_system
 
 FIG2 = (1, 2, 2, 4)
 FIG2_NAMES = ("rack", "server", "cpu", "gpu")
-EXAMPLE = ((1, 1, 2, 2), (1, 2, 1, 2))  # P2.md §2, reducing axis 1
+EXAMPLE = ((1, 1, 2, 2), (1, 2, 1, 2))  # docs/semantics.md §2, reducing axis 1
 
 
 def _sizes(h):
@@ -135,7 +135,7 @@ def test_hierarchies_abc_cover_the_system(sizes, axes, matrix, red, kind):
         assert rep == p.mesh_order()
 
 
-# ---------------------------------------------------------------- P2.md §3 table of groups
+# ---------------------------------------------------------------- docs/semantics.md §3 table of groups
 
 A, B, C, D = (tuple(range(b, b + 4)) for b in (0, 4, 8, 12))  # GPUs of CPUs A, B (server 0), C, D (server 1)
 

@@ -131,7 +131,7 @@ def test_factor_mesh_order_is_the_core_mesh_order():
     assert mesh.names == ("data_server", "data_gpu", "shard_cpu", "shard_gpu")
     assert mesh.shape == (2, 2, 2, 2)
     assert mesh.order == jax_mesh_order(placement) == placement.mesh_order()
-    # P2.md §1: GPUs 0-3 are data/shard 0/0, 0/1, 1/0, 1/1; GPUs 4-7 are 0/2, 0/3, 1/2, 1/3
+    # docs/semantics.md §1: GPUs 0-3 are data/shard 0/0, 0/1, 1/0, 1/1; GPUs 4-7 are 0/2, 0/3, 1/2, 1/3
     order = jax_mesh_order(placement)
     assert [
         order[d * 4 + s] for d, s in [(0, 0), (0, 1), (1, 0), (1, 1), (0, 2), (0, 3), (1, 2), (1, 3)]

@@ -88,7 +88,7 @@ def all_cases() -> dict[str, tuple[RunCase, bool]]:
         S(C.BROADCAST, QUADS),
     )
     cases["flat-ring-padded"] = explicit_case("flat-ring-padded", uneven, QUADS)  # 32 elements over 3 members
-    # P2.md §4's invalid programs, NCCL runs them happily: the numeric check must catch them
+    # docs/semantics.md §4's invalid programs, NCCL runs them happily: the numeric check must catch them
     cases["wrong-rs-then-ar"] = explicit_case(
         "wrong-rs-then-ar", (S(C.REDUCE_SCATTER, PAIRS), S(C.ALL_REDUCE, PAIRS))
     )

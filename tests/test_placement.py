@@ -1,4 +1,4 @@
-"""Parallelism matrices and the device numbering of P2.md §1, against P²'s table and brute force."""
+"""Parallelism matrices and the device numbering of docs/semantics.md §1, against P²'s table and brute force."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ import pytest
 from p2smt.errors import P2Error
 from p2smt.model.placement import Placement, matrices, parse_matrix
 
-# P2.md §1: matrix counts of P²'s evaluation (hierarchy, axes, count).
+# docs/semantics.md §1: matrix counts of P²'s evaluation (hierarchy, axes, count).
 TABLE = [
     ((2, 16), (2, 16), 2),
     ((4, 16), (4, 16), 3),
@@ -51,7 +51,7 @@ def brute_force_matrices(sizes, axes):
 
 
 def p2_label(sizes, matrix, device):
-    """P2.md §1's numbering written out digit by digit (independent of p2smt's numpy code)."""
+    """docs/semantics.md §1's numbering written out digit by digit (independent of p2smt's numpy code)."""
     coords = []
     rest = device
     for h in reversed(sizes):

@@ -1,4 +1,4 @@
-"""The concrete interpreter of P2.md §4's Hoare rules, on hand-computed states."""
+"""The concrete interpreter of docs/semantics.md §4's Hoare rules, on hand-computed states."""
 
 from __future__ import annotations
 
@@ -44,7 +44,7 @@ def test_initial_and_goal_states():
     assert as_sets(g)[3] == {r: {1, 3} for r in range(4)}
 
 
-# ---------------------------------------------------------------- the two invalid examples of P2.md §4
+# ---------------------------------------------------------------- the two invalid examples of docs/semantics.md §4
 
 
 def test_reduce_scatter_then_allreduce_over_the_same_pair_is_rejected():

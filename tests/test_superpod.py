@@ -165,7 +165,7 @@ def test_rs_ar_ag_beats_a_flat_allreduce_across_sus():
 def test_full_pod_allreduce_flat_ring_beats_rs_ar_ag(pod):
     # Not P²'s result, and on purpose: every GPU has its own NDR NIC, so a flat ring already loads
     # each NIC with 2(p-1)/p·S/8 ≈ S/4 — the same as RS–AR–AG's AllReduce on S/8 per rail — while
-    # RS–AR–AG adds two intra-node phases that do not overlap (COSTS.md: flat busbw ≈ min(NVLink, NICs)).
+    # RS–AR–AG adds two intra-node phases that do not overlap (docs/cost-model.md: flat busbw ≈ min(NVLink, NICs)).
     system, _ = pod
     h = _whole(system)
     flat = program_time(system, h, parse_program(FLAT_AR, h), algo="ring")

@@ -7,7 +7,7 @@ it: ReduceScatter leaves member i with block i of its buffer, Reduce leaves non-
 AllGather concatenates the members' buffers in rank order, Broadcast copies the root's buffer.
 Which chunk id sits at which buffer position is known statically (``PlanLayout``); the generated
 ``reduce`` uses it only at the very end, to put each chunk back at its place in the full array.
-Collectives act on positions, not on chunk ids, so a wrong program (P2.md §4) really adds
+Collectives act on positions, not on chunk ids, so a wrong program (docs/semantics.md §4) really adds
 mismatched data and the numeric check of ``run`` catches it.
 """
 

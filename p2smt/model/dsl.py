@@ -1,4 +1,4 @@
-"""The reduction DSL of P2.md §3: instructions, programs, their text syntax and their device groups.
+"""The reduction DSL of docs/semantics.md §3: instructions, programs, their text syntax and their device groups.
 
 Text syntax (one instruction per line or ``;``-separated; ``#`` starts a comment)::
 

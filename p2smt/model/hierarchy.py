@@ -1,4 +1,4 @@
-"""Synthesis hierarchies (a)–(d) of P2.md §2: the level structure programs are synthesized over.
+"""Synthesis hierarchies (a)–(d) of docs/semantics.md §2: the level structure programs are synthesized over.
 
 Every kind has a ``(root, 1)`` level in front. A synthesis device index is the mixed-radix number of
 its coordinates over the hierarchy's levels; ``replicas`` maps synthesis indices to physical ids.
@@ -31,7 +31,7 @@ ROOT = "root"
 class SynthesisHierarchy:
     """Levels (root first), the replicas that lower it onto the system, and the goal groups.
 
-    ``master_scope``: P2.md §3 leaves ``Master(e')`` ambiguous; "per-ancestor" (default, consistent
+    ``master_scope``: docs/semantics.md §3 leaves ``Master(e')`` ambiguous; "per-ancestor" (default, consistent
     with P²'s proofs) forms one master group per node of e', "global" only the very first one.
     """
 

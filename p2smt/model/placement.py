@@ -132,7 +132,7 @@ def split_radix(numbers: np.ndarray, radices: tuple[int, ...]) -> np.ndarray:
 
 @dataclass(frozen=True)
 class Placement:
-    """One parallelism matrix on a hierarchy, with the P2.md §1 device numbering."""
+    """One parallelism matrix on a hierarchy, with the docs/semantics.md §1 device numbering."""
 
     sizes: tuple[int, ...]
     axes: tuple[int, ...]

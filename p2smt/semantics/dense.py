@@ -1,6 +1,6 @@
-"""The concrete interpreter of P2.md §4's Hoare rules on the k×k Boolean device state (numpy).
+"""The concrete interpreter of docs/semantics.md §4's Hoare rules on the k×k Boolean device state (numpy).
 
-It is the oracle of every engine: written from P2.md alone, it shares no code with the encodings.
+It is the oracle of every engine: written from docs/semantics.md alone, it shares no code with the encodings.
 ``state[d, r, c]`` is True when device c's original chunk r has been summed into device d's chunk r.
 """
 

@@ -1,6 +1,6 @@
-"""Named, optional prunings of a complete set of synthesized programs (P2.md §5: 93 versus P²'s 47).
+"""Named, optional prunings of a complete set of synthesized programs (docs/semantics.md §5: 93 versus P²'s 47).
 
-The engines return the complete set of valid programs under a literal reading of P2.md §4. P² reports
+The engines return the complete set of valid programs under a literal reading of docs/semantics.md §4. P² reports
 47 programs for every two-level reduction hierarchy where that reading gives 93, and 3 for one level
 (both readings agree). Each pruning here is a pure predicate over (problem, program) that keeps or drops
 a program; ``"none"`` (the default) keeps the complete set. Names combine with ``+`` (keep a program
