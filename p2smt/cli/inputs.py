@@ -1,0 +1,74 @@
+"""Text and plans given on the command line: ``@FILE`` arguments, ``--program`` and ``--plan``."""
+
+from __future__ import annotations
+
+import argparse
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from p2smt.cli.options import one_hierarchy
+from p2smt.errors import P2Error
+from p2smt.model.placement import Placement
+
+
+def read_arg_text(value: str) -> tuple[str, str | None]:
+    """``@FILE`` reads a file (returns its text and name), anything else is the text itself."""
+    if value.startswith("@"):
+        path = Path(value[1:])
+        try:
+            return path.read_text(encoding="utf-8"), str(path)
+        except OSError as err:
+            raise P2Error(f"cannot read {path}: {err.strerror}") from None
+        except UnicodeDecodeError as err:
+            raise P2Error(f"{path}: not UTF-8 text (byte {err.start})") from None
+    return value, None
+
+
+def plan_from_args(args: argparse.Namespace, h):
+    """(steps on the system, DSL program or None) from ``--program`` or ``--plan``."""
+    from p2smt.model.dsl import lower_program, parse_explicit_plan, parse_program
+
+    if bool(args.program) == bool(args.plan):
+        raise P2Error("give exactly one of --program TEXT|@FILE or --plan FILE.json")
+    if args.program:
+        text, source = read_arg_text(args.program)
+        program = parse_program(text, h, source)
+        return lower_program(h, program), program
+    path = Path(args.plan)
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except OSError as err:
+        raise P2Error(f"cannot read {path}: {err.strerror}") from None
+    except UnicodeDecodeError as err:
+        raise P2Error(f"{path}: not UTF-8 text (byte {err.start})") from None
+    except json.JSONDecodeError as err:
+        raise P2Error(f"{path}:{err.lineno}:{err.colno}: malformed JSON: {err.msg}") from None
+    return parse_explicit_plan(data, str(path)), None
+
+
+@dataclass(frozen=True)
+class PlanRequest:
+    """A plan to check or prove: its placement, goal groups, steps on the system and DSL program (or None)."""
+
+    placement: Placement
+    reduce: tuple[int, ...]
+    goal_groups: tuple[tuple[int, ...], ...]
+    steps: list[tuple[str, Any]]
+    program: Any
+
+    @property
+    def chunks(self) -> int:
+        return len(self.goal_groups[0])
+
+    def program_text(self) -> str | None:
+        return str(self.program) if self.program else None
+
+
+def plan_request(args: argparse.Namespace) -> PlanRequest:
+    """The request (one ``--matrix``) and the plan of ``--program``/``--plan`` of check and verify."""
+    _, placement, reduce, h = one_hierarchy(args)
+    plan, program = plan_from_args(args, h)
+    goal_groups = placement.reduction_groups(reduce)
+    return PlanRequest(placement, reduce, goal_groups, [(s.collective, s.groups) for s in plan], program)

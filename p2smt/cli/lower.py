@@ -1,0 +1,71 @@
+"""``p2smt lower`` and ``p2smt run``: a program as JAX or torch.distributed code, and run on local CPUs."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+from p2smt.cli.inputs import plan_from_args
+from p2smt.cli.options import add_json, add_plan_input, add_request, one_hierarchy
+from p2smt.cli.output import ExitCode, emit
+
+
+def register(sub) -> None:
+    p = sub.add_parser("lower", help="emit JAX or torch.distributed code for a program")
+    _add_lowering(p)
+    p.add_argument("--out", help="write the module here instead of stdout")
+    p.set_defaults(func=run_lower)
+
+    p = sub.add_parser("run", help="run a lowered program on local CPU devices and check exact sums")
+    _add_lowering(p)
+    p.add_argument("--length", type=int, help="elements per device (a multiple of the group size)")
+    p.add_argument("--repeats", type=int, default=1)
+    p.add_argument("--run-timeout", type=float, default=600.0, help="seconds before the run is killed")
+    add_json(p)
+    p.set_defaults(func=run_run)
+
+
+def _add_lowering(p: argparse.ArgumentParser) -> None:
+    add_request(p, matrix_required=True)
+    p.add_argument("--backend", required=True, choices=["jax", "torch"])
+    add_plan_input(p)
+    p.add_argument("--axis-names", help="comma-separated names of the axes (identifiers)")
+
+
+def lowering_inputs(args: argparse.Namespace):
+    """(plan, target, step labels) for lower/run from the request and --program/--plan."""
+    from p2smt.lower import placement_target
+
+    system, placement, reduce, h = one_hierarchy(args)
+    plan, program = plan_from_args(args, h)
+    names = args.axis_names.split(",") if args.axis_names else None
+    target = placement_target(placement, reduce, system.level_names, names, system.name)
+    labels = [str(i) for i in program.instructions] if program else None
+    return plan, target, labels
+
+
+def run_lower(args: argparse.Namespace) -> int:
+    from p2smt.lower import lower_module
+
+    plan, target, labels = lowering_inputs(args)
+    source = lower_module(args.backend, plan, target, labels)
+    if args.out:
+        from pathlib import Path
+
+        Path(args.out).write_text(source)
+        print(f"wrote {args.out}", file=sys.stderr)
+    else:
+        sys.stdout.write(source)
+    return ExitCode.OK
+
+
+def run_run(args: argparse.Namespace) -> int:
+    from p2smt.lower import run_program
+
+    plan, target, labels = lowering_inputs(args)
+    report = run_program(
+        args.backend, plan, target, step_labels=labels, length=args.length, repeats=args.repeats,
+        timeout=args.run_timeout,
+    )
+    emit(args, report.to_json(), lambda c: c.print(report.summary()))
+    return report.exit_code
