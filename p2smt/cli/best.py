@@ -7,6 +7,7 @@ import argparse
 from rich.console import Console
 from rich.table import Table
 
+from p2smt.cli.bounded import add_bounds, report_expired, run_bounded
 from p2smt.cli.options import (
     add_allow_noop,
     add_cost,
@@ -14,6 +15,7 @@ from p2smt.cli.options import (
     add_request,
     engine_config,
     request_of,
+    seconds,
 )
 from p2smt.cli.output import ExitCode, emit
 
@@ -25,7 +27,7 @@ def register(sub) -> None:
     p.add_argument("--max-len", type=int, default=8)
     add_cost(p)
     p.add_argument("--top", type=int, default=1, help="programs per placement (rank order)")
-    p.add_argument("--timeout", type=float,
+    p.add_argument("--timeout", type=seconds,
                    help="seconds per solver call; a placement that runs out is 'unknown'")
     p.add_argument("--encoding", help="counterexample-guided encoding (default bool-matrix)")
     p.add_argument("--encoding-options", help="JSON object of encoding options")
@@ -34,6 +36,7 @@ def register(sub) -> None:
     add_allow_noop(p)
     p.add_argument("--no-lookahead", action="store_true",
                    help="bound a prefix by the next step alone, not by the count abstraction's cheapest completion")
+    add_bounds(p)
     add_json(p)
     p.set_defaults(func=run)
 
@@ -45,11 +48,14 @@ def run(args: argparse.Namespace) -> int:
     req = request_of(args)
     config = engine_config(args)
     system = req.load_system()
-    result = best(system, req.axes, req.reduce, matrix=req.matrix, max_len=config.max_len, top=args.top,
+    bounded = run_bounded(args, "best: proving", lambda report: best(system, req.axes, req.reduce, matrix=req.matrix, max_len=config.max_len, top=args.top,
                   algo=args.algo, bytes_per_device=args.bytes, timeout_ms=config.timeout_ms,
                   encoding=config.encoding or "bool-matrix", encoding_options=config.encoding_options,
                   hierarchy_kind=req.hierarchy, master_scope=req.master_scope,
-                  require_progress=req.require_progress, bound=args.bound, lookahead=not args.no_lookahead)
+                  require_progress=req.require_progress, bound=args.bound, lookahead=not args.no_lookahead))
+    if bounded.expired:
+        return report_expired(args, bounded, "placements")
+    result = bounded.result
     payload = result.to_json()
 
     def render(c: Console) -> None:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 
-from p2smt.cli.options import add_algo, add_json, add_system, system_of
+from p2smt.cli.options import add_algo, add_json, add_system, byte_count, system_of
 from p2smt.cli.output import ExitCode, emit
 
 
@@ -13,7 +13,7 @@ def register(sub) -> None:
     add_system(p)
     p.add_argument("--collective", required=True,
                    choices=["allreduce", "reducescatter", "allgather", "reduce", "broadcast"])
-    p.add_argument("--bytes", type=float, required=True, help="nccl-tests convention")
+    p.add_argument("--bytes", type=byte_count, required=True, help="nccl-tests convention")
     add_algo(p)
     add_json(p)
     p.set_defaults(func=run)

@@ -5,7 +5,11 @@ from __future__ import annotations
 import argparse
 
 from p2smt.cli.options import add_system, system_of
-from p2smt.cli.output import ExitCode
+from p2smt.cli.output import ExitCode, output_file
+from p2smt.errors import P2Error
+
+MAX_DRAWN_DEVICES = 4096
+"""Above this a picture is unreadable and slow to lay out: refused."""
 
 
 def register(sub) -> None:
@@ -18,7 +22,11 @@ def register(sub) -> None:
 def run(args: argparse.Namespace) -> int:
     from p2smt.model.draw import draw_topology
 
-    system = system_of(args)
-    path = draw_topology(system, args.out or f"{system.name}.png")
+    system = system_of(args, MAX_DRAWN_DEVICES)
+    path = args.out or f"{system.name}.png"
+    if not str(path).lower().endswith(".png"):
+        raise P2Error(f"the topology picture is a PNG; got {str(path)!r}")
+    with output_file(path, "--out") as tmp:
+        draw_topology(system, tmp)
     print(f"wrote {path}")
     return ExitCode.OK

@@ -7,7 +7,7 @@ from typing import Any
 
 from rich.console import Console
 
-from p2smt.cli.options import add_json, name_ints
+from p2smt.cli.options import add_json, name_ints, seconds
 from p2smt.cli.output import ExitCode, emit
 
 
@@ -21,7 +21,7 @@ def register(sub) -> None:
     p.add_argument("--repeat", type=int, default=1, help="repetitions (seed = --seed + repetition)")
     p.add_argument("--out", default="results.jsonl", help="JSONL results (overwritten)")
     p.add_argument("--png", help="write solve time vs reduction-group size (log-log) here")
-    p.add_argument("--timeout", type=float, default=300.0,
+    p.add_argument("--timeout", type=seconds, default=300.0,
                    help="seconds per run: Z3's per-call limit (-> unknown) and, plus a grace, the wall-clock "
                         "kill (-> timeout)")
     p.add_argument("--max-len", type=int, help="override every configuration's max length")

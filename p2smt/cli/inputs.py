@@ -12,18 +12,38 @@ from p2smt.cli.options import one_hierarchy
 from p2smt.errors import P2Error
 from p2smt.model.placement import Placement
 
+MAX_INPUT_BYTES = 4 << 20
+"""Largest program, plan or instruction file read (a 12-step program is a few hundred bytes)."""
+MAX_PLAN_STEPS = 4096
+
+
+def read_text(path: Path) -> str:
+    """A UTF-8 file of at most ``MAX_INPUT_BYTES`` (``/dev/zero`` is refused, not read forever)."""
+    try:
+        with path.open("rb") as f:
+            data = f.read(MAX_INPUT_BYTES + 1)
+    except OSError as err:
+        raise P2Error(f"cannot read {path}: {err.strerror}") from None
+    if len(data) > MAX_INPUT_BYTES:
+        raise P2Error(f"{path}: larger than {MAX_INPUT_BYTES >> 20} MB; not a plan or program")
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as err:
+        raise P2Error(f"{path}: not UTF-8 text (byte {err.start})") from None
+
 
 def read_arg_text(value: str) -> tuple[str, str | None]:
     """``@FILE`` reads a file (returns its text and name), anything else is the text itself."""
     if value.startswith("@"):
         path = Path(value[1:])
-        try:
-            return path.read_text(encoding="utf-8"), str(path)
-        except OSError as err:
-            raise P2Error(f"cannot read {path}: {err.strerror}") from None
-        except UnicodeDecodeError as err:
-            raise P2Error(f"{path}: not UTF-8 text (byte {err.start})") from None
+        return read_text(path), str(path)
     return value, None
+
+
+def _bounded(plan, source: str):
+    if len(plan) > MAX_PLAN_STEPS:
+        raise P2Error(f"{source}: {len(plan)} steps; at most {MAX_PLAN_STEPS} are checked")
+    return plan
 
 
 def plan_from_args(args: argparse.Namespace, h):
@@ -35,17 +55,19 @@ def plan_from_args(args: argparse.Namespace, h):
     if args.program:
         text, source = read_arg_text(args.program)
         program = parse_program(text, h, source)
+        _bounded(program.instructions, source or "--program")
         return lower_program(h, program), program
     path = Path(args.plan)
+    text = read_text(path)
     try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except OSError as err:
-        raise P2Error(f"cannot read {path}: {err.strerror}") from None
-    except UnicodeDecodeError as err:
-        raise P2Error(f"{path}: not UTF-8 text (byte {err.start})") from None
+        data = json.loads(text)
     except json.JSONDecodeError as err:
         raise P2Error(f"{path}:{err.lineno}:{err.colno}: malformed JSON: {err.msg}") from None
-    return parse_explicit_plan(data, str(path)), None
+    except (RecursionError, ValueError):
+        raise P2Error(f"{path}: JSON nested too deeply or a number too large") from None
+    if isinstance(data, list):
+        _bounded(data, str(path))
+    return _bounded(parse_explicit_plan(data, str(path)), str(path)), None
 
 
 @dataclass(frozen=True)

@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import sys
 
 from p2smt.cli.inputs import plan_from_args
-from p2smt.cli.options import add_json, add_plan_input, add_request, one_hierarchy
-from p2smt.cli.output import ExitCode, emit
+from p2smt.cli.options import add_json, add_plan_input, add_request, one_hierarchy, seconds
+from p2smt.cli.output import ExitCode, emit, write_text
+from p2smt.errors import P2Error
 
 
 def register(sub) -> None:
@@ -20,7 +22,7 @@ def register(sub) -> None:
     _add_lowering(p)
     p.add_argument("--length", type=int, help="elements per device (a multiple of the group size)")
     p.add_argument("--repeats", type=int, default=1)
-    p.add_argument("--run-timeout", type=float, default=600.0, help="seconds before the run is killed")
+    p.add_argument("--run-timeout", type=seconds, default=600.0, help="seconds before the run is killed")
     add_json(p)
     p.set_defaults(func=run_run)
 
@@ -50,18 +52,27 @@ def run_lower(args: argparse.Namespace) -> int:
     plan, target, labels = lowering_inputs(args)
     source = lower_module(args.backend, plan, target, labels)
     if args.out:
-        from pathlib import Path
-
-        Path(args.out).write_text(source)
+        write_text(args.out, source, "--out")
         print(f"wrote {args.out}", file=sys.stderr)
     else:
         sys.stdout.write(source)
     return ExitCode.OK
 
 
+BACKEND_PACKAGES = {"jax": ("jax", "pip install jax"), "torch": ("torch", "pip install torch")}
+
+
+def require_backend(backend: str) -> None:
+    """Refuse a ``run`` whose backend is not installed, before any worker starts."""
+    module, install = BACKEND_PACKAGES[backend]
+    if importlib.util.find_spec(module) is None:
+        raise P2Error(f"--backend {backend} needs the {module!r} package, which is not installed ({install})")
+
+
 def run_run(args: argparse.Namespace) -> int:
     from p2smt.lower import run_program
 
+    require_backend(args.backend)
     plan, target, labels = lowering_inputs(args)
     report = run_program(
         args.backend, plan, target, step_labels=labels, length=args.length, repeats=args.repeats,

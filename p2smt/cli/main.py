@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 
 from p2smt import __version__
@@ -41,15 +42,36 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+MAX_MESSAGE = 400
+"""Longest error message printed whole; longer ones (a 1 MB identifier echoed) are cut in the middle."""
+
+
+def one_line(message: str) -> str:
+    """``message`` on one line of at most ``MAX_MESSAGE`` characters."""
+    text = " ".join(str(message).split())
+    if len(text) <= MAX_MESSAGE:
+        return text
+    half = MAX_MESSAGE // 2
+    return f"{text[:half]} … ({len(text) - MAX_MESSAGE} characters left out) … {text[-half:]}"
+
+
 def main(argv: list[str] | None = None) -> int:
     try:
         args = build_parser().parse_args(argv)
         return int(args.func(args))
     except P2Error as err:
-        print(f"p2smt: error: {err}", file=sys.stderr)
+        print(f"p2smt: error: {one_line(str(err))}", file=sys.stderr)
         return ExitCode.BAD_INPUT
+    except RecursionError:
+        print("p2smt: error: input nested too deeply", file=sys.stderr)
+        return ExitCode.BAD_INPUT
+    except BrokenPipeError:
+        # The reader went away (``| head``): stop quietly; stdout is pointed at /dev/null so the
+        # interpreter's final flush does not complain either.
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return ExitCode.OK
     except InternalError as err:
-        print(f"p2smt: INTERNAL ERROR (please report): {err}", file=sys.stderr)
+        print(f"p2smt: INTERNAL ERROR (please report): {one_line(str(err))}", file=sys.stderr)
         return ExitCode.INTERNAL
     except KeyboardInterrupt:
         print("p2smt: interrupted", file=sys.stderr)

@@ -4,9 +4,16 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
+from pathlib import Path
 from typing import Any
 
 from p2smt.errors import P2Error
+
+MAX_DEVICES = 1 << 16
+"""Devices of the largest system a command builds (the placement limit; larger grows memory unbounded)."""
+MAX_MATRIX_CHARS = 10_000
+MAX_NAME_CHARS = 4096
 
 ALGO_HELP = "ring | tree | nvls | auto"
 BYTES_HELP = "bytes per device (default: P²'s 2^29 × nodes float32)"
@@ -39,6 +46,26 @@ def name_ints(items: list[str], flag: str = "--level", value: str = "SIZE") -> d
         except ValueError:
             raise P2Error(f"{flag} expects NAME={value}, got {item!r}") from None
     return out
+
+
+def seconds(text: str) -> float:
+    """A positive, finite number of seconds (``--timeout``, ``--deadline``)."""
+    return _positive(text, "seconds")
+
+
+def byte_count(text: str) -> float:
+    """A positive, finite number of bytes (``--bytes``)."""
+    return _positive(text, "bytes")
+
+
+def _positive(text: str, unit: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number of {unit}, got {text[:40]!r}") from None
+    if not math.isfinite(value) or value <= 0:
+        raise argparse.ArgumentTypeError(f"expected a positive, finite number of {unit}, got {text[:40]!r}")
+    return value
 
 
 # ---------------------------------------------------------------- option groups
@@ -88,7 +115,7 @@ def add_algo(p: argparse.ArgumentParser) -> None:
 def add_cost(p: argparse.ArgumentParser) -> None:
     """``--algo`` and ``--bytes`` (per device) of the commands that rank programs."""
     add_algo(p)
-    p.add_argument("--bytes", type=float, help=BYTES_HELP)
+    p.add_argument("--bytes", type=byte_count, help=BYTES_HELP)
 
 
 def add_json(p: argparse.ArgumentParser) -> None:
@@ -98,21 +125,47 @@ def add_json(p: argparse.ArgumentParser) -> None:
 # ---------------------------------------------------------------- reading the options
 
 
-def system_of(args: argparse.Namespace):
-    """The system of ``--system --nodes --level``."""
+def system_of(args: argparse.Namespace, max_devices: int = MAX_DEVICES):
+    """The system of ``--system --nodes --level``, refused above ``max_devices`` devices."""
     from p2smt.model.system import load_system
 
-    return load_system(args.system, args.nodes, name_ints(args.level))
+    if len(args.system) > MAX_NAME_CHARS:
+        raise P2Error(f"--system {args.system!r} is not a system name or path (longer than {MAX_NAME_CHARS})")
+    if Path(args.system).is_dir():
+        raise P2Error(f"--system {args.system!r} is a directory, not a system YAML file")
+    return within_size(load_system(args.system, args.nodes, name_ints(args.level)), max_devices)
+
+
+def within_size(system, max_devices: int = MAX_DEVICES):
+    """``system`` itself, or a one-line refusal when it has more than ``max_devices`` devices."""
+    if system.num_devices > max_devices:
+        raise P2Error(f"{system.name} with {system.num_devices} devices is larger than this command handles "
+                      f"({max_devices}); lower --nodes or --level")
+    return system
+
+
+def matrix_of(text: str | None):
+    """``--matrix`` parsed, with one-line refusals of huge numbers and deep nesting."""
+    from p2smt.model.placement import parse_matrix
+
+    if not text:
+        return None
+    if len(text) > MAX_MATRIX_CHARS:
+        raise P2Error(f"--matrix is {len(text)} characters long (at most {MAX_MATRIX_CHARS})")
+    try:
+        return parse_matrix(text)
+    except (ValueError, RecursionError):
+        raise P2Error("--matrix: not a list of lists of small integers") from None
 
 
 def request_of(args: argparse.Namespace):
     """The typed request of the shared request options (``--system … --master-scope``)."""
-    from p2smt.model.placement import parse_matrix
     from p2smt.model.request import Request
 
+    system_of(args)
     return Request(
         args.system, int_list(args.axes), int_list(args.reduce),
-        matrix=parse_matrix(args.matrix) if args.matrix else None,
+        matrix=matrix_of(args.matrix),
         nodes=args.nodes, levels=tuple(name_ints(args.level).items()),
         hierarchy=args.hierarchy, master_scope=args.master_scope,
         require_progress=not getattr(args, "allow_noop", False),

@@ -7,7 +7,7 @@ import argparse
 from rich.console import Console
 from rich.table import Table
 
-from p2smt.cli.options import add_json, add_system, int_list, system_of
+from p2smt.cli.options import add_json, add_system, int_list, matrix_of, system_of
 from p2smt.cli.output import ExitCode, emit
 from p2smt.errors import P2Error
 
@@ -23,14 +23,14 @@ def register(sub) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from p2smt.model.placement import Placement, matrices, parse_matrix
+    from p2smt.model.placement import Placement, matrices
 
     system = system_of(args)
     axes = int_list(args.axes)
     if args.export == "jax-mesh":
         if not args.matrix:
             raise P2Error("--export jax-mesh needs --matrix")
-        placement = Placement(system.sizes, axes, parse_matrix(args.matrix))
+        placement = Placement(system.sizes, axes, matrix_of(args.matrix))
         order = list(placement.mesh_order())
         payload = {"matrix": [list(r) for r in placement.matrix], "axes": list(axes), "device_order": order}
         emit(args, payload, lambda c: c.print(

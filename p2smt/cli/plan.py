@@ -4,13 +4,15 @@ from __future__ import annotations
 
 import argparse
 import json
+from contextlib import nullcontext
 from pathlib import Path
 from typing import Any
 
 from rich.console import Console
 
+from p2smt.cli.bounded import add_bounds, report_expired, run_bounded
 from p2smt.cli.options import add_algo, add_json, add_search, add_system, engine_config, system_of
-from p2smt.cli.output import ExitCode, emit
+from p2smt.cli.output import ExitCode, emit, folder_path, output_file, output_folder, write_text
 
 
 def register(sub) -> None:
@@ -21,6 +23,7 @@ def register(sub) -> None:
     add_search(p)
     p.add_argument("--png", help="write a stacked-bar chart of per-placement time")
     p.add_argument("--export-dir", help="write the best placement's mesh order and lowered programs here")
+    add_bounds(p)
     add_json(p)
     p.set_defaults(func=run)
 
@@ -31,11 +34,19 @@ def run(args: argparse.Namespace) -> int:
 
     profile = load_profile(args.profile)
     system = system_of(args)
-    report = plan(profile, system, algo=args.algo, config=engine_config(args))
-    if args.png:
-        plot_plan(report, Path(args.png))
-    if args.export_dir:
-        report["exported"] = export_plan(report, profile, system, Path(args.export_dir))
+    png = output_file(args.png, "--png") if args.png else nullcontext()
+    export = folder_path(args.export_dir, "--export-dir") if args.export_dir else None
+    config = engine_config(args)
+    bounded = run_bounded(args, "plan: synthesizing and ranking",
+                          lambda report: plan(profile, system, algo=args.algo, config=config))
+    if bounded.expired:
+        return report_expired(args, bounded, "reports")
+    report = bounded.result
+    with png as tmp:
+        if tmp is not None:
+            plot_plan(report, tmp)
+    if export is not None:
+        report["exported"] = export_plan(report, profile, system, output_folder(export, "--export-dir"))
 
     def render(c: Console) -> None:
         c.print(render_plan(report))
@@ -58,16 +69,15 @@ def export_plan(report: dict[str, Any], profile, system, out: Path) -> list[str]
     from p2smt.model.hierarchy import synthesis_hierarchy
     from p2smt.model.placement import Placement
 
-    out.mkdir(parents=True, exist_ok=True)
     best = report["best"]
     axes = tuple(report["axes"].values())
     placement = Placement(system.sizes, axes, tuple(tuple(r) for r in best["matrix"]))
     written = []
     mesh = out / "mesh.json"
-    mesh.write_text(json.dumps({
+    write_text(mesh, json.dumps({
         "axis_names": list(report["axes"]), "axes": list(axes), "matrix": best["matrix"],
         "device_order": list(placement.mesh_order()),
-    }, indent=2) + "\n")
+    }, indent=2) + "\n", "--export-dir")
     written.append(str(mesh))
     for comm in best["communications"]:
         if comm["program"] is None:
@@ -80,6 +90,6 @@ def export_plan(report: dict[str, Any], profile, system, out: Path) -> list[str]
         labels = [str(i) for i in program.instructions]
         for backend in ("jax", "torch"):
             path = out / f"{comm['name']}_{backend}.py"
-            path.write_text(lower_module(backend, lower_program(h, program), target, labels))
+            write_text(path, lower_module(backend, lower_program(h, program), target, labels), "--export-dir")
             written.append(str(path))
     return written

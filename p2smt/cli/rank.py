@@ -4,6 +4,9 @@ from __future__ import annotations
 
 import argparse
 
+from rich.console import Console
+
+from p2smt.cli.bounded import add_bounds
 from p2smt.cli.options import (
     add_cost,
     add_json,
@@ -13,6 +16,7 @@ from p2smt.cli.options import (
     request_of,
 )
 from p2smt.cli.output import ExitCode, emit
+from p2smt.cli.synth import bounded_synthesis
 
 
 def register(sub) -> None:
@@ -21,14 +25,25 @@ def register(sub) -> None:
     add_cost(p)
     p.add_argument("--top", type=int, help="keep the N fastest programs per placement")
     add_search(p)
+    add_bounds(p)
     add_json(p)
     p.set_defaults(func=run)
 
 
 def run(args: argparse.Namespace) -> int:
-    from p2smt.cost.rank import rank, render_rank
+    from p2smt.cost.rank import check_request, rank_result, render_rank
 
-    report = rank(request_of(args), engine_config(args), algo=args.algo, bytes_per_device=args.bytes,
-                  top=args.top)
-    emit(args, report, lambda c: c.print(render_rank(report)))
-    return ExitCode.OK
+    req = request_of(args)
+    check_request(req.load_system(), args.algo, args.bytes, args.top)
+    bounded, result = bounded_synthesis(args, req, engine_config(args), "rank: placements")
+    report = rank_result(req.load_system(), result, algo=args.algo, bytes_per_device=args.bytes, top=args.top)
+    if bounded.expired:
+        report |= {"status": "unknown", "message": bounded.message("placements")}
+
+    def render(c: Console) -> None:
+        c.print(render_rank(report))
+        if bounded.expired:
+            c.print(f"[yellow]UNKNOWN[/yellow]: {report['message']}")
+
+    emit(args, report, render)
+    return ExitCode.UNKNOWN if bounded.expired else ExitCode.OK

@@ -3,10 +3,9 @@
 from __future__ import annotations
 
 import argparse
-from pathlib import Path
 
-from p2smt.cli.options import add_json, add_search
-from p2smt.cli.output import ExitCode, emit
+from p2smt.cli.options import add_json, add_search, seconds
+from p2smt.cli.output import ExitCode, emit, folder_path, writable_file
 from p2smt.errors import P2Error
 
 
@@ -19,7 +18,7 @@ def register(sub) -> None:
     p.add_argument("--no-plots", action="store_true")
     p.add_argument("--scheduler", help="dask.distributed scheduler address (default: local cores)")
     p.add_argument("--workers", type=int, help="local workers / tasks in flight")
-    p.add_argument("--timeout", type=float, help="per-task seconds")
+    p.add_argument("--timeout", type=seconds, help="per-task seconds")
     add_json(p)
     p.set_defaults(func=run)
 
@@ -30,6 +29,7 @@ def run(args: argparse.Namespace) -> int:
     if args.paper:
         from p2smt.runs.paper import paper_sweep, render_sweep
 
+        folder_path(args.out or "p2-sweep", "--out")
         summary = paper_sweep(args.out or "p2-sweep", engine=args.engine, plots=not args.no_plots,
                               max_len=args.max_len)
         emit(args, {k: v for k, v in summary.items() if k != "rows"} | {"out": args.out or "p2-sweep"},
@@ -37,7 +37,7 @@ def run(args: argparse.Namespace) -> int:
         return ExitCode.OK
     from p2smt.runs.gridsweep import sweep
 
-    summary = sweep(args.grid, Path(args.out or "sweep.jsonl"), scheduler=args.scheduler,
+    summary = sweep(args.grid, writable_file(args.out or "sweep.jsonl", "--out"), scheduler=args.scheduler,
                     workers=args.workers, timeout_s=args.timeout, progress=not args.json)
     emit(args, summary.to_json(), lambda c: c.print(summary.to_json()))
     return ExitCode.OK if summary.finished == summary.submitted else ExitCode.FAIL

@@ -6,8 +6,9 @@ import argparse
 
 from rich.console import Console
 
+from p2smt.cli.bounded import add_bounds, report_expired, run_bounded
 from p2smt.cli.inputs import plan_request
-from p2smt.cli.options import add_allow_noop, add_json, add_plan_input, add_request, timeout_ms
+from p2smt.cli.options import add_allow_noop, add_json, add_plan_input, add_request, seconds, timeout_ms
 from p2smt.cli.output import ExitCode, emit
 from p2smt.errors import InternalError
 
@@ -18,8 +19,9 @@ def register(sub) -> None:
     add_plan_input(p)
     p.add_argument("--values", action="store_true", help="prove over all integer data values (CEGIS encoding)")
     p.add_argument("--encoding", default="bool-matrix", help="encoding that proves the Boolean semantics")
-    p.add_argument("--timeout", type=float, help="seconds per solver call")
+    p.add_argument("--timeout", type=seconds, help="seconds per solver call")
     add_allow_noop(p)
+    add_bounds(p)
     add_json(p)
     p.set_defaults(func=run)
 
@@ -34,11 +36,16 @@ def run(args: argparse.Namespace) -> int:
     if args.values:
         from p2smt.smt.cegis import verify_values
 
-        proof = verify_values(n, pr.steps, pr.goal_groups, **common)
+        bounded = run_bounded(args, "verify: proving",
+                              lambda report: verify_values(n, pr.steps, pr.goal_groups, **common))
     else:
         from p2smt.smt.verify import prove_plan
 
-        proof = prove_plan(n, pr.steps, pr.goal_groups, encoding=args.encoding, **common)
+        bounded = run_bounded(args, "verify: proving", lambda report: prove_plan(
+            n, pr.steps, pr.goal_groups, encoding=args.encoding, **common))
+    if bounded.expired:
+        return report_expired(args, bounded, "proofs", {"program": pr.program_text(), "steps": len(pr.steps)})
+    proof = bounded.result
     oracle = execute(n, pr.steps, pr.goal_groups, not args.allow_noop, pr.chunks)
     if proof.status != "unknown" and (proof.status == "proved") != oracle.valid and not args.values:
         raise InternalError(
