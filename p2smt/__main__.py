@@ -1,5 +1,5 @@
 import sys
 
-from p2smt.cli.main import main
+from p2smt.cli import main
 
 sys.exit(main())

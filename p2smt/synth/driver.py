@@ -207,12 +207,14 @@ def placements_for(system: System, axes: tuple[int, ...], matrix: Matrix | None)
     return [Placement(system.sizes, tuple(axes), m) for m in matrices(system.sizes, axes)]
 
 
-def synthesize(request: Request, config: EngineConfig | None = None) -> SynthesisResult:
+def synthesize(request: Request, config: EngineConfig | None = None, *,
+               on_matrix: Callable[[MatrixResult], None] | None = None) -> SynthesisResult:
     """All valid programs up to ``config.max_len`` for every placement (or the one ``matrix``) of a request.
 
     Placements whose synthesis problems are equal (same devices, goal and candidate instructions,
     e.g. matrices that differ only in the non-reduced axes) are solved once; the others report
     ``stats["same_problem_as"]``, the matrix that was solved, and their own (small) seconds.
+    ``on_matrix`` receives each placement's result as it is found (progress, partial results).
 
     >>> r = synthesize(Request("a100-4x16", axes=(4, 16), reduce=(0,), matrix=((1, 4), (4, 4))))
     >>> r.status, r.total_programs
@@ -240,6 +242,8 @@ def synthesize(request: Request, config: EngineConfig | None = None) -> Synthesi
         progs = _programs(h, indices)
         secs = time.perf_counter() - t0
         results.append(MatrixResult(placement.matrix, h, progs, outcome.status, secs, stats))
+        if on_matrix is not None:
+            on_matrix(results[-1])
     return SynthesisResult(
         system.name, request.axes, reduction_axes, config.engine, config.max_len, tuple(results),
         time.perf_counter() - start,

@@ -1,0 +1,135 @@
+"""A wall-clock ``--deadline`` and a ``--progress`` display for the commands that can run long.
+
+Under a deadline the work runs in a forked child that reports each finished piece (e.g. a placement's
+programs) through a pipe; at the deadline the child is killed and the command ends ``unknown`` with the
+pieces found so far. Without one the work runs in-process and the pieces only feed the progress display.
+"""
+
+from __future__ import annotations
+
+import argparse
+import multiprocessing
+import sys
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from typing import Any, Generic, TypeVar
+
+from p2smt.cli.options import seconds
+from p2smt.errors import InternalError, P2Error
+
+T = TypeVar("T")
+Report = Callable[[Any], None]
+
+
+@dataclass
+class Bounded(Generic[T]):
+    """The work's result, or None when the deadline passed first; the pieces reported either way."""
+
+    result: T | None
+    pieces: list[Any] = field(default_factory=list)
+    deadline: float | None = None
+
+    @property
+    def expired(self) -> bool:
+        return self.result is None
+
+    def message(self, what: str) -> str:
+        return f"deadline of {self.deadline:g} s reached with {len(self.pieces)} {what} done"
+
+
+def add_bounds(p: argparse.ArgumentParser) -> None:
+    """``--deadline`` and ``--progress`` of the long-running commands."""
+    p.add_argument("--deadline", type=seconds, metavar="SECONDS",
+                   help="wall-clock limit of the whole command: end 'unknown' (exit 4) with what was found")
+    p.add_argument("--progress", action="store_true", help="show progress on stderr (default: on a terminal)")
+
+
+@contextmanager
+def _display(args: argparse.Namespace, label: str, total: int | None) -> Iterator[Report]:
+    """A rich progress line on stderr (when asked or on a terminal) advanced once per reported piece."""
+    if not (getattr(args, "progress", False) or sys.stderr.isatty()):
+        yield lambda piece: None
+        return
+    from rich.console import Console
+    from rich.progress import (
+        BarColumn,
+        MofNCompleteColumn,
+        Progress,
+        SpinnerColumn,
+        TextColumn,
+        TimeElapsedColumn,
+    )
+
+    columns = [SpinnerColumn(), TextColumn("{task.description}")]
+    if total is not None:
+        columns += [BarColumn(), MofNCompleteColumn()]
+    with Progress(*columns, TimeElapsedColumn(), console=Console(stderr=True), transient=True) as bar:
+        task = bar.add_task(label, total=total)
+        yield lambda piece: bar.advance(task)
+
+
+def run_bounded(args: argparse.Namespace, label: str, work: Callable[[Report], T],
+                total: int | None = None) -> Bounded[T]:
+    """Run ``work(report)`` under ``args.deadline`` (if any) with the progress display."""
+    deadline = getattr(args, "deadline", None)
+    if deadline is None:
+        pieces: list[Any] = []
+        with _display(args, label, total) as show:
+            def report(piece: Any) -> None:
+                pieces.append(piece)
+                show(piece)
+
+            return Bounded(work(report), pieces)
+    ctx = multiprocessing.get_context("fork")
+    recv, send = ctx.Pipe(duplex=False)
+    child = ctx.Process(target=_child, args=(work, send), daemon=True)
+    end = time.monotonic() + deadline
+    child.start()
+    send.close()
+    pieces = []
+    try:
+        with _display(args, label, total) as show:
+            while (left := end - time.monotonic()) > 0:
+                if not recv.poll(min(left, 0.1)):
+                    continue
+                try:
+                    kind, value = recv.recv()
+                except EOFError:
+                    raise InternalError(f"{label}: the worker process died (exit {child.exitcode})") from None
+                if kind == "piece":
+                    pieces.append(value)
+                    show(value)
+                elif kind == "done":
+                    return Bounded(value, pieces, deadline)
+                elif kind == "bad-input":
+                    raise P2Error(value)
+                else:
+                    raise InternalError(value)
+            return Bounded(None, pieces, deadline)
+    finally:
+        if child.is_alive():
+            child.kill()
+        child.join()
+        recv.close()
+
+
+def _child(work: Callable[[Report], Any], send) -> None:
+    try:
+        send.send(("done", work(lambda piece: send.send(("piece", piece)))))
+    except P2Error as err:
+        send.send(("bad-input", str(err)))
+    except Exception as err:  # noqa: BLE001  (reported to the parent, which raises it as internal)
+        send.send(("internal", f"{type(err).__name__}: {err}"))
+
+
+def report_expired(args: argparse.Namespace, bounded: Bounded[Any], what: str,
+                   payload: dict[str, Any] | None = None) -> int:
+    """Print the ``unknown`` outcome of a run stopped at its deadline (with ``payload``: what was found)."""
+    from p2smt.cli.output import ExitCode, emit
+
+    message = bounded.message(what)
+    out = (payload or {}) | {"status": "unknown", "message": message}
+    emit(args, out, lambda c: c.print(f"[yellow]UNKNOWN[/yellow]: {message}"))
+    return ExitCode.UNKNOWN

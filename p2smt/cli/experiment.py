@@ -1,0 +1,66 @@
+"""``p2smt experiment``: encoding variants over a configuration set; JSONL per run, a summary, a PNG."""
+
+from __future__ import annotations
+
+import argparse
+from typing import Any
+
+from rich.console import Console
+
+from p2smt.cli.options import add_json, name_ints, seconds
+from p2smt.cli.output import ExitCode, emit
+
+
+def register(sub) -> None:
+    p = sub.add_parser("experiment", help="measure SMT encoding variants: JSONL per run, summary table, PNG")
+    p.add_argument("--encodings", required=True, help="comma-separated encoding names (see `p2smt encodings`)")
+    p.add_argument("--options", action="append", default=[], metavar="NAME=JSON",
+                   help="an option set of one encoding, e.g. 'bitvec={\"choice\":\"index\"}' (repeatable: "
+                        "one variant per set)")
+    p.add_argument("--configs", required=True, help="paper-grid | a shipped set (scale) | a YAML file")
+    p.add_argument("--repeat", type=int, default=1, help="repetitions (seed = --seed + repetition)")
+    p.add_argument("--out", default="results.jsonl", help="JSONL results (overwritten)")
+    p.add_argument("--png", help="write solve time vs reduction-group size (log-log) here")
+    p.add_argument("--timeout", type=seconds, default=300.0,
+                   help="seconds per run: Z3's per-call limit (-> unknown) and, plus a grace, the wall-clock "
+                        "kill (-> timeout)")
+    p.add_argument("--max-len", type=int, help="override every configuration's max length")
+    p.add_argument("--max-k", action="append", default=[], metavar="NAME=K",
+                   help="run encoding NAME only on configurations with k <= K (repeatable)")
+    p.add_argument("--seed", type=int, default=0, help="Z3 random seed of repetition 0")
+    p.add_argument("--encodings-dir", help="another folder of encoding files")
+    add_json(p)
+    p.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    """Run encoding variants over a configuration set; JSONL lines, a summary table, an optional PNG."""
+    from p2smt.runs.experiment import experiment, render_summary
+
+    max_k = name_ints(args.max_k, "--max-k", "K")
+    extra = [args.encodings_dir] if args.encodings_dir else []
+    console = Console(stderr=True, highlight=False)
+
+    def progress(row: dict[str, Any]) -> None:
+        if not args.json:
+            secs = row.get("wall_seconds")
+            done = f" in {secs:.3f} s, {row.get('programs')} programs" if secs is not None else ""
+            console.print(f"{row['variant']}  {row['config']}  rep {row['repetition']}: {row['status']}{done}")
+
+    summary = experiment(
+        args.encodings, args.configs, args.out, options=args.options, repeat=args.repeat,
+        timeout_s=args.timeout, max_len=args.max_len, seed=args.seed, png=args.png, max_k=max_k or None,
+        extra_dirs=extra, progress=progress,
+    )
+
+    def render(c: Console) -> None:
+        title = (f"{summary['configs']}: {summary['points']} configurations × "
+                 f"{summary['repeat']} repetitions ({summary['seconds']:.1f} s)")
+        for part in render_summary(summary, title):
+            c.print(part)
+        c.print(f"results: {summary['out']}" + (f"; plot: {summary['png']}" if summary.get("png") else ""))
+
+    emit(args, summary, render)
+    if summary["failures"] and any(f["status"] == "unsound" for f in summary["failures"]):
+        return ExitCode.INTERNAL
+    return ExitCode.FAIL if summary["disagreements"] or summary["failures"] else ExitCode.OK

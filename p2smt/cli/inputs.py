@@ -1,0 +1,110 @@
+"""Text and plans given on the command line: ``@FILE`` arguments, ``--program`` and ``--plan``."""
+
+from __future__ import annotations
+
+import argparse
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from p2smt.cli.options import one_hierarchy
+from p2smt.errors import P2Error
+from p2smt.model.placement import Placement
+
+MAX_INPUT_BYTES = 4 << 20
+"""Largest program, plan or instruction file read (a 12-step program is a few hundred bytes)."""
+MAX_PLAN_STEPS = 4096
+
+
+def read_text(path: Path) -> str:
+    """A UTF-8 file of at most ``MAX_INPUT_BYTES`` (``/dev/zero`` is refused, not read forever)."""
+    try:
+        with path.open("rb") as f:
+            data = f.read(MAX_INPUT_BYTES + 1)
+    except OSError as err:
+        raise P2Error(f"cannot read {path}: {err.strerror}") from None
+    if len(data) > MAX_INPUT_BYTES:
+        raise P2Error(f"{path}: larger than {MAX_INPUT_BYTES >> 20} MB; not a plan or program")
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as err:
+        raise P2Error(f"{path}: not UTF-8 text (byte {err.start})") from None
+
+
+def read_arg_text(value: str) -> tuple[str, str | None]:
+    """``@FILE`` reads a file (returns its text and name), anything else is the text itself."""
+    if value.startswith("@"):
+        path = Path(value[1:])
+        return read_text(path), str(path)
+    return value, None
+
+
+def _bounded(plan, source: str):
+    if len(plan) > MAX_PLAN_STEPS:
+        raise P2Error(f"{source}: {len(plan)} steps; at most {MAX_PLAN_STEPS} are checked")
+    return plan
+
+
+def plan_from_args(args: argparse.Namespace, h, num_devices: int):
+    """(steps on the system, DSL program or None) from ``--program``, ``--plan`` or ``--hlo``."""
+    from p2smt.model.dsl import lower_program, parse_explicit_plan, parse_program
+
+    hlo = getattr(args, "hlo", None)
+    if sum(bool(v) for v in (args.program, args.plan, hlo)) != 1:
+        raise P2Error("give exactly one of --program TEXT|@FILE or --plan FILE.json"
+                      + (" or --hlo FILE" if hasattr(args, "hlo") else ""))
+    if hlo:
+        return _bounded(hlo_plan(args, num_devices), args.hlo), None
+    if args.program:
+        text, source = read_arg_text(args.program)
+        program = parse_program(text, h, source)
+        _bounded(program.instructions, source or "--program")
+        return lower_program(h, program), program
+    path = Path(args.plan)
+    text = read_text(path)
+    try:
+        data = json.loads(text)
+    except json.JSONDecodeError as err:
+        raise P2Error(f"{path}:{err.lineno}:{err.colno}: malformed JSON: {err.msg}") from None
+    except (RecursionError, ValueError):
+        raise P2Error(f"{path}: JSON nested too deeply or a number too large") from None
+    if isinstance(data, list):
+        _bounded(data, str(path))
+    return _bounded(parse_explicit_plan(data, str(path), num_devices), str(path)), None
+
+
+def hlo_plan(args: argparse.Namespace, num_devices: int):
+    """The explicit plan of an HLO/StableHLO file, XLA ids mapped through --device-order (default: identity)."""
+    from p2smt.model.hlo import hlo_plan as plan_of
+    from p2smt.model.hlo import parse_module, read_device_order
+
+    text = read_text(Path(args.hlo))
+    order = read_device_order(args.device_order) if args.device_order else None
+    return plan_of(parse_module(text, args.hlo), num_devices, order)
+
+
+@dataclass(frozen=True)
+class PlanRequest:
+    """A plan to check or prove: its placement, goal groups, steps on the system and DSL program (or None)."""
+
+    placement: Placement
+    reduce: tuple[int, ...]
+    goal_groups: tuple[tuple[int, ...], ...]
+    steps: list[tuple[str, Any]]
+    program: Any
+
+    @property
+    def chunks(self) -> int:
+        return len(self.goal_groups[0])
+
+    def program_text(self) -> str | None:
+        return str(self.program) if self.program else None
+
+
+def plan_request(args: argparse.Namespace) -> PlanRequest:
+    """The request (one ``--matrix``) and the plan of ``--program``/``--plan`` of check and verify."""
+    _, placement, reduce, h = one_hierarchy(args)
+    plan, program = plan_from_args(args, h, placement.num_devices)
+    goal_groups = placement.reduction_groups(reduce)
+    return PlanRequest(placement, reduce, goal_groups, [(s.collective, s.groups) for s in plan], program)

@@ -1,0 +1,221 @@
+"""Shared option groups, declared once, and their reading into typed values (Request, EngineConfig)."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+from pathlib import Path
+from typing import Any
+
+from p2smt.errors import P2Error
+
+MAX_DEVICES = 1 << 16
+"""Devices of the largest system a command builds (the placement limit; larger grows memory unbounded)."""
+MAX_MATRIX_CHARS = 10_000
+MAX_NAME_CHARS = 4096
+
+ALGO_HELP = "ring | tree | nvls | auto"
+BYTES_HELP = "bytes per device (default: P²'s 2^29 × nodes float32)"
+
+
+class ArgumentParser(argparse.ArgumentParser):
+    """argparse that reports usage errors as one line with exit code 2."""
+
+    def error(self, message: str):  # type: ignore[override]
+        raise P2Error(f"{self.prog}: {message}")
+
+
+def int_list(text: str) -> tuple[int, ...]:
+    try:
+        values = tuple(int(v) for v in text.replace(" ", "").strip("[]()").split(",") if v != "")
+    except ValueError:
+        raise P2Error(f"expected comma-separated integers, got {text!r}") from None
+    if not values:
+        raise P2Error(f"expected comma-separated integers, got {text!r}")
+    return values
+
+
+def name_ints(items: list[str], flag: str = "--level", value: str = "SIZE") -> dict[str, int]:
+    """``NAME=INT`` options (``--level su=2``, ``--max-k z3=64``) as a dict."""
+    out = {}
+    for item in items:
+        name, _, size = item.partition("=")
+        try:
+            out[name.strip()] = int(size)
+        except ValueError:
+            raise P2Error(f"{flag} expects NAME={value}, got {item!r}") from None
+    return out
+
+
+def seconds(text: str) -> float:
+    """A positive, finite number of seconds (``--timeout``, ``--deadline``)."""
+    return _positive(text, "seconds")
+
+
+def byte_count(text: str) -> float:
+    """A positive, finite number of bytes (``--bytes``)."""
+    return _positive(text, "bytes")
+
+
+def _positive(text: str, unit: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number of {unit}, got {text[:40]!r}") from None
+    if not math.isfinite(value) or value <= 0:
+        raise argparse.ArgumentTypeError(f"expected a positive, finite number of {unit}, got {text[:40]!r}")
+    return value
+
+
+# ---------------------------------------------------------------- option groups
+
+
+def add_system(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--system", required=True, help="shipped system name or path to a YAML file")
+    p.add_argument("--nodes", type=int, help="re-instantiate the system with N nodes")
+    p.add_argument("--level", action="append", default=[], metavar="NAME=SIZE",
+                   help="resize a level, e.g. --level su=2 (repeatable)")
+
+
+def add_request(p: argparse.ArgumentParser, matrix_required: bool = False) -> None:
+    add_system(p)
+    p.add_argument("--axes", required=True, help="parallelism axes, e.g. 4,16")
+    p.add_argument("--reduce", required=True, help="reduction axes (indices), e.g. 0 or 0,2")
+    p.add_argument("--matrix", required=matrix_required, help="one parallelism matrix, e.g. '[[1,4],[4,4]]'")
+    p.add_argument("--hierarchy", default="d", choices=["a", "b", "c", "d"],
+                   help="synthesis hierarchy (docs/semantics.md)")
+    p.add_argument(
+        "--master-scope",
+        default="per-ancestor",
+        choices=["per-ancestor", "global"],
+        help="reading of Master(e'): one group per e' node (default) or only the first",
+    )
+
+
+def add_plan_input(p: argparse.ArgumentParser, hlo: bool = False) -> None:
+    p.add_argument("--program", help="DSL text or @FILE")
+    p.add_argument("--plan", help="JSON file: [{collective, replica_groups}, …] on physical device ids")
+    if hlo:
+        p.add_argument("--hlo", help="HLO text (compile().as_text()) or StableHLO (lower().as_text()) module")
+        p.add_argument("--device-order", help="JSON mesh device order for --hlo (placements --export jax-mesh "
+                                              "--json, or a list); XLA id i is system device order[i]")
+
+
+def add_search(p: argparse.ArgumentParser, max_len: int = 5) -> None:
+    p.add_argument("--engine", default="enumerative",
+                   help="enumerative | pieces (compressed state, any size) | z3 | z3-cegis")
+    p.add_argument("--max-len", type=int, default=max_len)
+
+
+def add_allow_noop(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--allow-noop", action="store_true", help="allow steps in which a group changes nothing")
+
+
+def add_algo(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--algo", default="ring", help=ALGO_HELP)
+
+
+def add_cost(p: argparse.ArgumentParser) -> None:
+    """``--algo`` and ``--bytes`` (per device) of the commands that rank programs."""
+    add_algo(p)
+    p.add_argument("--bytes", type=byte_count, help=BYTES_HELP)
+
+
+def add_json(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--json", action="store_true", help="machine-readable output")
+
+
+# ---------------------------------------------------------------- reading the options
+
+
+def system_of(args: argparse.Namespace, max_devices: int = MAX_DEVICES):
+    """The system of ``--system --nodes --level``, refused above ``max_devices`` devices."""
+    from p2smt.model.system import load_system
+
+    if len(args.system) > MAX_NAME_CHARS:
+        raise P2Error(f"--system {args.system!r} is not a system name or path (longer than {MAX_NAME_CHARS})")
+    if Path(args.system).is_dir():
+        raise P2Error(f"--system {args.system!r} is a directory, not a system YAML file")
+    return within_size(load_system(args.system, args.nodes, name_ints(args.level)), max_devices)
+
+
+def within_size(system, max_devices: int = MAX_DEVICES):
+    """``system`` itself, or a one-line refusal when it has more than ``max_devices`` devices."""
+    if system.num_devices > max_devices:
+        raise P2Error(f"{system.name} with {system.num_devices} devices is larger than this command handles "
+                      f"({max_devices}); lower --nodes or --level")
+    return system
+
+
+def matrix_of(text: str | None):
+    """``--matrix`` parsed, with one-line refusals of huge numbers and deep nesting."""
+    from p2smt.model.placement import parse_matrix
+
+    if not text:
+        return None
+    if len(text) > MAX_MATRIX_CHARS:
+        raise P2Error(f"--matrix is {len(text)} characters long (at most {MAX_MATRIX_CHARS})")
+    try:
+        return parse_matrix(text)
+    except (ValueError, RecursionError):
+        raise P2Error("--matrix: not a list of lists of small integers") from None
+
+
+def request_of(args: argparse.Namespace):
+    """The typed request of the shared request options (``--system … --master-scope``)."""
+    from p2smt.model.request import Request
+
+    system_of(args)
+    return Request(
+        args.system, int_list(args.axes), int_list(args.reduce),
+        matrix=matrix_of(args.matrix),
+        nodes=args.nodes, levels=tuple(name_ints(args.level).items()),
+        hierarchy=args.hierarchy, master_scope=args.master_scope,
+        require_progress=not getattr(args, "allow_noop", False),
+    )
+
+
+def one_hierarchy(args: argparse.Namespace):
+    """(system, placement, reduction axes, synthesis hierarchy) of a request with one ``--matrix``."""
+    from p2smt.model.hierarchy import synthesis_hierarchy
+
+    req = request_of(args)
+    system = req.load_system()
+    (placement,) = req.placements(system)
+    h = synthesis_hierarchy(placement, req.reduce, system.level_names, req.hierarchy, req.master_scope)
+    return system, placement, req.reduce, h
+
+
+def json_object_option(text: str | None, flag: str) -> dict[str, Any] | None:
+    """A JSON object given on the command line (``--encoding-options``), or None."""
+    if not text:
+        return None
+    try:
+        opts = json.loads(text)
+    except json.JSONDecodeError as err:
+        raise P2Error(f"{flag} is not JSON: {err.msg}") from None
+    if not isinstance(opts, dict):
+        raise P2Error(f"{flag} must be a JSON object")
+    return opts
+
+
+def timeout_ms(args: argparse.Namespace) -> int | None:
+    """``--timeout`` seconds as the engines' milliseconds (None: no limit)."""
+    timeout = getattr(args, "timeout", None)
+    return int(timeout * 1000) if timeout else None
+
+
+def engine_config(args: argparse.Namespace):
+    """The typed engine configuration of ``--engine --max-len --timeout --encoding … --prune``."""
+    from p2smt.synth.config import EngineConfig
+
+    return EngineConfig(
+        engine=getattr(args, "engine", "enumerative"),
+        max_len=args.max_len,
+        timeout_ms=timeout_ms(args),
+        encoding=getattr(args, "encoding", None),
+        encoding_options=json_object_option(getattr(args, "encoding_options", None), "--encoding-options"),
+        emit_smt2=getattr(args, "emit_smt2", None),
+        prune=getattr(args, "prune", "none"),
+    )

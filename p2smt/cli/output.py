@@ -1,0 +1,112 @@
+"""What the CLI prints and writes: exit codes, ``--json`` or rich output, files written whole or not at all."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import tempfile
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from enum import IntEnum
+from pathlib import Path
+from typing import Any
+
+from rich.console import Console
+
+from p2smt.errors import InternalError, P2Error
+
+
+class ExitCode(IntEnum):
+    """The process exit codes of every sub-command."""
+
+    OK = 0
+    FAIL = 1  # a wrong plan, an incomplete search, a failed run
+    BAD_INPUT = 2
+    INTERNAL = 3  # a broken invariant (e.g. an engine and the interpreter disagree)
+    UNKNOWN = 4  # a solver or time limit: neither proved nor refuted
+    INTERRUPTED = 130
+
+
+def console() -> Console:
+    """The stdout console of human output (at least 100 columns wide, no auto-highlighting)."""
+    return Console(highlight=False, width=max(100, Console().width))
+
+
+def emit(args: argparse.Namespace, payload: dict[str, Any], render: Callable[[Console], None]) -> None:
+    """Print ``payload`` as strict JSON (never NaN/Infinity) under ``--json``, else ``render`` it for people."""
+    if getattr(args, "json", False):
+        try:
+            text = json.dumps(payload, indent=2, allow_nan=False)
+        except ValueError as err:
+            raise InternalError(f"a non-finite number in the JSON output: {err}") from None
+        print(text)
+    else:
+        render(console())
+
+
+def _parent_folder(path: Path, flag: str) -> Path:
+    parent = path.parent if str(path.parent) else Path(".")
+    if not parent.is_dir():
+        raise P2Error(f"{flag} {str(path)!r}: folder {str(parent)!r} does not exist")
+    return parent
+
+
+def _scratch(out: Path, flag: str) -> str:
+    """A new empty file beside ``out`` (proves the folder is writable), or a one-line refusal."""
+    if out.is_dir():
+        raise P2Error(f"{flag} {str(out)!r} is a directory")
+    parent = _parent_folder(out, flag)
+    try:
+        fd, tmp = tempfile.mkstemp(prefix=f".{out.name[:40]}.", suffix=out.suffix, dir=parent)
+    except OSError as err:
+        raise P2Error(f"{flag} {str(out)!r}: cannot write there: {err.strerror}") from None
+    os.close(fd)
+    return tmp
+
+
+def writable_file(path: str | Path, flag: str) -> Path:
+    """``path`` checked up front for a file another module writes: not a folder, in a writable folder."""
+    os.unlink(_scratch(Path(path), flag))
+    return Path(path)
+
+
+@contextmanager
+def output_file(path: str | Path, flag: str) -> Iterator[Path]:
+    """A temporary path beside ``path`` to write; moved onto ``path`` only when the block succeeds."""
+    out = Path(path)
+    tmp = _scratch(out, flag)
+    try:
+        yield Path(tmp)
+        os.replace(tmp, out)
+    except OSError as err:
+        raise P2Error(f"{flag} {str(out)!r}: cannot write: {err.strerror}") from None
+    finally:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+
+
+def write_text(path: str | Path, text: str, flag: str) -> Path:
+    """Write ``text`` to ``path`` whole (or leave no file), refusing folders and missing parents."""
+    with output_file(path, flag) as tmp:
+        tmp.write_text(text, encoding="utf-8")
+    return Path(path)
+
+
+def folder_path(path: str | Path, flag: str) -> Path:
+    """``path`` checked up front as a folder to fill: a folder or missing in an existing folder."""
+    out = Path(path)
+    if out.exists() and not out.is_dir():
+        raise P2Error(f"{flag} {str(out)!r} exists and is not a folder")
+    _parent_folder(out, flag)
+    return out
+
+
+def output_folder(path: str | Path, flag: str) -> Path:
+    """``path`` as a folder to fill: created if missing (its parent must exist), refused if it is a file."""
+    out = folder_path(path, flag)
+    try:
+        out.mkdir(exist_ok=True)
+    except OSError as err:
+        raise P2Error(f"{flag} {str(out)!r}: cannot create the folder: {err.strerror}") from None
+    return out

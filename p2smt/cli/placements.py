@@ -1,0 +1,83 @@
+"""``p2smt placements``: the parallelism matrices of axes on a system, or one matrix's device order."""
+
+from __future__ import annotations
+
+import argparse
+
+from rich.console import Console
+from rich.table import Table
+
+from p2smt.cli.options import add_json, add_system, int_list, matrix_of, system_of
+from p2smt.cli.output import ExitCode, emit
+from p2smt.errors import P2Error
+
+
+def register(sub) -> None:
+    p = sub.add_parser("placements", help="enumerate the parallelism matrices of axes on a system")
+    add_system(p)
+    p.add_argument("--axes", required=True)
+    p.add_argument("--matrix")
+    p.add_argument("--export", choices=["jax-mesh", "torch-mesh"],
+                   help="print the device order (jax-mesh) or rank tensor (torch-mesh) realizing --matrix")
+    p.add_argument("--axis-names", help="torch-mesh: comma-separated mesh dim names (default axis0,axis1,…)")
+    add_json(p)
+    p.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    from p2smt.model.placement import Placement, matrices
+
+    system = system_of(args)
+    axes = int_list(args.axes)
+    if args.export == "jax-mesh":
+        if not args.matrix:
+            raise P2Error("--export jax-mesh needs --matrix")
+        placement = Placement(system.sizes, axes, matrix_of(args.matrix))
+        order = list(placement.mesh_order())
+        payload = {"matrix": [list(r) for r in placement.matrix], "axes": list(axes), "device_order": order}
+        emit(args, payload, lambda c: c.print(
+            f"# Mesh(np.array(jax.devices())[{order}].reshape({tuple(axes)}), axis_names)"))
+        return ExitCode.OK
+    if args.export == "torch-mesh":
+        return export_torch_mesh(args, system, axes)
+    found = matrices(system.sizes, axes)
+    payload = {
+        "system": system.name,
+        "levels": [[lv.name, lv.size] for lv in system.levels],
+        "axes": list(axes),
+        "matrices": [[list(r) for r in m] for m in found],
+    }
+
+    def render(c: Console) -> None:
+        t = Table(title=f"{len(found)} placements of axes {list(axes)} on {system.name}")
+        t.add_column("#", justify="right")
+        for lv in system.levels:
+            t.add_column(f"{lv.name} ({lv.size})", justify="center")
+        for n, m in enumerate(found):
+            t.add_row(str(n), *(" × ".join(str(m[i][j]) for i in range(len(axes)))
+                                for j in range(len(system.levels))))
+        c.print(t)
+        c.print("each cell: parts of axis 0 × axis 1 × … at that level")
+
+    emit(args, payload, render)
+    return ExitCode.OK
+
+
+def export_torch_mesh(args: argparse.Namespace, system, axes: tuple[int, ...]) -> int:
+    """The rank tensor and dim names that ``DeviceMesh(device_type, mesh=…, mesh_dim_names=…)`` needs."""
+    import numpy as np
+
+    from p2smt.model.placement import Placement
+
+    if not args.matrix:
+        raise P2Error("--export torch-mesh needs --matrix")
+    placement = Placement(system.sizes, axes, matrix_of(args.matrix))
+    names = args.axis_names.split(",") if args.axis_names else [f"axis{i}" for i in range(len(axes))]
+    if len(names) != len(axes) or not all(n.isidentifier() for n in names) or len(set(names)) != len(names):
+        raise P2Error(f"--axis-names needs {len(axes)} distinct identifiers, got {args.axis_names!r}")
+    mesh = np.array(placement.mesh_order()).reshape(axes).tolist()
+    payload = {"matrix": [list(r) for r in placement.matrix], "axes": list(axes), "mesh_dim_names": names,
+               "mesh": mesh}
+    emit(args, payload, lambda c: c.print(
+        f"DeviceMesh('cpu', mesh=torch.tensor({mesh}), mesh_dim_names={tuple(names)})"))
+    return ExitCode.OK

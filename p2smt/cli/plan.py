@@ -1,0 +1,95 @@
+"""``p2smt plan``: rank placements for a whole model's communication profile; optional chart and export."""
+
+from __future__ import annotations
+
+import argparse
+import json
+from contextlib import nullcontext
+from pathlib import Path
+from typing import Any
+
+from rich.console import Console
+
+from p2smt.cli.bounded import add_bounds, report_expired, run_bounded
+from p2smt.cli.options import add_algo, add_json, add_search, add_system, engine_config, system_of
+from p2smt.cli.output import ExitCode, emit, folder_path, output_file, output_folder, write_text
+
+
+def register(sub) -> None:
+    p = sub.add_parser("plan", help="rank placements for a whole model's communication profile")
+    p.add_argument("--profile", required=True, help="shipped profile name or path to a YAML file")
+    add_system(p)
+    add_algo(p)
+    add_search(p)
+    p.add_argument("--png", help="write a stacked-bar chart of per-placement time")
+    p.add_argument("--export-dir", help="write the best placement's mesh order and lowered programs here")
+    add_bounds(p)
+    add_json(p)
+    p.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    from p2smt.cost.plan import plan, plot_plan, render_plan
+    from p2smt.model.profile import load_profile
+
+    profile = load_profile(args.profile)
+    system = system_of(args)
+    png = output_file(args.png, "--png") if args.png else nullcontext()
+    export = folder_path(args.export_dir, "--export-dir") if args.export_dir else None
+    config = engine_config(args)
+    bounded = run_bounded(args, "plan: synthesizing and ranking",
+                          lambda report: plan(profile, system, algo=args.algo, config=config))
+    if bounded.expired:
+        return report_expired(args, bounded, "reports")
+    report = bounded.result
+    with png as tmp:
+        if tmp is not None:
+            plot_plan(report, tmp)
+    if export is not None:
+        report["exported"] = export_plan(report, profile, system, output_folder(export, "--export-dir"))
+
+    def render(c: Console) -> None:
+        c.print(render_plan(report))
+        best, worst = report["best"], report["worst"]
+        c.print(
+            f"best {best['matrix']} {best['total_seconds']:.4g} s per step; median "
+            f"{report['median_seconds']:.4g} s; worst {worst['matrix']} {worst['total_seconds']:.4g} s"
+        )
+        if args.png:
+            c.print(f"chart: {args.png}")
+
+    emit(args, report, render)
+    return ExitCode.OK
+
+
+def export_plan(report: dict[str, Any], profile, system, out: Path) -> list[str]:
+    """Write the best placement's JAX mesh order and, per reduction, its program lowered to JAX and torch."""
+    from p2smt.lower import lower_module, placement_target
+    from p2smt.model.dsl import lower_program, parse_program
+    from p2smt.model.hierarchy import synthesis_hierarchy
+    from p2smt.model.placement import Placement
+
+    best = report["best"]
+    axes = tuple(report["axes"].values())
+    placement = Placement(system.sizes, axes, tuple(tuple(r) for r in best["matrix"]))
+    written = []
+    mesh = out / "mesh.json"
+    write_text(mesh, json.dumps({
+        "axis_names": list(report["axes"]), "axes": list(axes), "matrix": best["matrix"],
+        "device_order": list(placement.mesh_order()),
+    }, indent=2) + "\n", "--export-dir")
+    written.append(str(mesh))
+    for comm in best["communications"]:
+        if comm["program"] is None:
+            continue
+        spec = next(c for c in profile.communication if c.name == comm["name"])
+        red = tuple(sorted(profile.axis_index(a) for a in spec.axes))
+        h = synthesis_hierarchy(placement, red, system.level_names)
+        program = parse_program(comm["program"], h)
+        target = placement_target(placement, red, system.level_names, list(report["axes"]), system.name)
+        labels = [str(i) for i in program.instructions]
+        for backend in ("jax", "torch"):
+            path = out / f"{comm['name']}_{backend}.py"
+            write_text(path, lower_module(backend, lower_program(h, program), target, labels), "--export-dir")
+            written.append(str(path))
+    return written

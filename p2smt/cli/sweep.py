@@ -1,0 +1,43 @@
+"""``p2smt sweep``: P²'s evaluation grid (``--paper``) or a grid file, resumable, on dask."""
+
+from __future__ import annotations
+
+import argparse
+
+from p2smt.cli.options import add_json, add_search, seconds
+from p2smt.cli.output import ExitCode, emit, folder_path, writable_file
+from p2smt.errors import P2Error
+
+
+def register(sub) -> None:
+    p = sub.add_parser("sweep", help="the P² evaluation grid (--paper) or a grid file, resumable, on dask")
+    p.add_argument("--paper", action="store_true", help="run the P² paper's grid: synthesis + ranking")
+    p.add_argument("--grid", help="grid YAML file or shipped grid name")
+    p.add_argument("--out", help="--paper: output folder (p2-sweep); --grid: JSONL file (sweep.jsonl)")
+    add_search(p)
+    p.add_argument("--no-plots", action="store_true")
+    p.add_argument("--scheduler", help="dask.distributed scheduler address (default: local cores)")
+    p.add_argument("--workers", type=int, help="local workers / tasks in flight")
+    p.add_argument("--timeout", type=seconds, help="per-task seconds")
+    add_json(p)
+    p.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    if bool(args.paper) == bool(args.grid):
+        raise P2Error("give exactly one of --paper or --grid FILE")
+    if args.paper:
+        from p2smt.runs.paper import paper_sweep, render_sweep
+
+        folder_path(args.out or "p2-sweep", "--out")
+        summary = paper_sweep(args.out or "p2-sweep", engine=args.engine, plots=not args.no_plots,
+                              max_len=args.max_len)
+        emit(args, {k: v for k, v in summary.items() if k != "rows"} | {"out": args.out or "p2-sweep"},
+             lambda c: c.print(render_sweep(summary)))
+        return ExitCode.OK
+    from p2smt.runs.gridsweep import sweep
+
+    summary = sweep(args.grid, writable_file(args.out or "sweep.jsonl", "--out"), scheduler=args.scheduler,
+                    workers=args.workers, timeout_s=args.timeout, progress=not args.json)
+    emit(args, summary.to_json(), lambda c: c.print(summary.to_json()))
+    return ExitCode.OK if summary.finished == summary.submitted else ExitCode.FAIL

@@ -1,0 +1,281 @@
+"""CLI exit codes of every sub-command, the wall-clock ``--deadline``, and hostile input refused cleanly.
+
+Every refusal is one ``p2smt: error:`` line on stderr, exit 2, nothing on stdout and no file left behind.
+Time limits are exercised with a plug-in encoding that sleeps far longer than the deadline.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+DATA = Path(__file__).parent / "data"
+A100 = ["--system", "a100-4x16", "--axes", "4,16", "--reduce", "1", "--matrix", "[[1,4],[4,4]]"]
+RS_AR_AG = "(node, InsideGroup, ReduceScatter); (node, Parallel(root), AllReduce); (node, InsideGroup, AllGather)"
+RS_AG = "(node, InsideGroup, ReduceScatter); (node, InsideGroup, AllGather)"
+SLEEPY = '''
+import time
+from p2smt.smt.registry import load_encoding
+
+BASE = load_encoding("bool-matrix")
+
+
+def make(problem, max_len, options):
+    """bool-matrix after a long sleep: a run that cannot finish before any test deadline."""
+    time.sleep(600)
+    return BASE.create(problem, max_len, options)
+
+
+ENCODING = BASE.__class__("sleepy", "sleeps, then bool-matrix", BASE.options, make)
+'''
+
+
+def refused(rc: int, out: str, err: str, fragment: str = "") -> bool:
+    lines = err.splitlines()
+    return (rc == 2 and out == "" and len(lines) == 1 and lines[0].startswith("p2smt: error: ")
+            and "Traceback" not in err and fragment in lines[0])
+
+
+@pytest.fixture
+def sleepy(tmp_path, monkeypatch):
+    folder = tmp_path / "enc"
+    folder.mkdir()
+    (folder / "sleepy.py").write_text(SLEEPY)
+    monkeypatch.setenv("P2SMT_ENCODINGS_PATH", str(folder))
+    return folder
+
+
+# ---------------------------------------------------------------- exit codes of every sub-command
+
+
+def test_verify_exit_codes(run_cli):
+    rc, out, _ = run_cli("verify", *A100, "--program", RS_AR_AG, "--json")
+    assert rc == 0 and json.loads(out)["status"] == "proved"
+    rc, out, _ = run_cli("verify", *A100, "--program", RS_AG, "--json")
+    assert rc == 1 and json.loads(out)["status"] == "counterexample"
+
+
+def test_verify_deadline_is_unknown_exit_4(run_cli, sleepy):
+    rc, out, err = run_cli("verify", *A100, "--program", RS_AR_AG, "--encoding", "sleepy", "--deadline", "1",
+                           "--json")
+    payload = json.loads(out)
+    assert rc == 4 and err == ""
+    assert payload["status"] == "unknown" and "deadline of 1 s" in payload["message"] and payload["steps"] == 3
+
+
+def test_best_unknown_at_deadline_exit_4(run_cli, sleepy):
+    rc, out, _ = run_cli("best", *A100, "--encoding", "sleepy", "--deadline", "1", "--max-len", "3")
+    assert rc == 4 and "UNKNOWN" in out and "deadline" in out
+
+
+def test_synth_deadline_keeps_what_was_found(run_cli, sleepy):
+    rc, out, _ = run_cli("synth", "--system", "a100-4x16", "--axes", "4,16", "--reduce", "1", "--engine", "z3",
+                         "--encoding", "sleepy", "--max-len", "3", "--deadline", "1", "--json")
+    payload = json.loads(out)
+    assert rc == 4 and payload["status"] == "unknown" and payload["matrices"] == []
+    rc, out, _ = run_cli("synth", "--system", "a100-4x16", "--axes", "4,16", "--reduce", "1", "--max-len", "3",
+                         "--deadline", "120", "--json")
+    assert rc == 0 and json.loads(out)["total_programs"] > 0
+
+
+def test_synth_human_output_ends_with_next_steps_and_legend(run_cli):
+    rc, out, _ = run_cli("synth", "--system", "v100-2x8", "--axes", "2,8", "--reduce", "0", "--max-len", "2")
+    assert rc == 0
+    tail = " ".join(out.split()[-60:])
+    assert "p2smt rank --system v100-2x8" in tail and "p2smt best" in tail
+    assert "rows = parallelism axes, columns = system levels" in " ".join(out.split())
+
+
+def test_rank_deadline_ranks_the_placements_found(run_cli, monkeypatch):
+    from dataclasses import replace
+
+    from p2smt.synth import driver
+
+    rc, out, _ = run_cli("rank", "--system", "v100-2x8", "--axes", "2,8", "--reduce", "0", "--top", "1", "--json")
+    assert rc == 0 and json.loads(out)["best"]["program"] and "status" not in json.loads(out)
+    real = driver.synthesize
+
+    def first_then_hang(req, config, *, on_matrix=None):
+        found = real(replace(req, matrix=((1, 2), (2, 4))), config)
+        on_matrix(found.matrices[0])
+        __import__("time").sleep(600)
+
+    monkeypatch.setattr(driver, "synthesize", first_then_hang)
+    rc, out, _ = run_cli("rank", "--system", "v100-2x8", "--axes", "2,8", "--reduce", "0", "--deadline", "2",
+                         "--json")
+    payload = json.loads(out)
+    assert rc == 4 and payload["status"] == "unknown" and "1 placements done" in payload["message"]
+    assert [m["matrix"] for m in payload["matrices"]] == [[[1, 2], [2, 4]]]
+
+
+def test_plan_deadline_is_unknown(run_cli, monkeypatch):
+    from p2smt.cost import plan as plan_module
+
+    monkeypatch.setattr(plan_module, "plan", lambda *a, **k: __import__("time").sleep(600))
+    rc, out, _ = run_cli("plan", "--profile", "resnet50-dp", "--system", "v100-2x8", "--deadline", "1", "--json")
+    assert rc == 4 and json.loads(out)["status"] == "unknown"
+
+
+def test_cost_lower_encodings_draw(run_cli, tmp_path):
+    rc, out, _ = run_cli("cost", "--system", "dgx-a100", "--collective", "allreduce", "--bytes", "1e6", "--json")
+    assert rc == 0 and json.loads(out)["seconds"] > 0
+    target = tmp_path / "m.py"
+    rc, _, err = run_cli("lower", "--backend", "jax", *A100, "--program", RS_AR_AG, "--out", target)
+    assert rc == 0 and "wrote" in err and "def " in target.read_text()
+    rc, out, _ = run_cli("encodings", "--json")
+    assert rc == 0 and "bool-matrix" in {e["name"] for e in json.loads(out)["encodings"]}
+    png = tmp_path / "v.png"
+    rc, out, _ = run_cli("draw", "--system", "v100-2x8", "--out", png)
+    assert rc == 0 and png.read_bytes()[:4] == b"\x89PNG" and [p.name for p in tmp_path.iterdir()] == ["m.py",
+                                                                                                     "v.png"]
+
+
+def test_run_without_backend_says_what_to_install(run_cli, monkeypatch):
+    import importlib.util
+
+    real = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "torch" else real(name, *a))
+    rc, out, err = run_cli("run", "--backend", "torch", *A100, "--program", RS_AR_AG)
+    assert refused(rc, out, err, "pip install torch")
+
+
+def test_sweep_needs_one_mode(run_cli):
+    assert refused(*run_cli("sweep"), "exactly one of --paper or --grid")
+
+
+def test_experiment_unsound_is_exit_3(run_cli, tmp_path):
+    folder = tmp_path / "enc"
+    folder.mkdir()
+    (folder / "liar.py").write_text('''
+import z3
+from p2smt.smt.base import ACCEPTED, Encoding, EncodingOptions, EncodingSpec
+
+
+class Liar(Encoding):
+    """Every one-step program, valid or not."""
+
+    def declare(self, solver):
+        self.c = z3.Int("c", self.context)
+        solver.add(0 <= self.c, self.c < len(self.problem.candidates))
+
+    def length_assumptions(self, length):
+        return [] if length == 1 else [z3.BoolVal(False, self.context)]
+
+    def decode(self, model):
+        return (model.eval(self.c).as_long(),)
+
+    def blocking_clause(self, program):
+        return self.c != program[0]
+
+
+ENCODING = EncodingSpec("liar", "accepts anything", EncodingOptions, lambda p, n, o: Liar(p, n))
+''')
+    cfg = tmp_path / "one.yaml"
+    cfg.write_text("max_len: 1\nconfigs:\n  - levels: [2]\n")
+    rc, _, _ = run_cli("experiment", "--encodings", "liar", "--configs", cfg, "--out", tmp_path / "r.jsonl",
+                       "--encodings-dir", folder, "--timeout", "60", "--json")
+    assert rc == 3
+
+
+# ---------------------------------------------------------------- hostile input: one line, exit 2, no file
+
+
+SIZE_LIMITS = [
+    ["cost", "--system", "dgx-a100", "--nodes", "100000", "--collective", "allreduce", "--bytes", "1e6"],
+    ["cost", "--system", "dgx-a100", "--level", "node=1000000000", "--collective", "allreduce", "--bytes", "1"],
+    ["draw", "--system", "dgx-a100", "--nodes", "1000000"],
+    ["draw", "--system", "dgx-a100", "--nodes", "1000"],
+    ["placements", "--system", "dgx-a100", "--nodes", "100000", "--axes", "8"],
+    ["rank", "--system", "dgx-a100", "--nodes", "100000", "--axes", "800000", "--reduce", "0"],
+]
+
+
+@pytest.mark.parametrize("argv", SIZE_LIMITS, ids=lambda a: " ".join(a[:5]))
+def test_size_limits(run_cli, argv, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    assert refused(*run_cli(*argv), "larger than this command handles")
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_program_and_plan_size_limits(run_cli, tmp_path):
+    assert refused(*run_cli("check", *A100, "--program", "@/dev/zero"), "larger than 4 MB")
+    long_program = tmp_path / "long.p2"
+    long_program.write_text("; ".join(["(root, InsideGroup, AllReduce)"] * 5000))
+    assert refused(*run_cli("verify", *A100, "--program", f"@{long_program}"), "at most 4096")
+    plan = tmp_path / "plan.json"
+    plan.write_text(json.dumps([{"collective": "AllReduce", "replica_groups": [[0, 1]]}] * 5000))
+    assert refused(*run_cli("check", *A100, "--plan", plan), "plan.json: 5000 steps")
+    deep = tmp_path / "deep.json"
+    deep.write_text("[" * 100_000 + "]" * 100_000)
+    assert refused(*run_cli("check", *A100, "--plan", deep), "nested too deeply")
+
+
+@pytest.mark.parametrize("matrix", ["[[" + "9" * 5000 + "]]", "[" * 100_000 + "]" * 100_000,
+                                    "[[1, 4], [4, " + "4" * 4500 + "]]"])
+def test_hostile_matrix(run_cli, matrix):
+    assert refused(*run_cli("synth", "--system", "a100-4x16", "--axes", "4,16", "--reduce", "1", "--matrix", matrix))
+
+
+@pytest.mark.parametrize("argv", [
+    ["cost", "--system", "dgx-a100", "--collective", "allreduce", "--bytes", "nan"],
+    ["cost", "--system", "dgx-a100", "--collective", "allreduce", "--bytes", "inf"],
+    ["cost", "--system", "dgx-a100", "--collective", "allreduce", "--bytes", "-1"],
+    ["rank", "--system", "v100-2x8", "--axes", "16", "--reduce", "0", "--bytes", "nan"],
+    ["best", "--system", "v100-2x8", "--axes", "16", "--reduce", "0", "--bytes", "inf"],
+    ["synth", "--system", "v100-2x8", "--axes", "16", "--reduce", "0", "--engine", "z3", "--timeout", "nan"],
+    ["synth", "--system", "v100-2x8", "--axes", "16", "--reduce", "0", "--engine", "z3", "--timeout", "inf"],
+    ["verify", *A100, "--program", RS_AG, "--timeout", "-1"],
+    ["verify", *A100, "--program", RS_AG, "--deadline", "nan"],
+], ids=lambda a: " ".join(a[-2:]))
+def test_non_finite_numbers(run_cli, argv):
+    rc, out, err = run_cli(*argv)
+    assert refused(rc, out, err, "positive, finite number")
+
+
+@pytest.mark.parametrize("make", ["missing-folder", "directory", "file-as-folder", "proc"])
+@pytest.mark.parametrize("command", ["draw", "lower", "plan-png", "plan-export", "sweep"])
+def test_output_paths(run_cli, tmp_path, make, command):
+    blocker = tmp_path / "a-file"
+    blocker.write_text("not a folder")
+    target = {"missing-folder": tmp_path / "no" / "such" / "out.png", "directory": tmp_path,
+              "file-as-folder": blocker / "out.png", "proc": Path("/proc/p2smt-out.png")}[make]
+    if command == "plan-export" and make == "directory":
+        target = blocker
+    argv = {
+        "draw": ["draw", "--system", "v100-2x8", "--out", target],
+        "lower": ["lower", "--backend", "jax", *A100, "--program", RS_AR_AG, "--out", target],
+        "plan-png": ["plan", "--profile", "resnet50-dp", "--system", "v100-2x8", "--png", target],
+        "plan-export": ["plan", "--profile", "resnet50-dp", "--system", "v100-2x8", "--export-dir", target],
+        "sweep": ["sweep", "--grid", "small", "--out", target],
+    }[command]
+    before = sorted(tmp_path.iterdir())
+    assert refused(*run_cli(*argv))
+    assert sorted(tmp_path.iterdir()) == before
+
+
+def test_messages(run_cli, tmp_path):
+    assert refused(*run_cli("placements", "--system", tmp_path, "--axes", "2"), "is a directory")
+    rc, out, err = run_cli("placements", "--system", "x" * 1_000_000, "--axes", "2")
+    assert refused(rc, out, err, "characters left out") and len(err) < 1000
+
+
+def test_broken_pipe_exits_quietly():
+    proc = subprocess.run(
+        f"{sys.executable} -m p2smt synth --system a100-4x16 --axes 4,16 --reduce 1 --json | head -c 10",
+        check=False, shell=True, capture_output=True, text=True, timeout=300)
+    assert proc.stdout == '{\n  "statu' and proc.stderr == ""
+
+
+def test_json_never_contains_non_finite_numbers(run_cli):
+    from p2smt.cli.output import emit
+    from p2smt.errors import InternalError
+
+    class Args:
+        json = True
+
+    with pytest.raises(InternalError):
+        emit(Args(), {"x": float("nan")}, lambda c: None)
