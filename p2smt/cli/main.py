@@ -497,12 +497,12 @@ def cmd_sweep(args: argparse.Namespace) -> int:
         emit(args, {k: v for k, v in summary.items() if k != "rows"} | {"out": args.out or "p2-sweep"},
              lambda c: c.print(render_sweep(summary)))
         return EXIT_OK
-    from p2smt.runs.gridsweep import sweep
+    from p2smt.runs.gridsweep import render_summary, sweep
 
     summary = sweep(args.grid, Path(args.out or "sweep.jsonl"), scheduler=args.scheduler,
                     workers=args.workers, timeout_s=args.timeout, progress=not args.json)
-    emit(args, summary.to_json(), lambda c: c.print(summary.to_json()))
-    return EXIT_OK if summary.finished == summary.submitted else EXIT_FAIL
+    emit(args, summary.to_json(), lambda c: c.print(render_summary(summary)))
+    return EXIT_OK if summary.succeeded else EXIT_FAIL
 
 
 def cmd_verify(args: argparse.Namespace) -> int:
