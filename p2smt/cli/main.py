@@ -584,7 +584,8 @@ def cmd_encodings(args: argparse.Namespace) -> int:
 
 def cmd_experiment(args: argparse.Namespace) -> int:
     """Run encoding variants over a configuration set; JSONL lines, a summary table, an optional PNG."""
-    from p2smt.runs.experiment import experiment, render_summary
+    from p2smt.runs.experiment import experiment
+    from p2smt.runs.expreport import render_summary
 
     max_k = {}
     for item in args.max_k:
@@ -610,7 +611,7 @@ def cmd_experiment(args: argparse.Namespace) -> int:
 
     def render(c: Console) -> None:
         title = (f"{summary['configs']}: {summary['points']} configurations × "
-                 f"{summary['repeat']} repetitions ({summary['seconds']:.1f} s)")
+                 f"{summary['repeat']} repetitions ({summary['stats']['seconds']:.1f} s)")
         for part in render_summary(summary, title):
             c.print(part)
         c.print(f"results: {summary['out']}" + (f"; plot: {summary['png']}" if summary.get("png") else ""))
