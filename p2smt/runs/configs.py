@@ -151,7 +151,7 @@ def _dedupe(items: Iterable[tuple[str, dict[str, Any], int]]) -> list[Point]:
 
 
 def paper_grid_points(max_len: int = 5) -> list[Point]:
-    """The distinct synthesis problems of P2.md §7's grid, labelled by their first request and matrix."""
+    """The distinct synthesis problems of P²'s evaluation grid, labelled by their first request and matrix."""
     from p2smt.runs.grid import paper_grid
 
     items = []
