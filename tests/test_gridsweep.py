@@ -204,6 +204,10 @@ def test_task_failure_is_an_error_line_not_an_exception():
     ("systems: [a100-2x16]\naxes: [[2, 16]]\nreductions: [[0]]\nnodes: [0]\n", "field nodes.0"),
     ("systems: [a100-2x16]\naxes: [[2, 16]]\nreductions: [[0]]\ntimeout_s: 0\n", "field timeout_s"),
     ("systems: [a100-2x16]\naxes: [[2, 16]]\nreductions: [[0]]\ncolour: red\n", "field colour"),
+    ("grids:\n  - systems: [a100-2x16]\n    axes: [[2, 0]]\n    reductions: [[0]]\n", "field grids.0.axes.0.1"),
+    ("axes: [[2, 16]]\nreductions: [[0]]\ngrids:\n  - systems: [nosuch]\n", "field grids.0.systems.0"),
+    ("systems: [a100-2x16]\naxes: [[2, 16]]\nreductions: [[0]]\nencoding: bitvec\n", "only with --engine z3"),
+    ("systems: [a100-2x16]\naxes: [[2, 16]]\nreductions: [[0]]\nengine: z3\nencoding: nope\n", "nope"),
     ("- just\n- a list\n", "must be a mapping"),
     ("systems: [a100-2x16\n", "malformed YAML"),
 ])
