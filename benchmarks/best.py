@@ -17,11 +17,12 @@ from __future__ import annotations
 
 import argparse
 import json
-import subprocess
 import sys
 import time
+from pathlib import Path
 
 from p2smt.model.request import Request
+from p2smt.runs.child import OutcomeStatus, run_in_child
 from p2smt.runs.machine import describe_machine, machine_info
 from p2smt.synth.config import EngineConfig
 
@@ -32,20 +33,27 @@ CASES = {
 }
 
 
-def run_point(spec: dict) -> dict:
-    """One side of one point, in this process: {"seconds", "status", "best", ...}."""
-    from p2smt.model.system import load_system
+def point_spec(case: str, side: str, max_len: int, top: int, engine: str) -> dict:
+    """One side of one point as JSON: the case's request and the engine configuration."""
+    c = CASES[case]
+    matrix = tuple(tuple(r) for r in c["matrix"]) if c["matrix"] else None
+    request = Request(c["system"], tuple(c["axes"]), tuple(c["reduce"]), matrix=matrix)
+    config = EngineConfig(engine=engine, max_len=max_len)
+    return {"request": request.to_json(), "config": config.to_json(), "side": side, "top": top}
 
-    case = CASES[spec["case"]]
-    system = load_system(case["system"])
-    axes, reduce = tuple(case["axes"]), tuple(case["reduce"])
-    matrix = tuple(tuple(r) for r in case["matrix"]) if case["matrix"] else None
+
+def run_point(spec: dict) -> dict:
+    """One side of one point, in this process (the child): {"seconds", "status", "best", ...}."""
+    request = Request.from_json(spec["request"])
+    config = EngineConfig.from_json(spec["config"])
+    system = request.load_system()
     start = time.perf_counter()
     if spec["side"] == "rank":
         from p2smt.cost.rank import rank_result
         from p2smt.synth.driver import synthesize
 
-        result = synthesize(Request.for_system(system, axes, reduce, matrix=matrix), EngineConfig(engine=spec["engine"], max_len=spec["max_len"]))
+        result = synthesize(Request.for_system(system, request.axes, request.reduce, matrix=request.matrix),
+                            config)
         synth_seconds = time.perf_counter() - start
         report = rank_result(system, result, top=spec["top"])
         return {"seconds": time.perf_counter() - start, "synth_seconds": synth_seconds,
@@ -53,7 +61,8 @@ def run_point(spec: dict) -> dict:
                 "top": [m["programs"] for m in report["matrices"]]}
     from p2smt.cost.best import best
 
-    found = best(system, axes, reduce, matrix=matrix, max_len=spec["max_len"], top=spec["top"])
+    found = best(system, request.axes, request.reduce, matrix=request.matrix, max_len=config.max_len,
+                 top=spec["top"])
     report = found.to_json()
     calls = sum(m.stats.get("solver_calls", 0) for m in found.matrices)
     clauses = sum(m.stats.get("cost_clauses", 0) for m in found.matrices)
@@ -62,16 +71,13 @@ def run_point(spec: dict) -> dict:
 
 
 def measure(spec: dict, limit: float) -> dict:
-    """Run a point in a child process; {"timeout": limit} when it does not finish in time."""
-    start = time.perf_counter()
-    try:
-        done = subprocess.run([sys.executable, __file__, "--point", json.dumps(spec)], check=False, capture_output=True,
-                              text=True, timeout=limit)
-    except subprocess.TimeoutExpired:
-        return {"timeout": limit, "seconds": time.perf_counter() - start}
-    if done.returncode != 0:
-        return {"error": done.stderr.strip().splitlines()[-1] if done.stderr.strip() else f"exit {done.returncode}"}
-    return json.loads(done.stdout.strip().splitlines()[-1])
+    """Run a point in a fresh child process (``runs.child``); {"timeout": limit} when it does not finish."""
+    outcome = run_in_child(f"{Path(__file__).resolve()}:run_point", [spec], limit_s=limit)
+    if outcome.status == OutcomeStatus.OK:
+        return outcome.value
+    if outcome.status == OutcomeStatus.TIMEOUT:
+        return {"timeout": limit, "seconds": outcome.seconds}
+    return {"error": outcome.error}
 
 
 def show(side: dict) -> str:
@@ -90,11 +96,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--top", type=int, default=1)
     parser.add_argument("--engine", default="pieces", help="engine of the enumerate-then-rank side")
     parser.add_argument("--json", help="also write the rows here")
-    parser.add_argument("--point", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
-    if args.point:
-        print(json.dumps(run_point(json.loads(args.point))))
-        return 0
     info = machine_info()
     print(f"machine: {describe_machine(info)}")
     print(f"per-side wall limit {args.limit:.0f} s, top {args.top}, enumerating engine {args.engine}")
@@ -104,9 +106,8 @@ def main(argv: list[str] | None = None) -> int:
     rows = []
     for case in args.cases.split(","):
         for length in [int(v) for v in args.lengths.split(",")]:
-            spec = {"case": case, "max_len": length, "top": args.top, "engine": args.engine}
-            ranked = measure({**spec, "side": "rank"}, args.limit)
-            found = measure({**spec, "side": "best"}, args.limit)
+            ranked = measure(point_spec(case, "rank", length, args.top, args.engine), args.limit)
+            found = measure(point_spec(case, "best", length, args.top, args.engine), args.limit)
             both = "best" in ranked and "best" in found
             same = ("yes" if ranked["top"] == found["top"] and ranked["best"] == found["best"] else "NO") if both \
                 else "-"

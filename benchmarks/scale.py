@@ -25,11 +25,10 @@ from __future__ import annotations
 import argparse
 import hashlib
 import json
-import subprocess
-import sys
 import time
 from pathlib import Path
 
+from p2smt.runs.child import OutcomeStatus, run_in_child
 from p2smt.runs.machine import describe_machine
 from p2smt.synth.config import EngineConfig
 
@@ -46,23 +45,37 @@ def levels_for(n_levels: int, devices: int) -> dict[str, int]:
     return {"su": su, "node": nodes, "pcie": 4, "gpu": 2}
 
 
+def point_spec(n_levels: int, devices: int, engine: str, max_len: int, options: dict | None = None) -> dict:
+    """A point as JSON: the request (the whole re-sized superpod, axes [k], reduce axis 0) and the engine
+    configuration built from an engine label ``NAME`` or ``z3:ENCODING``."""
+    from p2smt.model.request import Request
+    from p2smt.model.system import load_system
+
+    levels = levels_for(n_levels, devices)
+    sizes = load_system("h100-superpod", levels=levels).sizes
+    name, _, encoding = engine.partition(":")
+    config = EngineConfig(engine=name, max_len=max_len, encoding=encoding or None,
+                          encoding_options=options if encoding == "representative" else None)
+    request = Request("h100-superpod", (devices,), (0,), matrix=(tuple(sizes),), levels=tuple(levels.items()))
+    return {"request": request.to_json(), "config": config.to_json(), "devices": devices}
+
+
 def child(spec: dict) -> dict:
-    """Run one point in this process and return its figures."""
+    """Run one point in this process (the child) and return its figures."""
     import resource
 
     from p2smt.model.dsl import problem
     from p2smt.model.hierarchy import synthesis_hierarchy
-    from p2smt.model.placement import Placement
-    from p2smt.model.system import load_system
+    from p2smt.model.request import Request
     from p2smt.synth.driver import recheck, rechecked_by, run_engine
 
     t0 = time.perf_counter()
-    system = load_system("h100-superpod", levels=spec["levels"])
-    k = spec["devices"]
-    engine, _, encoding = spec["engine"].partition(":")
-    config = EngineConfig(engine=engine, max_len=spec["max_len"], encoding=encoding or None, encoding_options=spec.get("options"))
-    placement = Placement(system.sizes, (k,), (tuple(system.sizes),))
-    h = synthesis_hierarchy(placement, (0,), system.level_names)
+    request = Request.from_json(spec["request"])
+    config = EngineConfig.from_json(spec["config"])
+    engine, k = config.engine, spec["devices"]
+    system = request.load_system()
+    (placement,) = request.placements(system)
+    h = synthesis_hierarchy(placement, request.reduce, system.level_names)
     prob = problem(h)
     assert prob.num_devices == k, (prob.num_devices, k)
     built = time.perf_counter() - t0
@@ -101,20 +114,13 @@ def child(spec: dict) -> dict:
 
 
 def run_point(spec: dict, timeout: float) -> dict:
-    start = time.perf_counter()
-    try:
-        proc = subprocess.run(
-            [sys.executable, __file__, "--child", json.dumps(spec)],
-            capture_output=True,
-            text=True,
-            timeout=timeout,
-            check=False,
-        )
-    except subprocess.TimeoutExpired:
-        return {"status": "timeout", "seconds": round(time.perf_counter() - start, 1)}
-    if proc.returncode != 0:
-        return {"status": "error", "message": (proc.stderr.strip().splitlines() or ["?"])[-1]}
-    return json.loads(proc.stdout.strip().splitlines()[-1])
+    """A point in a fresh child process (``runs.child``), killed with its process group at ``timeout``."""
+    outcome = run_in_child(f"{Path(__file__).resolve()}:child", [spec], limit_s=timeout)
+    if outcome.status == OutcomeStatus.OK:
+        return outcome.value
+    if outcome.status == OutcomeStatus.TIMEOUT:
+        return {"status": "timeout", "seconds": round(outcome.seconds, 1)}
+    return {"status": "error", "message": outcome.error}
 
 
 def cell(row: dict) -> str:
@@ -188,7 +194,6 @@ def plot(rows: list[dict], path: Path, title: str) -> None:
 
 def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--child", help=argparse.SUPPRESS)
     ap.add_argument("--max-len", default="5", help="comma-separated maximum program lengths (default 5)")
     ap.add_argument("--timeout", type=float, default=300.0, help="wall-clock seconds per point")
     ap.add_argument("--devices", default="64,256,1024,4096", help=f"from {sorted(SHAPES[4])}")
@@ -199,9 +204,6 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--jsonl", default=None, help="also write the rows here")
     ap.add_argument("--from-jsonl", default=None, help="comma-separated row files: only print tables and plot")
     args = ap.parse_args(argv)
-    if args.child:
-        print(json.dumps(child(json.loads(args.child))))
-        return
     if args.from_jsonl:
         rows = [json.loads(line) for f in args.from_jsonl.split(",") for line in Path(f).read_text().splitlines()]
         report(rows, sorted({r["max_len"] for r in rows}, reverse=True), args.engines.split(","), args, rows[0].get("machine", "machine: ?"))
@@ -226,10 +228,7 @@ def main(argv: list[str] | None = None) -> None:
             timed_out: set[str] = set()
             for devices in devices_list:
                 for engine in engines:
-                    spec = {"levels": levels_for(n_levels, devices), "devices": devices, "engine": engine,
-                            "max_len": max_len}
-                    if engine == "z3:representative":
-                        spec["options"] = json.loads(args.options)
+                    spec = point_spec(n_levels, devices, engine, max_len, json.loads(args.options))
                     if engine == "enumerative" and devices > INTERPRETER_LIMIT:
                         res = {"status": f"n/a >{INTERPRETER_LIMIT}"}
                     elif engine in timed_out:

@@ -12,7 +12,10 @@ from pathlib import Path
 
 import pytest
 
-from p2smt.runs.gridsweep import expand, load_grid, read_results, sweep, task_key
+from p2smt.runs.gridfile import load_grid
+from p2smt.runs.gridsweep import sweep
+from p2smt.runs.store import read_rows as read_results
+from p2smt.runs.tasks import expand, task_key
 
 distributed = pytest.importorskip("distributed")
 

@@ -5,28 +5,27 @@ from __future__ import annotations
 import csv
 import json
 import math
-from dataclasses import dataclass
 
 import pytest
 
-from p2smt.model.system import load_system
-from p2smt.runs.paper import P2_HEADLINE, SweepRow, _algorithms, aggregate, paper_sweep, render_sweep
+from p2smt.runs.grid import paper_grid
+from p2smt.runs.gridfile import parse_grid
+from p2smt.runs.paper import P2_HEADLINE, SweepRow, aggregate, paper_sweep, render_sweep
 
-
-@dataclass(frozen=True)
-class Config:
-    system: str
-    axes: tuple[int, ...]
-    reduction_axes: tuple[int, ...]
-
-
-TINY = [Config("a100-2x16", (2, 16), (1,)), Config("v100-2x8", (4, 4), (0,)), Config("v100-4x8", (2, 2, 8), (2,))]
+TINY = parse_grid({
+    "algorithms": ["ring", "tree"], "max_len": 5,
+    "grids": [
+        {"systems": ["a100-2x16"], "axes": [[2, 16]], "reductions": [[1]]},
+        {"systems": ["v100-2x8"], "axes": [[4, 4]], "reductions": [[0]]},
+        {"systems": ["v100-4x8"], "axes": [[2, 2, 8]], "reductions": [[2]], "algorithms": ["ring"]},
+    ],
+}, "tiny")
 
 
 @pytest.fixture(scope="module")
 def swept(tmp_path_factory):
-    out = tmp_path_factory.mktemp("sweep")
-    return out, paper_sweep(out, configs=TINY)
+    out = tmp_path_factory.mktemp("sweep") / "out"
+    return out, paper_sweep(out, grid=TINY)
 
 
 def test_rows_cover_every_unit(swept):
@@ -49,7 +48,8 @@ def test_files_are_written(swept):
     assert len(table) == len(summary["rows"]) and set(table[0]) == set(SweepRow.__dataclass_fields__)
     doc = json.loads((out / "sweep.json").read_text())
     assert doc["aggregate"]["units"] == len(summary["rows"]) and doc["p2"] == P2_HEADLINE
-    assert len(summary["files"]["plots"]) == len(TINY)
+    assert len(summary["files"]["plots"]) == 3
+    assert sorted(p.name for p in out.parent.iterdir()) == ["out"]  # no partial folder left beside it
     for name in summary["files"]["plots"]:
         assert (out / name).read_bytes()[:4] == b"\x89PNG"
 
@@ -75,9 +75,31 @@ def test_aggregate_by_hand():
     assert math.isnan(aggregate([row("a", 1.0, 1.0)])["mean_speedup"])
 
 
-def test_three_axis_v100_configurations_run_ring_only():
-    assert _algorithms(Config("v100-4x8", (8, 2, 2), (0,)), load_system("v100-4x8")) == ("ring",)
-    assert _algorithms(Config("a100-4x16", (8, 2, 4), (0,)), load_system("a100-4x16")) == ("ring", "tree")
+def test_the_shipped_paper_grid_is_p2s_grid():
+    configs = paper_grid()
+    assert len(configs) == 42 and configs[0].label == "a100-2x16 axes [32] reduce [0]"
+    three_axis_v100 = [c for c in configs if c.system == "v100-4x8" and len(c.axes) == 3]
+    assert three_axis_v100 and all(c.algorithms == ("ring",) for c in three_axis_v100)
+    assert all(c.algorithms == ("ring", "tree") for c in configs if c not in three_axis_v100)
+    assert {c.reduction_axes for c in configs if len(c.axes) == 3} == {(0, 2)}
+
+
+def test_a_failed_sweep_leaves_no_folder_and_keeps_an_existing_one(tmp_path, monkeypatch):
+    from p2smt.runs import paper
+
+    def boom(tasks):
+        raise RuntimeError("synthesis failed")
+
+    monkeypatch.setattr(paper, "sweep_request", boom)
+    with pytest.raises(RuntimeError):
+        paper_sweep(tmp_path / "new", grid=TINY)
+    assert list(tmp_path.iterdir()) == []
+    (tmp_path / "old").mkdir()
+    (tmp_path / "old" / "sweep.csv").write_text("earlier")
+    with pytest.raises(RuntimeError):
+        paper_sweep(tmp_path / "old", grid=TINY)
+    assert [p.name for p in tmp_path.iterdir()] == ["old"]
+    assert (tmp_path / "old" / "sweep.csv").read_text() == "earlier"
 
 
 def test_render(swept):

@@ -35,7 +35,8 @@ def register(sub) -> None:
 
 def run(args: argparse.Namespace) -> int:
     """Run encoding variants over a configuration set; JSONL lines, a summary table, an optional PNG."""
-    from p2smt.runs.experiment import experiment, render_summary
+    from p2smt.runs.experiment import experiment
+    from p2smt.runs.expreport import render_summary
 
     max_k = name_ints(args.max_k, "--max-k", "K")
     extra = [args.encodings_dir] if args.encodings_dir else []
@@ -55,7 +56,7 @@ def run(args: argparse.Namespace) -> int:
 
     def render(c: Console) -> None:
         title = (f"{summary['configs']}: {summary['points']} configurations × "
-                 f"{summary['repeat']} repetitions ({summary['seconds']:.1f} s)")
+                 f"{summary['repeat']} repetitions ({summary['stats']['seconds']:.1f} s)")
         for part in render_summary(summary, title):
             c.print(part)
         c.print(f"results: {summary['out']}" + (f"; plot: {summary['png']}" if summary.get("png") else ""))

@@ -35,9 +35,9 @@ def run(args: argparse.Namespace) -> int:
         emit(args, {k: v for k, v in summary.items() if k != "rows"} | {"out": args.out or "p2-sweep"},
              lambda c: c.print(render_sweep(summary)))
         return ExitCode.OK
-    from p2smt.runs.gridsweep import sweep
+    from p2smt.runs.gridsweep import render_summary, sweep
 
     summary = sweep(args.grid, writable_file(args.out or "sweep.jsonl", "--out"), scheduler=args.scheduler,
                     workers=args.workers, timeout_s=args.timeout, progress=not args.json)
-    emit(args, summary.to_json(), lambda c: c.print(summary.to_json()))
-    return ExitCode.OK if summary.finished == summary.submitted else ExitCode.FAIL
+    emit(args, summary.to_json(), lambda c: c.print(render_summary(summary)))
+    return ExitCode.OK if summary.succeeded else ExitCode.FAIL

@@ -1,4 +1,4 @@
-"""P²'s evaluation grid (P2.md §7) as data: systems × axes × reduction requests × NCCL algorithms.
+"""P²'s evaluation grid as synthesis requests, read from the shipped grid file ``grids/paper.yaml``.
 
 Reading of "3-axis cases reduce axes 0 and 2": one joint request over {0, 2}. It is the reading that
 gives exactly P²'s 200 (matrix, reduction, algorithm) units and its largest request of 235 programs
@@ -9,19 +9,13 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-PAPER_AXES: dict[str, tuple[tuple[int, ...], ...]] = {
-    "a100-2x16": ((32,), (2, 16), (4, 8), (8, 4), (16, 2)),
-    "a100-4x16": (
-        (64,), (2, 32), (4, 16), (8, 8), (16, 4), (32, 2), (16, 2, 2), (8, 2, 4), (4, 2, 8), (2, 2, 16),
-    ),
-    "v100-2x8": ((16,), (2, 8), (4, 4), (8, 2)),
-    "v100-4x8": ((32,), (2, 16), (4, 8), (8, 4), (16, 2), (2, 2, 8), (8, 2, 2)),
-}
+PAPER = "paper"
+"""The shipped grid file of P²'s evaluation."""
 
 
 @dataclass(frozen=True)
 class GridConfig:
-    """One synthesis request of the grid and the NCCL algorithms it is evaluated with."""
+    """One synthesis request of a grid and the NCCL algorithms it is evaluated with."""
 
     system: str
     axes: tuple[int, ...]
@@ -33,20 +27,21 @@ class GridConfig:
         return f"{self.system} axes {list(self.axes)} reduce {list(self.reduction_axes)}"
 
 
-def paper_requests(axes: tuple[int, ...]) -> tuple[tuple[int, ...], ...]:
-    """Axis 0 for one axis; axis 0 and, separately, axis 1 for two; axes {0, 2} jointly for three."""
-    if len(axes) == 1:
-        return ((0,),)
-    if len(axes) == 2:
-        return ((0,), (1,))
-    return ((0, 2),)
+def grid_configs(grid) -> list[GridConfig]:
+    """The runnable requests of a grid in task order, each with its algorithms (skipped tasks left out)."""
+    from p2smt.runs.tasks import expand
+
+    out: dict[tuple, list[str]] = {}
+    for task in expand(grid):
+        if not task.skip:
+            algos = out.setdefault((task.system, task.axes, task.reduce), [])
+            if task.algo not in algos:
+                algos.append(task.algo)
+    return [GridConfig(s, axes, red, tuple(algos)) for (s, axes, red), algos in out.items()]
 
 
 def paper_grid() -> list[GridConfig]:
-    """Every configuration of P2.md §7 in table order (3-axis V100 cases: Ring only)."""
-    out = []
-    for system, axes_list in PAPER_AXES.items():
-        for axes in axes_list:
-            algos = ("ring",) if system.startswith("v100") and len(axes) == 3 else ("ring", "tree")
-            out.extend(GridConfig(system, axes, red, algos) for red in paper_requests(axes))
-    return out
+    """Every configuration of P²'s evaluation in table order (3-axis V100 cases: Ring only)."""
+    from p2smt.runs.gridfile import load_grid
+
+    return grid_configs(load_grid(PAPER))

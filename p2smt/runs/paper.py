@@ -1,4 +1,4 @@
-"""The reproduction of P²'s evaluation (P2.md §7): synthesis + ranking over the paper grid, with aggregates.
+"""The reproduction of P²'s evaluation: synthesis + ranking over the paper grid file, with aggregates.
 
 A *unit* is one (system, axes, reduction, matrix, algorithm), as in P². Per unit the sweep records the
 synthesis time of its matrix, the number of programs, how many are predicted faster than AllReduce,
@@ -10,6 +10,8 @@ from __future__ import annotations
 import csv
 import json
 import math
+import os
+import shutil
 import time
 from collections import Counter
 from dataclasses import asdict, dataclass
@@ -19,8 +21,10 @@ from typing import Any
 from p2smt.cost.rank import rank_result
 from p2smt.errors import P2Error
 from p2smt.model.request import Request
-from p2smt.model.system import System, load_system
-from p2smt.synth.config import EngineConfig
+from p2smt.model.system import System
+from p2smt.runs.grid import PAPER
+from p2smt.runs.gridfile import Grid, load_grid
+from p2smt.runs.tasks import BEATS, Task, expand, ranked_fields
 from p2smt.synth.driver import synthesize
 
 P2_HEADLINE = {
@@ -30,9 +34,7 @@ P2_HEADLINE = {
     "max_speedup": 2.04,
     "max_allreduce_spread": 448.5,
 }
-"""P²'s headline numbers (P2.md §7), reported beside ours."""
-BEATS = 1 - 1e-9
-"""A program beats AllReduce when its predicted time is below AllReduce's by more than float noise."""
+"""P²'s headline numbers (Xie et al., MLSys 2022, §7), reported beside ours."""
 
 
 @dataclass(frozen=True)
@@ -57,35 +59,39 @@ def _fmt(values) -> str:
     return json.dumps([list(v) if isinstance(v, (list, tuple)) else v for v in values]).replace(" ", "")
 
 
-def _algorithms(cfg, system: System) -> tuple[str, ...]:
-    given = getattr(cfg, "algorithms", None)
-    if given:
-        return tuple(given)
-    three_axis_v100 = system.name.startswith("v100") and len(tuple(cfg.axes)) == 3
-    return ("ring",) if three_axis_v100 else ("ring", "tree")
+def _number(x: float | None) -> float:
+    return math.nan if x is None else x
 
 
-def sweep_config(system: System, axes, reduction_axes, algos, *, engine: str = "enumerative",
-                 max_len: int = 5) -> tuple[list[SweepRow], dict[str, dict[str, Any]]]:
-    """Rows of one grid configuration (all matrices × algorithms) and the rank reports per algorithm."""
-    result = synthesize(Request.for_system(system, axes, reduction_axes), EngineConfig(engine=engine, max_len=max_len))
-    seconds = {tuple(map(tuple, m.matrix)): m.seconds for m in result.matrices}
+def _requests(grid: Grid) -> dict[tuple, list[Task]]:
+    """The runnable tasks of a grid grouped by synthesis request (one synthesis serves every algorithm)."""
+    groups: dict[tuple, list[Task]] = {}
+    for task in expand(grid):
+        if not task.skip:
+            groups.setdefault((task.system, task.nodes, task.axes, task.reduce), []).append(task)
+    return groups
+
+
+def sweep_request(tasks: list[Task]) -> tuple[System, list[SweepRow], dict[str, dict[str, Any]]]:
+    """One synthesis for the tasks of one request, ranked per task: the system, the rows (one per matrix
+    and algorithm, from the sweep row of ``runs.tasks.ranked_fields``) and the rank report per algorithm."""
+    first = tasks[0]
+    request = first.request()
+    system = request.load_system()
+    result = synthesize(Request.for_system(system, request.axes, request.reduce), first.engine_config())
     rows, reports = [], {}
-    for algo in algos:
-        report = rank_result(system, result, algo=algo)
-        reports[algo] = report
-        for m in report["matrices"]:
-            progs = m["programs"]
-            ar = m["allreduce_seconds"]
-            best = progs[0] if progs else {"program": "", "seconds": math.nan}
+    for task in tasks:
+        report = rank_result(system, result, algo=task.algo, bytes_per_device=task.bytes_per_device)
+        reports[task.algo] = report
+        for m in ranked_fields(result, report)["per_matrix"]:
             rows.append(SweepRow(
-                system=system.name, axes=_fmt(axes), reduce=_fmt(reduction_axes), matrix=_fmt(m["matrix"]),
-                algo=algo, synthesis_seconds=seconds[tuple(map(tuple, m["matrix"]))], programs=len(progs),
-                faster_than_allreduce=sum(1 for p in progs if p["seconds"] < ar * BEATS),
-                allreduce_seconds=ar, best_program=best["program"], best_seconds=best["seconds"],
-                speedup=ar / best["seconds"] if progs else math.nan,
+                system=system.name, axes=_fmt(task.axes), reduce=_fmt(task.reduce), matrix=_fmt(m["matrix"]),
+                algo=task.algo, synthesis_seconds=m["synthesis_seconds"], programs=m["programs"],
+                faster_than_allreduce=m["faster_than_allreduce"],
+                allreduce_seconds=_number(m["allreduce_seconds"]), best_program=m["best_program"] or "",
+                best_seconds=_number(m["best_seconds"]), speedup=_number(m["speedup"]),
             ))
-    return rows, reports
+    return system, rows, reports
 
 
 def aggregate(rows: list[SweepRow]) -> dict[str, Any]:
@@ -138,49 +144,71 @@ def plot_config(path: Path, title: str, reports: dict[str, dict[str, Any]]) -> N
     plt.close(fig)
 
 
-def _grid():
-    try:
-        from p2smt.runs.grid import paper_grid
-    except ImportError as err:
-        raise P2Error("the paper grid (p2smt/grid.py) is not available in this installation") from err
-    return paper_grid()
-
-
-def paper_sweep(out_dir: str | Path, *, engine: str = "enumerative", plots: bool = True,
-                max_len: int = 5, configs=None) -> dict[str, Any]:
-    """Run the P2.md §7 grid; write sweep.csv, sweep.json and one PNG per configuration to ``out_dir``.
-
-    Returns ``{"rows": [row dicts], "aggregate": {...}, "p2": P2_HEADLINE, "seconds": wall time,
-    "files": {...}}``. ``configs`` replaces the paper grid (objects with system, axes, reduction_axes).
-    """
-    start = time.perf_counter()
-    out = Path(out_dir)
-    out.mkdir(parents=True, exist_ok=True)
-    rows: list[SweepRow] = []
-    pictures = []
-    for cfg in (_grid() if configs is None else configs):
-        system = cfg.system if isinstance(cfg.system, System) else load_system(cfg.system)
-        cfg_rows, reports = sweep_config(system, cfg.axes, cfg.reduction_axes, _algorithms(cfg, system),
-                                         engine=engine, max_len=max_len)
-        rows.extend(cfg_rows)
-        if plots:
-            name = f"{system.name}_axes{'x'.join(map(str, cfg.axes))}_reduce{'-'.join(map(str, cfg.reduction_axes))}"
-            path = out / f"{name}.png"
-            plot_config(path, f"{system.name} axes {list(cfg.axes)} reduce {list(cfg.reduction_axes)}", reports)
-            pictures.append(path.name)
-    summary = {
-        "rows": [asdict(r) for r in rows],
-        "aggregate": aggregate(rows),
-        "p2": P2_HEADLINE,
-        "seconds": time.perf_counter() - start,
-        "files": {"csv": "sweep.csv", "json": "sweep.json", "plots": pictures},
-    }
+def _write(out: Path, rows: list[SweepRow], summary: dict[str, Any]) -> None:
     with open(out / "sweep.csv", "w", newline="") as fh:
         writer = csv.DictWriter(fh, fieldnames=list(SweepRow.__dataclass_fields__))
         writer.writeheader()
         for r in rows:
             writer.writerow(asdict(r))
     (out / "sweep.json").write_text(json.dumps(summary, indent=1, default=str) + "\n")
+
+
+def _publish(tmp: Path, out: Path) -> None:
+    """Move the finished files of ``tmp`` to ``out`` (created, or its files replaced) and remove ``tmp``."""
+    if not out.exists():
+        tmp.rename(out)
+        return
+    for f in tmp.iterdir():
+        f.replace(out / f.name)
+    tmp.rmdir()
+
+
+def paper_sweep(out_dir: str | Path, *, grid: Grid | str = PAPER, engine: str | None = None,
+                plots: bool = True, max_len: int | None = None) -> dict[str, Any]:
+    """Run a grid (default P²'s, ``grids/paper.yaml``): write sweep.csv, sweep.json and one PNG per request.
+
+    The files are written to a hidden folder beside ``out_dir`` and moved there only when every request
+    has run, so a failed sweep leaves no partial output. ``engine`` and ``max_len`` replace the grid's.
+    Returns ``{"rows": [row dicts], "aggregate": {...}, "p2": P2_HEADLINE, "files": {...},
+    "stats": {"seconds"}}``.
+    """
+    start = time.perf_counter()
+    g = grid if isinstance(grid, Grid) else load_grid(grid)
+    update = {k: v for k, v in (("engine", engine), ("max_len", max_len)) if v is not None}
+    if update:
+        g = Grid.model_validate(g.model_dump() | update)
+    out = Path(out_dir)
+    if out.exists() and not out.is_dir():
+        raise P2Error(f"--out {out} exists and is not a folder")
+    tmp = out.parent / f".{out.name}.partial-{os.getpid()}"
+    try:
+        tmp.mkdir(parents=True)
+    except OSError as err:
+        raise P2Error(f"cannot write {out}: {err.strerror}") from None
+    try:
+        rows: list[SweepRow] = []
+        pictures = []
+        for tasks in _requests(g).values():
+            system, request_rows, reports = sweep_request(tasks)
+            rows.extend(request_rows)
+            if plots:
+                t = tasks[0]
+                name = f"{system.name}_axes{'x'.join(map(str, t.axes))}_reduce{'-'.join(map(str, t.reduce))}"
+                plot_config(tmp / f"{name}.png", f"{system.name} axes {list(t.axes)} reduce {list(t.reduce)}",
+                            reports)
+                pictures.append(f"{name}.png")
+        summary = {
+            "rows": [asdict(r) for r in rows],
+            "aggregate": aggregate(rows),
+            "p2": P2_HEADLINE,
+            "files": {"csv": "sweep.csv", "json": "sweep.json", "plots": pictures},
+            "stats": {"seconds": time.perf_counter() - start},
+        }
+        _write(tmp, rows, summary)
+        _publish(tmp, out)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
     return summary
 
 

@@ -1,0 +1,108 @@
+"""A resumable JSONL results file: one line per finished task, keyed, appended and fsynced as it finishes.
+
+The file is held under an exclusive lock while open. A truncated last line (a run killed mid-write) is cut
+off on open, so the file only ever holds complete lines; ``keys`` are the tasks already done, which a
+resumed run skips.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any, Self
+
+from p2smt.errors import P2Error
+
+
+def _parse_lines(path: Path, data: bytes) -> tuple[list[dict[str, Any]], int]:
+    """Complete result lines and the byte length they span (a truncated last line is left out)."""
+    end = data.rfind(b"\n") + 1
+    rows = []
+    for n, raw in enumerate(data[:end].split(b"\n")[:-1], 1):
+        if not raw.strip():
+            continue
+        try:
+            row = json.loads(raw)
+        except (json.JSONDecodeError, UnicodeDecodeError):
+            raise P2Error(f"{path}:{n}: not a result line (invalid JSON); remove it to resume") from None
+        if not isinstance(row, dict) or not isinstance(row.get("key"), str):
+            raise P2Error(f"{path}:{n}: not a result line (no 'key')")
+        rows.append(row)
+    return rows, end
+
+
+def read_rows(path: str | Path) -> list[dict[str, Any]]:
+    """The complete lines of a results file in file order ([] if it does not exist)."""
+    p = Path(path)
+    try:
+        data = p.read_bytes()
+    except FileNotFoundError:
+        return []
+    except OSError as err:
+        raise P2Error(f"cannot read {p}: {err.strerror}") from None
+    return _parse_lines(p, data)[0]
+
+
+class ResultStore:
+    """The results file opened for appending; ``fresh`` empties it first, otherwise its lines are kept.
+
+    >>> import tempfile
+    >>> path = Path(tempfile.mkdtemp()) / "r.jsonl"
+    >>> with ResultStore(path) as store:
+    ...     store.append({"key": "a", "x": 1})
+    >>> with ResultStore(path) as store:
+    ...     sorted(store.keys), store.rows[0]["x"]
+    (['a'], 1)
+    """
+
+    def __init__(self, path: str | Path, *, fresh: bool = False) -> None:
+        self.path = Path(path)
+        try:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            self.fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
+        except OSError as err:
+            raise P2Error(f"cannot write {self.path}: {err.strerror}") from None
+        try:
+            self._lock()
+            if fresh:
+                os.ftruncate(self.fd, 0)
+            with open(self.path, "rb") as fh:
+                data = fh.read()
+            self.rows, end = _parse_lines(self.path, data)
+        except BaseException:
+            os.close(self.fd)
+            raise
+        if end < len(data):
+            os.ftruncate(self.fd, end)
+        self.keys = {r["key"] for r in self.rows}
+        os.lseek(self.fd, 0, os.SEEK_END)
+
+    def _lock(self) -> None:
+        try:
+            import fcntl
+        except ImportError:  # not on POSIX: no lock
+            return
+        try:
+            fcntl.flock(self.fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:
+            raise P2Error(f"{self.path} is being written by another run") from None
+
+    def append(self, row: Mapping[str, Any]) -> None:
+        """Write ``row`` (it needs a string ``key``) as one line and fsync it."""
+        data = (json.dumps(row, sort_keys=True, allow_nan=False, default=str) + "\n").encode("utf-8")
+        while data:
+            data = data[os.write(self.fd, data):]
+        os.fsync(self.fd)
+        self.keys.add(row["key"])
+        self.rows.append(dict(row))
+
+    def close(self) -> None:
+        os.close(self.fd)
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
