@@ -1,0 +1,99 @@
+"""The symmetric engine (p2smt.synth.symmetric) and its interpreter (p2smt.semantics.bitmatrix):
+the same program sets as pieces and the dense interpreter, at every size where those run."""
+
+from __future__ import annotations
+
+import random
+from math import prod
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from p2smt.model.dsl import problem
+from p2smt.model.hierarchy import synthesis_hierarchy
+from p2smt.model.placement import Placement
+from p2smt.semantics.bitmatrix import is_valid
+from p2smt.semantics.dense import execute
+from p2smt.semantics.pieces import enumerate_programs as pieces_programs
+from p2smt.synth.enumerative import enumerate_programs as dense_programs
+from p2smt.synth.symmetric import search, synthesize
+
+
+def _problem(sizes, scope="per-ancestor", progress=True, kind="d"):
+    k = prod(sizes)
+    names = tuple(f"l{i}" for i in range(len(sizes)))
+    placement = Placement(tuple(sizes), (k,), (tuple(sizes),))
+    return problem(synthesis_hierarchy(placement, (0,), names, kind, scope), progress)
+
+
+@pytest.mark.parametrize(
+    ("sizes", "max_len", "scope"),
+    [
+        ((3, 2, 4), 4, "per-ancestor"),
+        ((2, 5, 3), 4, "global"),
+        ((4, 1, 3), 5, "per-ancestor"),
+        ((3, 2, 2, 3), 3, "per-ancestor"),
+        ((2, 3, 2, 2), 4, "global"),
+    ],
+)
+def test_same_programs_as_pieces(sizes, max_len, scope):
+    """3 and 4 levels, sizes 1-5, both master scopes: the generic size-2 search finds exactly pieces'
+    program set at the real size, in the same order."""
+    prob = _problem(sizes, scope)
+    programs, stats = synthesize(prob, max_len)
+    assert stats["generic_size"] == 2
+    assert programs == pieces_programs(prob, max_len)
+    assert programs, "a reduction over several levels has programs"
+
+
+def test_generic_sizes_2_and_3_agree():
+    """The cross-check searches the size-3 instance too and finds the same set (it raises otherwise)."""
+    prob = _problem((4, 5, 6))
+    programs, stats = synthesize(prob, 4, cross_check=3)
+    assert "generic sizes 2 and 3" in stats["rests_on"]
+    assert programs == synthesize(prob, 4)[0]
+
+
+def test_real_size_two_is_exact_and_other_kinds_fall_back():
+    exact = synthesize(_problem((2, 2, 2)), 3)[1]
+    assert exact["rests_on"].startswith("exact")
+    prob = _problem((2, 3), kind="b")
+    programs, stats = synthesize(prob, 3)
+    assert stats["generic_size"] is None and "real size" in stats["rests_on"]
+    assert programs == pieces_programs(prob, 3)
+
+
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    sizes=st.lists(st.integers(1, 4), min_size=1, max_size=3).filter(lambda s: prod(s) <= 32),
+    scope=st.sampled_from(["per-ancestor", "global"]),
+    progress=st.booleans(),
+)
+def test_search_equals_the_dense_interpreter(sizes, scope, progress):
+    """Random small hierarchies: the bitmatrix search at the real size and the symmetric engine both
+    find the dense (k×k×k) interpreter's program set."""
+    prob = _problem(sizes, scope, progress)
+    dense = dense_programs(prob, 3)
+    assert search(prob, 3) == dense
+    assert synthesize(prob, 3)[0] == dense
+
+
+@settings(max_examples=30, deadline=None)
+@given(
+    sizes=st.lists(st.integers(1, 4), min_size=1, max_size=3).filter(lambda s: prod(s) <= 24),
+    seed=st.integers(0, 10**6),
+    progress=st.booleans(),
+)
+def test_verdicts_equal_the_dense_interpreter(sizes, seed, progress):
+    """Random (mostly invalid) programs: bitmatrix's verdict is the dense interpreter's."""
+    prob = _problem(sizes, progress=progress)
+    rng = random.Random(seed)
+    n = len(prob.candidates)
+    if not n:
+        return
+    for _ in range(20):
+        prog = [prob.candidates[rng.randrange(n)] for _ in range(rng.randint(1, 5))]
+        steps = [(c.collective, c.groups) for c in prog]
+        run = execute(prob.num_devices, steps, prob.goal_groups, progress)
+        assert is_valid(prob.num_devices, steps, prob.goal_groups, progress) == run.valid
