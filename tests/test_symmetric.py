@@ -97,3 +97,13 @@ def test_verdicts_equal_the_dense_interpreter(sizes, seed, progress):
         steps = [(c.collective, c.groups) for c in prog]
         run = execute(prob.num_devices, steps, prob.goal_groups, progress)
         assert is_valid(prob.num_devices, steps, prob.goal_groups, progress) == run.valid
+
+
+def test_hierarchy_programs_match_the_problem_engine():
+    """The hierarchy-level API (no real-size groups) returns the engine's programs as DSL programs."""
+    from p2smt.synth.symmetric import hierarchy_programs, one_group_hierarchy
+
+    h = one_group_hierarchy((("a", 3), ("b", 1), ("c", 5)))
+    progs, _ = hierarchy_programs(h, 4)
+    prob = problem(h)
+    assert [str(p) for p in progs] == [prob.label(p) for p in pieces_programs(prob, 4)]

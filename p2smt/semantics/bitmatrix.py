@@ -74,6 +74,18 @@ class Machine:
             out.append(block)
         return out
 
+    @staticmethod
+    def reducible(members: Sequence[Device]) -> bool:
+        """AllReduce's, ReduceScatter's and Reduce's shared precondition: the members hold the same
+        chunks and no contribution twice."""
+        rows = members[0][0]
+        union = 0
+        for r, mat in members:
+            if r != rows or union & mat:
+                return False
+            union |= mat
+        return True
+
     def apply_group(self, coll: Collective, members: list[Device]) -> list[Device] | None:
         """The members' new states (rank order; rank 0 is the root), or None when a precondition fails."""
         m = len(members)
