@@ -7,6 +7,7 @@ import random
 from math import prod
 
 import pytest
+import z3
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -107,3 +108,29 @@ def test_hierarchy_programs_match_the_problem_engine():
     progs, _ = hierarchy_programs(h, 4)
     prob = problem(h)
     assert [str(p) for p in progs] == [prob.label(p) for p in pieces_programs(prob, 4)]
+
+
+def test_z3_certifies_size_generic_groups():
+    """Up to 4 levels and sizes 2..8 (both master scopes): the candidate instructions and which share
+    groups are the size-2 instance's, the lemma the engine's label mapping rests on."""
+    from p2smt.smt.symmetry_proof import certify
+
+    cert = certify(4, 8)
+    assert cert.proved and cert.queries == 2 * (2 + 4 + 8 + 16) and cert.shapes > 50
+    assert certify(3, 8, "global").proved
+
+
+def test_z3_certificate_detects_a_size_dependent_rule(monkeypatch):
+    """A rule that changes at size 3 (a level-1 InsideGroup that drops its groups there) is refuted."""
+    from p2smt.smt import symmetry_proof as proof
+
+    honest = proof.together
+
+    def broken(shape, x, y, sizes, scope, n):
+        rule = honest(shape, x, y, sizes, scope, n)
+        if shape == proof.Shape(1, "InsideGroup") and not isinstance(sizes[0], int):
+            return z3.And(rule, sizes[0] != 3)
+        return rule
+
+    monkeypatch.setattr(proof, "together", broken)
+    assert proof.certify(2, 8).failures

@@ -90,11 +90,11 @@ class Machine:
         """The members' new states (rank order; rank 0 is the root), or None when a precondition fails."""
         m = len(members)
         if coll is AR or coll is RS or coll is RED:
+            if not self.reducible(members):
+                return None
             rows = members[0][0]
             union = 0
-            for r, mat in members:
-                if r != rows or union & mat:
-                    return None
+            for _, mat in members:
                 union |= mat
             if coll is AR:
                 return [(rows, union)] * m
