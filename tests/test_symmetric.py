@@ -134,3 +134,29 @@ def test_z3_certificate_detects_a_size_dependent_rule(monkeypatch):
 
     monkeypatch.setattr(proof, "together", broken)
     assert proof.certify(2, 8).failures
+
+
+COUNTEREXAMPLE = (
+    "(l0, Parallel(root), ReduceScatter)", "(l1, Parallel(l0), ReduceScatter)",
+    "(l0, Parallel(root), AllGather)", "(l1, InsideGroup, ReduceScatter)", "(l0, InsideGroup, AllGather)",
+)
+
+
+@pytest.mark.parametrize("sizes", [(2, 2, 3), (3, 2, 4)])
+def test_reduce_scatter_breaks_the_level_symmetry_of_states(sizes):
+    """docs/symmetry.md's counterexample: a valid program whose 4th state is not invariant under
+    swapping two non-zero indices of the last level (on devices, chunks and contributions alike)."""
+    import numpy as np
+
+    prob = _problem(sizes)
+    by_label = {c.label: c for c in prob.candidates}
+    steps = [(by_label[w].collective, by_label[w].groups) for w in COUNTEREXAMPLE]
+    run = execute(prob.num_devices, steps, prob.goal_groups, True)
+    assert run.valid
+    index = np.arange(prob.num_devices).reshape(sizes)
+    swap = index.copy()
+    swap[..., [1, 2]] = index[..., [2, 1]]
+    perm = swap.ravel()
+    state = run.states[4]
+    assert not np.array_equal(state[np.ix_(perm, perm, perm)], state)
+    assert np.array_equal(run.states[0][np.ix_(perm, perm, perm)], run.states[0])
