@@ -9,7 +9,9 @@ state: exact at any size, so it also checks the representative encoding's progra
 at the real size: the summary says whether the engines that finished a point found the same
 programs), ``z3:bool-matrix`` (the exact default encoding) and
 ``z3:representative`` (size-2 hierarchy; its real-size check is a Z3 proof up to its
-``z3_check_max_devices`` and the driver's re-check above, see encodings/representative.py). Every
+``z3_check_max_devices`` and the driver's re-check above, see encodings/representative.py) and
+``symmetric`` (P²'s search on the generic size-2 instance, docs/symmetry.md; re-checked by the numpy
+interpreter up to ``PIECES_ABOVE`` devices, above that its result rests on ``stats["rests_on"]``). Every
 program a z3 engine returns (and ``pieces``' up to ``PIECES_ABOVE``) is re-checked by ``synth.recheck`` (the numpy interpreter up to
 ``synth.PIECES_ABOVE`` devices, ``pieces.py`` above); ``seconds`` includes that re-check. Once a point
 times out, the larger sizes of the same (max length, levels, engine) are skipped, except for
@@ -33,10 +35,12 @@ from p2smt.runs.machine import describe_machine
 from p2smt.synth.config import EngineConfig
 
 SHAPES = {  # levels -> devices -> (su, nodes per SU); pcie 4 x gpu 2 per node
-    4: {64: (2, 4), 128: (2, 8), 256: (4, 8), 512: (4, 16), 1024: (4, 32), 2048: (4, 64), 4096: (4, 128)},
-    3: {64: (1, 8), 128: (1, 16), 256: (1, 32), 512: (1, 64), 1024: (1, 128), 2048: (1, 256), 4096: (1, 512)},
+    4: {64: (2, 4), 128: (2, 8), 256: (4, 8), 512: (4, 16), 1024: (4, 32), 2048: (4, 64), 4096: (4, 128),
+        16384: (16, 128), 65536: (256, 32)},
+    3: {64: (1, 8), 128: (1, 16), 256: (1, 32), 512: (1, 64), 1024: (1, 128), 2048: (1, 256), 4096: (1, 512),
+        16384: (1, 2048), 65536: (1, 8192)},
 }
-ENGINES = ("enumerative", "pieces", "z3:bool-matrix", "z3:representative")
+ENGINES = ("enumerative", "pieces", "symmetric", "z3:bool-matrix", "z3:representative")
 INTERPRETER_LIMIT = 512  # semantics.MAX_INTERPRETER_DEVICES: the enumerative search's k^3 state
 
 
@@ -81,7 +85,7 @@ def child(spec: dict) -> dict:
     built = time.perf_counter() - t0
     res = run_engine(prob, config)
     t1 = time.perf_counter()
-    checked_by = rechecked_by(engine, k)  # the driver's policy; recheck raises on any failing program
+    checked_by = rechecked_by(config.engine, k)  # the driver's policy; recheck raises on any failing program
     if checked_by:
         recheck(prob, res.programs, engine)
     usage = resource.getrusage(resource.RUSAGE_SELF)
@@ -100,6 +104,8 @@ def child(spec: dict) -> dict:
         "peak_mib": round(usage.ru_maxrss / 1024, 1),
     }
     stats = res.stats
+    if "rests_on" in stats:
+        out["rests_on"] = stats["rests_on"]
     if "rounds" in stats:
         rounds = stats["rounds"]
         out.update(

@@ -19,6 +19,7 @@ class Engine(StrEnum):
     PIECES = "pieces"
     Z3 = "z3"
     Z3_CEGIS = "z3-cegis"
+    SYMMETRIC = "symmetric"
 
     @classmethod
     def parse(cls, value: Any) -> Engine:

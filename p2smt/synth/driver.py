@@ -64,11 +64,20 @@ def _z3_cegis(prob: SynthesisProblem, max_len: int, opts: EngineOptions) -> Engi
     return EngineOutcome(res.status, tuple(res.programs), dict(res.stats))
 
 
+def _symmetric(prob: SynthesisProblem, max_len: int, opts: EngineOptions) -> EngineOutcome:
+    from p2smt.synth.symmetric import synthesize
+
+    programs, stats = synthesize(prob, max_len, **(opts.encoding_options or {}))
+    return EngineOutcome("complete", tuple(programs), stats)
+
+
 ENGINES: dict[Engine, tuple[str, Callable[[SynthesisProblem, int, EngineOptions], EngineOutcome]]] = {
     Engine.ENUMERATIVE: ("P²'s enumerative search pruned by the preconditions", _enumerative),
     Engine.PIECES: ("P²'s search on pieces.py's compressed state: exact at any number of devices", _pieces),
     Engine.Z3: ("Z3 over an SMT encoding of the Hoare rules (enumerates all models)", _z3),
     Engine.Z3_CEGIS: ("Z3 CEGIS over symbolic data values", _z3_cegis),
+    Engine.SYMMETRIC: (("P²'s search on the generic size-2 copy of the hierarchy (docs/symmetry.md: a tested "
+                        "conjecture above the proved instruction-level theorem)"), _symmetric),
 }
 
 
@@ -130,6 +139,7 @@ def run_engine(prob: SynthesisProblem, config: EngineConfig) -> EngineOutcome:
 
 
 PIECES_ABOVE = 128  # devices; above this the compressed interpreter re-checks (the k^3 one costs GiBs)
+RECHECK_LIMIT = 4096  # devices; above this no interpreter re-checks and the result says what it rests on
 
 
 def rechecked_by(engine: str, k: int) -> str | None:
@@ -139,7 +149,9 @@ def rechecked_by(engine: str, k: int) -> str | None:
         return None
     if k <= PIECES_ABOVE:
         return "numpy"
-    return None if engine == "pieces" else "pieces"
+    if engine == "pieces" or (engine == "symmetric" and k > RECHECK_LIMIT):
+        return None
+    return "pieces"
 
 
 def recheck(prob: SynthesisProblem, programs, engine: str) -> None:

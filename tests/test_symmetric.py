@@ -1,0 +1,162 @@
+"""The symmetric engine (p2smt.synth.symmetric) and its interpreter (p2smt.semantics.bitmatrix):
+the same program sets as pieces and the dense interpreter, at every size where those run."""
+
+from __future__ import annotations
+
+import random
+from math import prod
+
+import pytest
+import z3
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from p2smt.model.dsl import problem
+from p2smt.model.hierarchy import synthesis_hierarchy
+from p2smt.model.placement import Placement
+from p2smt.semantics.bitmatrix import is_valid
+from p2smt.semantics.dense import execute
+from p2smt.semantics.pieces import enumerate_programs as pieces_programs
+from p2smt.synth.enumerative import enumerate_programs as dense_programs
+from p2smt.synth.symmetric import search, synthesize
+
+
+def _problem(sizes, scope="per-ancestor", progress=True, kind="d"):
+    k = prod(sizes)
+    names = tuple(f"l{i}" for i in range(len(sizes)))
+    placement = Placement(tuple(sizes), (k,), (tuple(sizes),))
+    return problem(synthesis_hierarchy(placement, (0,), names, kind, scope), progress)
+
+
+@pytest.mark.parametrize(
+    ("sizes", "max_len", "scope"),
+    [
+        ((3, 2, 4), 4, "per-ancestor"),
+        ((2, 5, 3), 4, "global"),
+        ((4, 1, 3), 5, "per-ancestor"),
+        ((3, 2, 2, 3), 3, "per-ancestor"),
+        ((2, 3, 2, 2), 3, "global"),
+    ],
+)
+def test_same_programs_as_pieces(sizes, max_len, scope):
+    """3 and 4 levels, sizes 1-5, both master scopes: the generic size-2 search finds exactly pieces'
+    program set at the real size, in the same order."""
+    prob = _problem(sizes, scope)
+    programs, stats = synthesize(prob, max_len)
+    assert stats["generic_size"] == 2
+    assert programs == pieces_programs(prob, max_len)
+    assert programs, "a reduction over several levels has programs"
+
+
+def test_generic_sizes_2_and_3_agree():
+    """The cross-check searches the size-3 instance too and finds the same set (it raises otherwise)."""
+    prob = _problem((4, 5, 6))
+    programs, stats = synthesize(prob, 4, cross_check=3)
+    assert "generic sizes 2 and 3" in stats["rests_on"]
+    assert programs == synthesize(prob, 4)[0]
+
+
+def test_real_size_two_is_exact_and_other_kinds_fall_back():
+    exact = synthesize(_problem((2, 2, 2)), 3)[1]
+    assert exact["rests_on"].startswith("exact")
+    prob = _problem((2, 3), kind="b")
+    programs, stats = synthesize(prob, 3)
+    assert stats["generic_size"] is None and "real size" in stats["rests_on"]
+    assert programs == pieces_programs(prob, 3)
+
+
+@settings(max_examples=20, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    sizes=st.lists(st.integers(1, 4), min_size=1, max_size=3).filter(lambda s: prod(s) <= 16),
+    scope=st.sampled_from(["per-ancestor", "global"]),
+    progress=st.booleans(),
+)
+def test_search_equals_the_dense_interpreter(sizes, scope, progress):
+    """Random small hierarchies: the bitmatrix search at the real size and the symmetric engine both
+    find the dense (k×k×k) interpreter's program set."""
+    prob = _problem(sizes, scope, progress)
+    dense = dense_programs(prob, 3)
+    assert search(prob, 3) == dense
+    assert synthesize(prob, 3)[0] == dense
+
+
+@settings(max_examples=30, deadline=None)
+@given(
+    sizes=st.lists(st.integers(1, 4), min_size=1, max_size=3).filter(lambda s: prod(s) <= 24),
+    seed=st.integers(0, 10**6),
+    progress=st.booleans(),
+)
+def test_verdicts_equal_the_dense_interpreter(sizes, seed, progress):
+    """Random (mostly invalid) programs: bitmatrix's verdict is the dense interpreter's."""
+    prob = _problem(sizes, progress=progress)
+    rng = random.Random(seed)
+    n = len(prob.candidates)
+    if not n:
+        return
+    for _ in range(20):
+        prog = [prob.candidates[rng.randrange(n)] for _ in range(rng.randint(1, 5))]
+        steps = [(c.collective, c.groups) for c in prog]
+        run = execute(prob.num_devices, steps, prob.goal_groups, progress)
+        assert is_valid(prob.num_devices, steps, prob.goal_groups, progress) == run.valid
+
+
+def test_hierarchy_programs_match_the_problem_engine():
+    """The hierarchy-level API (no real-size groups) returns the engine's programs as DSL programs."""
+    from p2smt.synth.symmetric import hierarchy_programs, one_group_hierarchy
+
+    h = one_group_hierarchy((("a", 3), ("b", 1), ("c", 5)))
+    progs, _ = hierarchy_programs(h, 4)
+    prob = problem(h)
+    assert [str(p) for p in progs] == [prob.label(p) for p in pieces_programs(prob, 4)]
+
+
+def test_z3_certifies_size_generic_groups():
+    """Up to 4 levels and sizes 2..8 (both master scopes): the candidate instructions and which share
+    groups are the size-2 instance's, the lemma the engine's label mapping rests on."""
+    from p2smt.smt.symmetry_proof import certify
+
+    cert = certify(4, 8)
+    assert cert.proved and cert.queries == 2 * (2 + 4 + 8 + 16) and cert.shapes > 50
+    assert certify(3, 8, "global").proved
+
+
+def test_z3_certificate_detects_a_size_dependent_rule(monkeypatch):
+    """A rule that changes at size 3 (a level-1 InsideGroup that drops its groups there) is refuted."""
+    from p2smt.smt import symmetry_proof as proof
+
+    honest = proof.together
+
+    def broken(shape, x, y, sizes, scope, n):
+        rule = honest(shape, x, y, sizes, scope, n)
+        if shape == proof.Shape(1, "InsideGroup") and not isinstance(sizes[0], int):
+            return z3.And(rule, sizes[0] != 3)
+        return rule
+
+    monkeypatch.setattr(proof, "together", broken)
+    assert proof.certify(2, 8).failures
+
+
+COUNTEREXAMPLE = (
+    "(l0, Parallel(root), ReduceScatter)", "(l1, Parallel(l0), ReduceScatter)",
+    "(l0, Parallel(root), AllGather)", "(l1, InsideGroup, ReduceScatter)", "(l0, InsideGroup, AllGather)",
+)
+
+
+@pytest.mark.parametrize("sizes", [(2, 2, 3), (3, 2, 4)])
+def test_reduce_scatter_breaks_the_level_symmetry_of_states(sizes):
+    """docs/symmetry.md's counterexample: a valid program whose 4th state is not invariant under
+    swapping two non-zero indices of the last level (on devices, chunks and contributions alike)."""
+    import numpy as np
+
+    prob = _problem(sizes)
+    by_label = {c.label: c for c in prob.candidates}
+    steps = [(by_label[w].collective, by_label[w].groups) for w in COUNTEREXAMPLE]
+    run = execute(prob.num_devices, steps, prob.goal_groups, True)
+    assert run.valid
+    index = np.arange(prob.num_devices).reshape(sizes)
+    swap = index.copy()
+    swap[..., [1, 2]] = index[..., [2, 1]]
+    perm = swap.ravel()
+    state = run.states[4]
+    assert not np.array_equal(state[np.ix_(perm, perm, perm)], state)
+    assert np.array_equal(run.states[0][np.ix_(perm, perm, perm)], run.states[0])
