@@ -92,6 +92,8 @@ def run(args: argparse.Namespace) -> int:
             if len(m.programs) > args.show:
                 t.add_row("…", f"{len(m.programs) - args.show} more (use --show or --json)")
             c.print(t)
+            if "rests_on" in m.stats:
+                c.print(f"  rests on: {m.stats['rests_on']}")
         if bounded.expired:
             c.print(f"[yellow]UNKNOWN[/yellow]: {payload['message']}")
         c.print(LEGEND)

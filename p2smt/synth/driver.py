@@ -127,6 +127,7 @@ class SynthesisResult:
                     "seconds": round(m.seconds, 6),
                     "programs": [str(p) for p in m.programs],
                     **({"same_problem_as": m.stats["same_problem_as"]} if "same_problem_as" in m.stats else {}),
+                    **({"rests_on": m.stats["rests_on"]} if "rests_on" in m.stats else {}),
                 }
                 for m in self.matrices
             ],
@@ -152,6 +153,24 @@ def rechecked_by(engine: str, k: int) -> str | None:
     if engine == "pieces" or (engine == "symmetric" and k > RECHECK_LIMIT):
         return None
     return "pieces"
+
+
+INTERPRETERS = {"numpy": "the dense interpreter", "pieces": "the compressed interpreter"}
+
+
+def rests_on(engine: str, k: int, outcome: EngineOutcome) -> str:
+    """What a result rests on, in words: the re-check at the real size, the interpreter's own search,
+    or (symmetric) the engine's own statement of its conjecture."""
+    checked = rechecked_by(engine, k)
+    if checked:
+        validity = f"every program re-checked by {INTERPRETERS[checked]} at the real size ({k} devices)"
+    elif engine in (Engine.ENUMERATIVE, Engine.PIECES):
+        which = INTERPRETERS["numpy" if engine == Engine.ENUMERATIVE else "pieces"]
+        return f"the exhaustive search of {which} itself at the real size ({k} devices)"
+    else:
+        validity = f"no re-check above {RECHECK_LIMIT} devices"
+    own = outcome.stats.get("rests_on")
+    return f"{validity}; completeness: {own}" if own else validity
 
 
 def recheck(prob: SynthesisProblem, programs, engine: str) -> None:
@@ -250,7 +269,7 @@ def synthesize(request: Request, config: EngineConfig | None = None, *,
         else:
             outcome, indices = _solve(prob, config)
             solved[prob] = (placement.matrix, outcome, indices)
-            stats = dict(outcome.stats)
+            stats = dict(outcome.stats) | {"rests_on": rests_on(config.engine, prob.num_devices, outcome)}
         progs = _programs(h, indices)
         secs = time.perf_counter() - t0
         results.append(MatrixResult(placement.matrix, h, progs, outcome.status, secs, stats))
