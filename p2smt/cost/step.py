@@ -188,7 +188,7 @@ def flat_collective_choice(system: System, collective: Collective | str, nbytes:
     if algo != "auto" and algo not in can:
         raise P2Error(f"{system.name} cannot run {coll.value} with {algo}; it can use {', '.join(can)}")
     seconds, (pick,) = step_choices(topo, coll, [group], [float(nbytes)], algo)
-    return Choice(pick.algo, pick.protocol, seconds)
+    return Choice(pick.algo, pick.protocol, seconds, pick.estimate)
 
 
 def flat_collective_time(system: System, collective: Collective | str, nbytes: float, algo: str = "ring") -> float:
