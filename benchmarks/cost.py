@@ -2,13 +2,16 @@
 
 Run: ``python benchmarks/cost.py [--json]``. Prints
 1. predicted vs measured for C1 (8×A100 AllReduce busbw, NCCL 2.18) and C2 (8×H100 AllReduce and
-   AllGather times, NCCL 2.18): per-point relative error and geometric means, with the model's
-   parameters taken from the topology files (dgx-a100, dgx-h100);
-2. the one global constant estimated from these points, ``nccl.allreduce_plateau`` (P): its least-squares
+   AllGather times, NCCL 2.18): per point the (algorithm, protocol) the tuner chose, NCCL's time, the
+   harness floor, the relative error and the bound it must meet; geometric means; the model's
+   parameters are the topology files' (dgx-a100, dgx-h100);
+2. the harness constant ``launch_us_per_gpu`` (calibration.yaml): its fit on every point and
+   leave-one-out errors (refit without point i, predict point i);
+3. the global model constant estimated from these points, ``nccl.allreduce_plateau`` (P): its least-squares
    fit (log predicted/measured over the points >= 64 MB), the error of every point with P = 1 (NCCL's
    constants only), and leave-one-out errors: P fitted on the other points, the held-out point predicted
    by the model run with that P;
-3. (program, matrix) pairs scored per second (cold caches and warm) on P²'s 4×A100 grid requests, and
+4. (program, matrix) pairs scored per second (cold caches and warm) on P²'s 4×A100 grid requests, and
    the machine (CPU, cores, Python).
 The algorithm is ``auto`` (per collective the fastest of ring/tree/nvls), as NCCL's tuner picks one.
 """
@@ -22,7 +25,7 @@ import sys
 import time
 
 from p2smt.cost import calibration
-from p2smt.cost.calibration import BANDWIDTH_BOUND, summarize
+from p2smt.cost.calibration import BANDWIDTH_BOUND, fit_launch_us, launch_us_per_gpu, summarize
 from p2smt.cost.rank import rank_result
 from p2smt.model.request import Request
 from p2smt.model.system import System, load_system
@@ -90,6 +93,26 @@ def plateau_fit(min_bytes: int = BANDWIDTH_BOUND) -> dict:
             "leave_one_system_out": by_system}
 
 
+def bound(nbytes: int) -> float:
+    """The per-point error bound: 10 % at >= 64 MB, 20 % from 64 KiB to 64 MB, 35 % below."""
+    return 0.10 if nbytes >= BANDWIDTH_BOUND else (0.20 if nbytes >= 64 << 10 else 0.35)
+
+
+def launch_fit() -> dict:
+    """``launch_us_per_gpu`` fitted on every point, and leave-one-out: refit without point i, predict i."""
+    points = calibration_points()
+    loo = []
+    for i, point in enumerate(points):
+        launch = fit_launch_us(points[:i] + points[i + 1:])
+        predicted = max(point["nccl_s"], point["gpus_per_process"] * launch * 1e-6 if point["gpus_per_process"] > 1
+                        else 0.0)
+        loo.append({"source": point["source"], "collective": point["collective"], "bytes": point["bytes"],
+                    "launch_us_per_gpu": launch,
+                    "relative_error": (predicted - point["measured_s"]) / point["measured_s"]})
+    return {"fitted": fit_launch_us(points), "used": launch_us_per_gpu(), "leave_one_out": loo,
+            "max_abs_loo_error": max(abs(x["relative_error"]) for x in loo)}
+
+
 def throughput() -> dict:
     """(program, matrix) pairs scored per second on P²'s 4×A100 requests (cold then warm caches)."""
     system = load_system("a100-4x16")
@@ -111,22 +134,35 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     points = calibration_points()
     report = {"calibration": points, "summary": summarize(points),
-              "summary_all_sizes": summarize(points, 0), "plateau": plateau_fit(),
+              "summary_all_sizes": summarize(points, 0), "launch": launch_fit(), "plateau": plateau_fit(),
               "throughput": throughput(), "machine": machine_info()}
     if args.json:
         json.dump(report, sys.stdout, indent=1)
         print()
         return 0
-    print(f"{'source':6} {'collective':10} {'bytes':>12} {'measured us':>12} {'predicted us':>13} {'error':>8}")
+    print(f"{'source':6} {'collective':10} {'bytes':>12} {'measured us':>12} {'NCCL us':>9} {'floor us':>9} "
+          f"{'predicted us':>13} {'error':>8} {'bound':>6}  chosen")
     for p in points:
-        mark = "" if p["bytes"] >= BANDWIDTH_BOUND else "   (latency regime)"
+        ok = "" if abs(p["relative_error"]) <= bound(p["bytes"]) else "  OUT OF BOUND"
         print(f"{p['source']:6} {p['collective']:10} {p['bytes']:12d} {p['measured_s'] * 1e6:12.1f} "
-              f"{p['predicted_s'] * 1e6:13.1f} {p['relative_error']:+8.1%}{mark}")
+              f"{p['nccl_s'] * 1e6:9.1f} {p['floor_s'] * 1e6:9.1f} {p['predicted_s'] * 1e6:13.1f} "
+              f"{p['relative_error']:+8.1%} {bound(p['bytes']):6.0%}  {p['algo']}/{p['protocol']}{ok}")
     s = report["summary"]
     print(f"\n>= 64 MB: {s['points']} points, geometric mean |error| {s['geomean_abs_relative_error']:.1%}, "
           f"geometric mean predicted/measured {s['geomean_ratio']:.3f}, max |error| "
           f"{s['max_abs_relative_error']:.1%} ({s['worst']['source']} {s['worst']['collective']} "
           f"{s['worst']['bytes']} B)")
+    s_all = report["summary_all_sizes"]
+    print(f"all sizes: {s_all['points']} points, geometric mean |error| {s_all['geomean_abs_relative_error']:.1%}, "
+          f"max |error| {s_all['max_abs_relative_error']:.1%}")
+    lf = report["launch"]
+    print(f"\nharness launch_us_per_gpu: file {lf['used']}, fit on all points {lf['fitted']}; leave-one-out "
+          "(points whose prediction depends on it):")
+    for loo in lf["leave_one_out"]:
+        if loo["source"] == "C1" and loo["bytes"] < 1 << 21:
+            print(f"  {loo['source']} {loo['collective']} {loo['bytes']:>8d} B: refit {loo['launch_us_per_gpu']:.2f} us, "
+                  f"error {loo['relative_error']:+.1%}")
+    print(f"max |leave-one-out error| over all points {lf['max_abs_loo_error']:.1%}")
     fit = report["plateau"]
     used = load_system("dgx-a100", nodes=1).physical.nccl.allreduce_plateau
     print(f"\nnccl.allreduce_plateau: files use {used}, least-squares fit on the >= 64 MB points {fit['fitted_plateau']}")

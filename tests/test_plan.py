@@ -126,3 +126,18 @@ def test_cli_plan_exports_mesh_order_and_lowered_programs(tmp_path, capsys):
             for instruction in comm["program"].split("; "):
                 assert instruction in source
     assert sorted(report["exported"]) == sorted(str(p) for p in out.iterdir())
+
+
+def test_plan_reports_the_link_classes_of_each_program_against_the_allreduce():
+    # 4 DGX A100 nodes: a data-parallel gradient AllReduce over nodes crosses the network; a hierarchical
+    # program moves part of it onto NVLink (ReduceScatter/AllGather inside the node), which the report names.
+    report = plan(load_profile("gpt3-13b-tp-dp"), load_system("dgx-a100", nodes=4))
+    for row in report["placements"]:
+        for c in row["communications"]:
+            if c["kind"] != "reduce":
+                continue
+            assert c["allreduce_links"] in ("nvlink", "net") and set(c["links"]) <= {"nvlink", "pci", "net"}
+            assert len(c["links"]) == c["program"].count(";") + 1
+            assert (c["moved"] is None) == (set(c["links"]) == {c["allreduce_links"]})
+    tensor = [c for r in report["placements"] for c in r["communications"] if c["allreduce_links"] == "nvlink"]
+    assert tensor and all("net" not in c["links"] for c in tensor)

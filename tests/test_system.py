@@ -14,6 +14,9 @@ SHIPPED_LEVELS = {
     "a100-4x16": (("node", 4), ("gpu", 16)),
     "v100-2x8": (("node", 2), ("gpu", 8)),
     "v100-4x8": (("node", 4), ("gpu", 8)),
+    "gb200-nvl72": (("rack", 1), ("tray", 18), ("superchip", 2), ("gpu", 2)),
+    "dgx-b200": (("node", 2), ("gpu", 8)),
+    "dgx-h200": (("node", 2), ("gpu", 8)),
 }
 
 
@@ -170,3 +173,11 @@ def test_systems_are_immutable_values():
         s.name = "other"  # type: ignore[misc]
     assert Level(name="gpu", size=16) == s.levels[1]
     assert load_system("a100-4x16") == s
+
+
+def test_nvl72_scales_racks_with_nodes_and_cites_nvidia():
+    system = load_system("gb200-nvl72", nodes=4)
+    assert system.sizes == (4, 18, 2, 2) and system.num_devices == 288
+    for name in ("gb200-nvl72", "dgx-b200", "dgx-h200"):
+        text = (topologies_dir() / f"{name}.yaml").read_text()
+        assert "https://www.nvidia.com/en-us/data-center/" in text

@@ -22,6 +22,10 @@ PER_NODE = {
     "dgx1-v100": (8 + 4 + 2 + 4, 8 + 8 + 8 + 4 + 4 + 1, 4),  # two NVLink Hamiltonian cycles
     "dgx-a100": (8 + 1 + 4 + 2 + 8, 8 + 8 + 8 + 4 + 1, 8),
     "dgx-h100": (8 + 1 + 4 + 2 + 8, 8 + 8 + 8 + 4 + 1, 8),
+    "dgx-h200": (8 + 1 + 4 + 2 + 8, 8 + 8 + 8 + 4 + 1, 8),
+    "dgx-b200": (8 + 1 + 4 + 2 + 8, 8 + 8 + 8 + 4 + 1, 8),
+    # per rack: 72 GPUs, one NVLink switch system, 36 PCIe switches, 36 Grace, 72 NICs
+    "gb200-nvl72": (72 + 1 + 36 + 36 + 72, 72 + 72 + 72 + 36, 72),
 }
 
 
@@ -141,3 +145,19 @@ def test_draw_writes_a_png(tmp_path):
     assert out.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     with pytest.raises(P2Error):
         draw_topology(load_system("dgx1-v100"), tmp_path / "dgx1.svg")
+
+
+def test_nvl72_trays_share_the_rack_nvlink_domain_and_only_racks_cross_the_network(tmp_path):
+    # A tray (or superchip) boundary is not an NVLink bandwidth boundary: GPUs of different trays reach each
+    # other through the rack's switch trays exactly as the two GPUs of one superchip do; the rack is the
+    # NICs' boundary.
+    system = load_system("gb200-nvl72", nodes=2)
+    topo = build_topology(system)
+    assert topo.gpus_per_node == 72 and topo.num_nodes == 2
+    same_superchip, other_tray, other_rack = topo.route(0, 1), topo.route(0, 5), topo.route(0, 72)
+    for route in (same_superchip, other_tray):
+        assert topo.route_class(route) == 0 and len(route) == 2
+        assert min(topo.capacities[e] for e in route) == pytest.approx(18 * 50e9 * 0.811)
+    assert topo.route_class(other_rack) == 3
+    assert len({topo.nic_of(d) for d in range(72)}) == 72
+    assert draw_topology(load_system("gb200-nvl72"), tmp_path / "nvl72.png").read_bytes()[:4] == b"\x89PNG"

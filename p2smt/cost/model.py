@@ -23,18 +23,22 @@ COST_MODEL (the block the README quotes):
   flow weighted on a link by its bytes there relative to its busiest link; rates are recomputed
   whenever a flow finishes. A group's data is split over its channels in proportion to their
   stand-alone rates (equally across nodes).
-- Latency (α): ``nccl.base_latency_us[algo]`` plus, per hop, the latency of the worst link on its
-  route (NCCL's path-type latency): Ring AllReduce pays 2(p-1)/p times the sum over the ring's hops,
-  ReduceScatter/AllGather (p-1)/p times, Reduce/Broadcast the chain's hops; Tree pays twice the
-  longest intra-node chain plus ceil(log2 nodes) network hops; NVLS the switch's ``nvls_latency_us``.
-  Latency adds to the bandwidth time (β); no protocol switching (Simple protocol throughout).
-- Plateau: a bandwidth-bound AllReduce pays more start-up than NCCL's small-message latency constants,
-  which NCCL's own tuner models as its ring "plateau effect" (latency ×1.4 across nodes). Here an
-  AllReduce channel's α becomes α·(1 + (P−1)·β/(α+β)), P = ``nccl.allreduce_plateau``: the full multiple
-  once β dominates, none for latency-bound messages. A ReduceScatter or Reduce pays the extra of the
-  AllReduce over the same hops (NCCL's AllReduce is that reduction fused with its AllGather, so the
-  pair never undercuts the AllReduce); AllGather and Broadcast pay none. P is one global constant
-  estimated from COSTS.md's calibration points (``benchmarks/cost.py``: fit and leave-one-out errors).
+- Protocols (NCCL's tuner, ``tuner.py``): every (algorithm, protocol) of LL, LL128 and Simple gets
+  ``time = α + bytes / busBw`` with α = ``base_latency_us[algo][proto]`` plus, per hop, NCCL's
+  per-protocol latency of the hop's class (NVLink, PCI, network): Ring AllReduce pays 2(p-1)/p times the
+  ring's hops, ReduceScatter/AllGather (p-1)/p times, Reduce/Broadcast the chain's hops; Tree pays twice
+  the longest intra-node chain plus ceil(log2 nodes) network hops; NVLS the switch's ``nvls_latency_us``.
+  busBw is the channels' Simple rate from the fluid model, scaled and capped per protocol as NCCL does
+  (LL ¼ or ⅓ of it up to ``llMaxBw``, LL128 0.92× up to a per-channel cap, Tree's size-dependent
+  correction, the multi-node ring latency ×1.4). ``auto`` takes the cheapest (algorithm, protocol);
+  a forced algorithm takes its cheapest protocol. Constants are versioned sets (``data/nccl-*.yaml``).
+- Plateau: a bandwidth-bound AllReduce pays more start-up than NCCL's latency constants, as NCCL's own
+  tuner concedes across nodes (its ring "plateau effect", latency ×1.4). Here an AllReduce channel's α
+  under a chunked protocol (LL128, Simple, NVLS) becomes α·(1 + (P−1)·β/(α+β)), P =
+  ``nccl.allreduce_plateau``: the full multiple once β dominates, none for latency-bound messages. A
+  ReduceScatter or Reduce pays the extra of the AllReduce over the same hops (NCCL's AllReduce is that
+  reduction fused with its AllGather); AllGather and Broadcast pay none. P is one global constant
+  fitted on the public calibration points (``benchmarks/cost.py``: fit and leave-one-out errors).
 - Data volume follows the state: before each step a device holds (non-empty rows of its state / k)
   of the full per-device bytes; ``message_bytes`` turns the members' holdings into the collective's
   message size (the one place where that is computed). Above ``INTERPRETED_DEVICES`` synthesis

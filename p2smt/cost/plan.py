@@ -15,8 +15,10 @@ from typing import Any
 
 from p2smt.cost.model import step_time
 from p2smt.cost.rank import rank_result
+from p2smt.cost.tuner import HOP_CLASSES
 from p2smt.errors import P2Error
-from p2smt.model.collectives import Collective
+from p2smt.model.collectives import Collective, Group
+from p2smt.model.dsl import format_program, lower_program
 from p2smt.model.placement import Matrix, Placement, matrices
 from p2smt.model.profile import Communication, Profile
 from p2smt.model.request import Request
@@ -36,6 +38,8 @@ class CommChoice:
     seconds_each: float
     allreduce_seconds_each: float | None
     program: str | None
+    links: tuple[str, ...] = ()
+    allreduce_links: str | None = None
 
     @property
     def seconds_total(self) -> float:
@@ -65,17 +69,29 @@ def p2p_seconds(system: System, placement: Placement, axis: int, nbytes: float, 
     return total
 
 
+def link_class(system: System, groups: tuple[Group, ...]) -> str:
+    """The slowest link class a step's groups use: ``net`` if a group spans nodes, else the worst
+    route class between its members (``nvlink`` or ``pci``), as NCCL classes paths."""
+    topo = build_topology(system)
+    worst = max((topo.route_class(topo.route(g[0], d)) for g in groups for d in g[1:]), default=0)
+    return HOP_CLASSES[worst]
+
+
 def _reduction_choices(system: System, axes: tuple[int, ...], comm: Communication, red: tuple[int, ...],
                        algo: str, config: EngineConfig) -> list[CommChoice]:
     result = synthesize(Request.for_system(system, axes, red), config)
     max_len = config.max_len
     report = rank_result(system, result, algo=algo, bytes_per_device=comm.bytes_per_device, top=1)
     out = []
-    for m in report["matrices"]:
+    for m, found in zip(report["matrices"], result.matrices):
         best = m["programs"][0] if m["programs"] else None
         if best is None:
             raise P2Error(f"no program reduces {comm.name!r} on matrix {m['matrix']} within length {max_len}")
-        out.append(CommChoice(comm.name, "reduce", comm.count, best["seconds"], m["allreduce_seconds"], best["program"]))
+        (prog,) = [p for p in found.programs if format_program(p) == best["program"]]
+        links = tuple(link_class(system, step.groups) for step in lower_program(found.hierarchy, prog))
+        baseline = Placement(system.sizes, axes, found.matrix).reduction_groups(red)
+        out.append(CommChoice(comm.name, "reduce", comm.count, best["seconds"], m["allreduce_seconds"], best["program"],
+                              links, link_class(system, tuple(baseline))))
     return out
 
 
@@ -115,7 +131,8 @@ def plan(profile: Profile, system: System, *, algo: str = "ring", config: Engine
             "communications": [
                 {"name": c.name, "kind": c.kind, "count": c.count, "seconds_each": c.seconds_each,
                  "seconds_total": c.seconds_total, "allreduce_seconds_each": c.allreduce_seconds_each,
-                 "program": c.program}
+                 "program": c.program, "links": list(c.links), "allreduce_links": c.allreduce_links,
+                 "moved": moved(c)}
                 for c in choices
             ],
         })
@@ -143,6 +160,14 @@ def plan(profile: Profile, system: System, *, algo: str = "ring", config: Engine
     }
 
 
+def moved(choice: CommChoice) -> str | None:
+    """Which link classes the chosen program uses against the AllReduce baseline, e.g. ``net -> nvlink+net``:
+    a program that moves traffic off (or onto) the network shows it here; None when nothing moved."""
+    if choice.allreduce_links is None or set(choice.links) == {choice.allreduce_links}:
+        return None
+    return f"{choice.allreduce_links} -> {'+'.join(sorted(set(choice.links)))}"
+
+
 def render_plan(report: dict[str, Any]):
     """A rich table: one row per placement, its total and the program serving each communication."""
     from rich.table import Table
@@ -161,7 +186,9 @@ def render_plan(report: dict[str, Any]):
         t.add_column(f"{c['name']} ×{c['count']:g}", overflow="fold")
     for r in report["placements"]:
         cells = [
-            f"{c['seconds_total']:.4g} s" + (f"\n{c['program']}" if c["program"] else "") for c in r["communications"]
+            f"{c['seconds_total']:.4g} s" + (f"\n{c['program']}" if c["program"] else "")
+            + (f"\nlinks {' '.join(c['links'])} (AllReduce {c['allreduce_links']})" if c.get("links") else "")
+            for c in r["communications"]
         ]
         t.add_row(str(r["rank"]), str(r["matrix"]), f"{r['total_seconds']:.4g}",
                   f"{r['allreduce_total_seconds']:.4g}", "yes" if r["pareto"] else "", *cells)

@@ -27,15 +27,20 @@ from p2smt.model.topology import Topology, build_topology
 
 @dataclass(frozen=True)
 class Choice:
-    """The (algorithm, protocol) one group runs and its predicted seconds on its own."""
+    """The (algorithm, protocol) one group runs, its predicted seconds on its own, and NCCL's estimate.
+
+    ``estimate`` is NCCL's tuner's own time (its latency constants, no start-up ramp): what NCCL
+    compares to pick the pair. ``seconds`` is the model's prediction of that pair (with the ramp).
+    """
 
     algo: str
     protocol: Protocol
     seconds: float
+    estimate: float = 0.0
 
 
 def plateau_latency(topo: Topology, channel: Channel, proto: Protocol, bandwidth_seconds: float,
-                    factor: float = 1.0) -> float:
+                    factor: float = 1.0, ramp: bool = True) -> float:
     """A channel's α (seconds) under ``proto``, after the pipeline start-up: α + (P−1)·A·w, w = kβ/(kβ + A).
 
     α is NCCL's tuner latency (times ``factor``, NCCL's multi-node ring plateau); P is
@@ -43,12 +48,12 @@ def plateau_latency(topo: Topology, channel: Channel, proto: Protocol, bandwidth
     channel against the AllReduce over the same hops: an AllReduce pays P times its own α once
     bandwidth-bound (A = α, k = 1); a ReduceScatter or Reduce pays the start-up of the AllReduce over the
     same hops (NCCL's ring AllReduce is that reduction fused with its AllGather, so the two together never
-    undercut the AllReduce); AllGather and Broadcast pay none.
+    undercut the AllReduce); AllGather and Broadcast pay none. ``ramp=False``: NCCL's α alone.
     """
     nccl = topo.nccl
     alpha = (channel.fixed_us + latency_us(nccl, channel.algo, proto, channel.hops)) * factor * 1e-6
     plateau, scale = nccl.allreduce_plateau, channel.plateau_scale
-    if plateau == 1.0 or scale <= 0.0 or proto not in RAMP_PROTOCOLS:
+    if not ramp or plateau == 1.0 or scale <= 0.0 or proto not in RAMP_PROTOCOLS:
         return alpha
     hops = tuple((c, w * scale) for c, w in channel.hops)
     a = (channel.fixed_us + latency_us(nccl, channel.algo, proto, hops)) * factor * 1e-6
@@ -62,8 +67,9 @@ def _group_shape(topo: Topology, collective: Collective, group: Group, simple_bu
 
 
 def _group_seconds(topo: Topology, collective: Collective, group: Group, flows, size: float,
-                   proto: Protocol) -> float:
-    """One group's time under ``proto`` from its channels' Simple bandwidth times per byte (``flows``)."""
+                   proto: Protocol, ramp: bool = True) -> float:
+    """One group's time under ``proto`` from its channels' Simple bandwidth times per byte (``flows``);
+    ``ramp=False`` gives NCCL's own estimate (no start-up ramp)."""
     algo = flows[0][0].algo
     beta = size * max(f for _, f in flows)
     if beta <= 0:
@@ -75,7 +81,8 @@ def _group_seconds(topo: Topology, collective: Collective, group: Group, flows, 
     if algo == "tree":
         ratio /= tree_correction(topo.nccl, proto, size)
     factor = multi_node_latency_factor(topo.nccl, algo, proto, shape, size)
-    return max(plateau_latency(topo, ch, proto, size * f * ratio, factor) + size * f * ratio for ch, f in flows)
+    return max(plateau_latency(topo, ch, proto, size * f * ratio, factor, ramp) + size * f * ratio
+               for ch, f in flows)
 
 
 def _protocols(topo: Topology, algo: str) -> tuple[Protocol, ...]:
@@ -84,9 +91,13 @@ def _protocols(topo: Topology, algo: str) -> tuple[Protocol, ...]:
 
 
 def _best(topo: Topology, collective: Collective, group: Group, flows, size: float) -> Choice:
+    """The protocol NCCL's own estimate picks (first in LL, LL128, Simple order on ties), with the
+    model's time of it: the start-up ramp is what NCCL's tuner does not see, so it does not steer."""
     algo = flows[0][0].algo
-    return min((Choice(algo, p, _group_seconds(topo, collective, group, flows, size, p))
-                for p in _protocols(topo, algo)), key=lambda c: c.seconds)
+    proto = min(_protocols(topo, algo),
+                key=lambda p: _group_seconds(topo, collective, group, flows, size, p, ramp=False))
+    return Choice(algo, proto, _group_seconds(topo, collective, group, flows, size, proto),
+                  _group_seconds(topo, collective, group, flows, size, proto, ramp=False))
 
 
 def _solo(topo: Topology, collective: Collective, group: Group, algo: str, size: float) -> Choice:
@@ -99,10 +110,10 @@ def _solo(topo: Topology, collective: Collective, group: Group, algo: str, size:
 
 
 def choose(topo: Topology, collective: Collective, group: Group, algo: str, size: float) -> Choice:
-    """``auto`` takes the (algorithm, protocol) fastest on its own, as NCCL's tuner does; a forced
-    algorithm takes its fastest protocol."""
+    """``auto`` takes the (algorithm, protocol) NCCL's tuner estimates fastest on its own; a forced
+    algorithm takes its protocol so chosen."""
     candidates = available_algos(topo, collective, group) if algo == "auto" else (algo,)
-    return min((_solo(topo, collective, group, a, size) for a in candidates), key=lambda c: c.seconds)
+    return min((_solo(topo, collective, group, a, size) for a in candidates), key=lambda c: c.estimate)
 
 
 def step_choices(topo: Topology, collective: Collective, groups: Sequence[Group], sizes: Sequence[float],
@@ -177,7 +188,7 @@ def flat_collective_choice(system: System, collective: Collective | str, nbytes:
     if algo != "auto" and algo not in can:
         raise P2Error(f"{system.name} cannot run {coll.value} with {algo}; it can use {', '.join(can)}")
     seconds, (pick,) = step_choices(topo, coll, [group], [float(nbytes)], algo)
-    return Choice(pick.algo, pick.protocol, seconds)
+    return Choice(pick.algo, pick.protocol, seconds, pick.estimate)
 
 
 def flat_collective_time(system: System, collective: Collective | str, nbytes: float, algo: str = "ring") -> float:
