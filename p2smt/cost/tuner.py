@@ -88,12 +88,15 @@ def channels(nccl: NcclParams, busbw_gbps: float) -> int:
     """NCCL's channel count for a ring of Simple bus bandwidth ``busbw_gbps`` (search.cc's speed ladder).
 
     The search takes the speed that gives the most bandwidth (ties: the faster speed), as many channels
-    as fit, and duplicates channels at speeds of 25 GB/s and more (up to ``max_channels``).
+    as fit, and duplicates channels at speeds of 25 GB/s and more, up to ``search_max_channels`` of the
+    release. This is NCCL's own count, used for its per-channel caps; it does not depend on how many
+    rings a system file models (``max_channels``: P²'s systems model one ring of the links' bandwidth).
     """
-    ladder = constants(nccl.version)["speed_ladder_gbps"][_row(nccl)]
-    best = max(ladder, key=lambda s: (min(nccl.max_channels, math.floor(busbw_gbps / s)) * s, s))
-    n = max(1, min(nccl.max_channels, math.floor(busbw_gbps / best)))
-    return min(2 * n, nccl.max_channels) if best >= 25 else n
+    c = constants(nccl.version)
+    ladder, most = c["speed_ladder_gbps"][_row(nccl)], c["search_max_channels"]
+    best = max(ladder, key=lambda s: (min(most, math.floor(busbw_gbps / s)) * s, s))
+    n = max(1, min(most, math.floor(busbw_gbps / best)))
+    return min(2 * n, most) if best >= 25 else n
 
 
 def bus_bandwidth(nccl: NcclParams, algo: str, proto: Protocol, shape: GroupShape, simple_gbps: float) -> float:
