@@ -2,8 +2,8 @@
 
 Per placement, one incremental solver holds a counterexample-guided encoding (``smt.lazy``: one-hot
 step choices, exact per-cell chunk counts ``n``; each model is a candidate that ``refine`` proves on
-every cell or refutes with a necessary condition of validity, as in ``smt.engine.run_encoding``).
-Accepted programs are re-checked by the interpreter, priced by ``cost.program_time`` and blocked.
+every cell or refutes with a necessary condition of validity). The search is a bound strategy on the
+one solver loop (``smt.engine.run_encoding``): accepted programs are re-checked by the interpreter, priced by ``cost.program_time`` and blocked.
 
 The cost of a step is a function of its choice and of the chunk counts of its members before it
 (``cost.program_time`` of the one-instruction program with those holdings; memoized per pair).
@@ -35,7 +35,7 @@ from __future__ import annotations
 
 import math
 import time
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -53,9 +53,11 @@ from p2smt.model.placement import Matrix
 from p2smt.model.system import System
 from p2smt.semantics.dense import execute
 from p2smt.smt import terms as T
-from p2smt.smt.engine import solver_figures
+from p2smt.smt.engine import SOLVER_FIGURES, run_encoding
 from p2smt.smt.lazy import CheckedEncoding
 from p2smt.smt.registry import load_encoding
+from p2smt.smt.status import SolveStatus
+from p2smt.smt.strategy import Phase, Strategy
 from p2smt.synth.driver import MAX_LEN_LIMIT, placements_for
 
 TIE_TOLERANCE = 1e-7
@@ -90,7 +92,7 @@ class MatrixBest:
     matrix: Matrix
     hierarchy: SynthesisHierarchy
     programs: tuple[RankedProgram, ...]
-    status: str
+    status: SolveStatus
     seconds: float
     stats: dict[str, Any] = field(default_factory=dict)
 
@@ -118,9 +120,10 @@ class BestResult:
     seconds: float
 
     @property
-    def status(self) -> str:
-        """"optimal" when every placement is proved (or has no program), else "unknown"."""
-        return "unknown" if any(m.status == "unknown" for m in self.matrices) else "optimal"
+    def status(self) -> SolveStatus:
+        """Optimal when every placement is proved (or has no program), else unknown."""
+        unknown = any(m.status is SolveStatus.UNKNOWN for m in self.matrices)
+        return SolveStatus.UNKNOWN if unknown else SolveStatus.OPTIMAL
 
     @property
     def best(self) -> tuple[MatrixBest, RankedProgram] | None:
@@ -172,8 +175,12 @@ class _StepCosts:
         return self.table[key]
 
 
-class _Search:
-    """The cost-bounded search on one synthesis hierarchy (see the module docstring)."""
+class _CostBound(Strategy):
+    """The cost-bounded search on one synthesis hierarchy, a bound strategy on the one solver loop
+    (see the module docstring): one query over every length, models over U excluded before they reach
+    the encoding's confirmation, every accepted program re-checked, priced and the bound tightened."""
+
+    batch = False  # a model's chunk counts are read before its confirmation
 
     def __init__(self, system: System, h: SynthesisHierarchy, *, algo: str, bytes_per_device: float, max_len: int,
                  top: int, timeout_ms: int | None, encoding: str, options: dict[str, Any] | None,
@@ -192,7 +199,8 @@ class _Search:
         self.group_cells = [tuple(tuple(s.cell[d] for d in g) for g in cand.groups) for cand in self.prob.candidates]
         self.costs = _StepCosts(system, h, self.instructions, s.cell, self.cells_of, algo, bytes_per_device)
         self.found: dict[tuple[int, ...], RankedProgram] = {}
-        self.solver = enc.new_solver()
+        self._model_counts: dict[tuple[int, ...], list[tuple[int, ...]]] = {}
+        self.solver: z3.Solver | None = None  # the loop's, from ``begin``
         self.target: float | None = None  # U in seconds
         self._priced: dict[tuple[int, ...], float] = {}  # prefix -> the target its next steps were priced at
         self._blocked: set[tuple[int, ...]] = set()  # prefix + step excluded by a cost clause
@@ -211,8 +219,7 @@ class _Search:
         self.step_cost: list[z3.BitVecRef] = []
         self._weighted: set[tuple[int, tuple[int, ...]]] = set()
         self._literals: dict[tuple[int, int, tuple[int, ...]], Any] = {}
-        self.counters = {"solver_calls": 0, "candidates": 0, "refuted": 0, "accepted": 0, "bound_updates": 0,
-                         "cost_clauses": 0, "over_bound_models": 0}
+        self.counters = {"bound_updates": 0, "cost_clauses": 0, "over_bound_models": 0}
 
     # ------------------------------------------------------------------ chunk counts and step costs
 
@@ -435,59 +442,55 @@ class _Search:
                             fractions=fractions)
         return RankedProgram(prog, cost.seconds)
 
-    def run(self) -> tuple[str, list[RankedProgram], dict[str, Any]]:
-        enc, solver, start = self.enc, self.solver, time.perf_counter()
-        if self.timeout_ms is not None:
-            solver.set("timeout", int(self.timeout_ms))
-        enc.declare(solver)
-        if enc.logic is None:
-            solver.push()
-        status = "optimal"
+    # ------------------------------------------------------------------ the strategy's hooks
+
+    def phases(self, enc, max_len: int) -> Iterator[Phase]:
         nonempty = z3.Not(enc.choices.stop[0])
-        while True:
-            result = solver.check(nonempty)
-            self.counters["solver_calls"] += 1
-            if result == z3.unsat:
-                break
-            if result == z3.unknown:
-                status = "unknown"
-                break
-            model = solver.model()
-            program = enc.decode(model)
-            counts = [self._counts(model, t) for t in range(len(program))]
-            priced = len(self.costs.table)
-            seconds = [self._step_seconds(c, counts[t]) for t, c in enumerate(program)]
-            if self.target is not None and self.mode == "clauses" and self._prune(program, counts, seconds):
-                self.counters["over_bound_models"] += 1
-                continue
-            if self.mode == "sum" and self._over_sum(seconds):
-                if len(self.costs.table) == priced:
-                    raise InternalError("best: a model violates the stated cost bound")
-                self.counters["over_bound_models"] += 1  # it ran pairs priced only now: look again
-                continue
-            self.counters["candidates"] += 1
-            verdict = enc.refine(solver, program, self.timeout_ms)
-            if verdict.unknown:
-                status = "unknown"
-                break
-            if not verdict.accepted:
-                self.counters["refuted"] += 1
-                continue
-            self.counters["accepted"] += 1
-            self.found[program] = self._accept(program, counts)
-            solver.add(enc.blocking_clause(program))
-            self._tighten()
+        yield Phase("all", None, lambda: [nonempty])
+
+    def begin(self, enc, solver: z3.Solver) -> None:
+        self.solver = solver
+
+    def admit(self, solver: z3.Solver, model: z3.ModelRef, program: tuple[int, ...]) -> bool:
+        """Price the model's steps; a model over U is excluded by cost clauses and never confirmed."""
+        counts = [self._counts(model, t) for t in range(len(program))]
+        priced = len(self.costs.table)
+        seconds = [self._step_seconds(c, counts[t]) for t, c in enumerate(program)]
+        if self.target is not None and self.mode == "clauses" and self._prune(program, counts, seconds):
+            self.counters["over_bound_models"] += 1
+            return False
+        if self.mode == "sum" and self._over_sum(seconds):
+            if len(self.costs.table) == priced:
+                raise InternalError("best: a model violates the stated cost bound")
+            self.counters["over_bound_models"] += 1  # it ran pairs priced only now: look again
+            return False
+        self._model_counts[program] = counts
+        return True
+
+    def accepted(self, solver: z3.Solver, program: tuple[int, ...]) -> None:
+        self.found[program] = self._accept(program, self._model_counts.pop(program))
+        self._tighten()
+
+    def run(self) -> tuple[SolveStatus, list[RankedProgram], dict[str, Any]]:
+        start = time.perf_counter()
+        res = run_encoding(self.enc, self.max_len, timeout_ms=self.timeout_ms, strategy=self)
         ranked = sorted(self.found.values(), key=lambda r: rank_key(r.seconds, r.text))[: self.top]
-        if status == "optimal" and not ranked:
-            status = "infeasible"
+        status = res.status
+        if status is SolveStatus.COMPLETE:
+            status = SolveStatus.OPTIMAL if ranked else SolveStatus.INFEASIBLE
+        refuted = sum(res.stats["refinements"].values())
         stats: dict[str, Any] = {
             "bound": self.mode,
+            "solver_calls": res.stats["solver_calls"],
+            "candidates": refuted + len(res.programs),
+            "refuted": refuted,
+            "accepted": len(res.programs),
             **self.counters,
             "priced_pairs": len(self.costs.table),
             "pricing_seconds": round(self.costs.seconds, 6),
             "seconds": round(time.perf_counter() - start, 6),
-            "solver": solver_figures(solver),
-            "encoding": enc.statistics(),
+            "solver": {k: res.stats[k] for k in SOLVER_FIGURES if k in res.stats},
+            "encoding": self.enc.statistics(),
         }
         return status, ranked, stats
 
@@ -510,7 +513,7 @@ def best_on_hierarchy(system: System, h: SynthesisHierarchy, *, max_len: int = 8
     b = check_request(system, algo, bytes_per_device, top)
     _check_options(max_len, timeout_ms, bound)
     start = time.perf_counter()
-    search = _Search(system, h, algo=algo, bytes_per_device=b, max_len=max_len, top=top, timeout_ms=timeout_ms,
+    search = _CostBound(system, h, algo=algo, bytes_per_device=b, max_len=max_len, top=top, timeout_ms=timeout_ms,
                      encoding=encoding, options=encoding_options, require_progress=require_progress, bound=bound,
                      lookahead=lookahead)
     status, ranked, stats = search.run()

@@ -318,8 +318,7 @@ def _child_main() -> None:
     sys.stdout = sys.stderr  # stray prints must not corrupt the protocol
     import z3
 
-    from p2smt.smt.engine import run_encoding
-    from p2smt.smt.registry import load_encoding
+    from p2smt.smt.engine import enumerate_z3
 
     protocol.write(json.dumps({"ready": True}) + "\n")
     protocol.flush()
@@ -327,11 +326,10 @@ def _child_main() -> None:
     try:
         z3.set_param("smt.random_seed", int(req["seed"]))
         z3.set_param("sat.random_seed", int(req["seed"]))
-        _, prob = _build(req["spec"])
+        h, prob = _build(req["spec"])
         start = time.perf_counter()
-        spec = load_encoding(req["encoding"], req["extra_dirs"])
-        enc = spec.create(prob, req["max_len"], req["options"])
-        res = run_encoding(enc, req["max_len"], timeout_ms=req["timeout_ms"], tag=spec.name)
+        res = enumerate_z3(prob, req["max_len"], encoding=req["encoding"], options=req["options"],
+                           timeout_ms=req["timeout_ms"], extra_dirs=req["extra_dirs"], hierarchy=h)
         wall = time.perf_counter() - start
         out = {"status": res.status, "wall_seconds": wall, "programs": [list(p) for p in res.programs],
                "stats": res.stats}

@@ -1,9 +1,9 @@
-"""CEGIS over data values: synthesize with the ``values`` encoding, verify plans for all inputs.
+"""Plans proved over data values: ``verify_values`` proves one plan for every input or returns a concrete
+input (per device and chunk) on which some device ends with a wrong value.
 
-``enumerate_cegis`` runs the value encoding (``encodings/values.py``): the synthesizer proposes a
-program consistent with the examples gathered so far, the verifier checks it for every input and
-chunk with Z3, and a counterexample input becomes a new example. ``verify_values`` proves one plan
-or returns a concrete input (per device and chunk) on which some device ends with a wrong value.
+Synthesis over data values (CEGIS) is the ``values`` encoding on the one solver loop (``smt.engine``):
+the synthesizer proposes a program consistent with the examples gathered so far, the checker proves it
+for every input and chunk, and a counterexample input becomes a new example.
 """
 
 from __future__ import annotations
@@ -16,32 +16,12 @@ from typing import Any
 
 from p2smt.errors import InternalError
 from p2smt.model.collectives import Group
-from p2smt.model.problem import SynthesisProblem
 from p2smt.smt import terms as T
 from p2smt.smt.check import Unknown
-from p2smt.smt.engine import EngineResult, enumerate_z3
 from p2smt.smt.unroll import Semantics
 from p2smt.smt.verify import Step, concrete_quotients, plan_checker
 
 ENCODING = "values"
-
-
-def enumerate_cegis(
-    problem: SynthesisProblem,
-    max_len: int,
-    *,
-    timeout_ms: int | None = None,
-    options: dict[str, Any] | None = None,
-    extra_dirs: Iterable[str | Path] = (),
-) -> EngineResult:
-    """Every program correct for all inputs, in canonical order; stats carry ``cegis_iterations``."""
-    res = enumerate_z3(
-        problem, max_len, encoding=ENCODING, options=options, timeout_ms=timeout_ms, extra_dirs=extra_dirs
-    )
-    stats = dict(res.stats)
-    stats["cegis_iterations"] = stats.get("checks", 0)
-    stats["counterexamples"] = stats.get("witnesses", 0)
-    return EngineResult(res.status, res.programs, stats)
 
 
 @dataclass(frozen=True)

@@ -35,20 +35,10 @@ from p2smt.smt import terms as T
 from p2smt.smt.base import ACCEPTED, Encoding, Program, Refinement
 from p2smt.smt.check import PayloadFactory, PlanChecker, Unknown
 from p2smt.smt.engine import solver_figures
-from p2smt.smt.structure import Structure
+from p2smt.smt.structure import Structure, goal_is_terminal
 from p2smt.smt.unroll import CellCounts, Choices, Payload, Semantics, equal_state_lemmas
 
 Witness = Hashable
-
-
-def goal_is_terminal(problem: SynthesisProblem) -> bool:
-    """True when no step can follow the goal: every group has ≥ 2 members inside one goal group."""
-    owner = {d: i for i, g in enumerate(problem.goal_groups) for d in g}
-    for cand in problem.candidates:
-        for g in cand.groups:
-            if len(g) < 2 or len({owner.get(d) for d in g}) != 1:
-                return False
-    return True
 
 
 class CheckedEncoding(Encoding):

@@ -37,42 +37,47 @@ class EngineOptions:
     emit_smt2: str | None = None
 
 
-def _enumerative(prob: SynthesisProblem, max_len: int, opts: EngineOptions) -> EngineOutcome:
+def _enumerative(prob: SynthesisProblem, max_len: int, opts: EngineOptions, h=None) -> EngineOutcome:
     from p2smt.synth.enumerative import enumerate_programs
 
     return EngineOutcome("complete", tuple(enumerate_programs(prob, max_len)))
 
 
-def _pieces(prob: SynthesisProblem, max_len: int, opts: EngineOptions) -> EngineOutcome:
-    from p2smt.semantics.pieces import enumerate_programs
+def _pieces(prob: SynthesisProblem, max_len: int, opts: EngineOptions, h=None) -> EngineOutcome:
+    from p2smt.synth.pieces import enumerate_programs
 
     return EngineOutcome("complete", tuple(enumerate_programs(prob, max_len)))
 
 
-def _z3(prob: SynthesisProblem, max_len: int, opts: EngineOptions) -> EngineOutcome:
+def _z3(prob: SynthesisProblem, max_len: int, opts: EngineOptions, h: SynthesisHierarchy | None = None) -> EngineOutcome:
     from pathlib import Path
 
-    from p2smt.smt.engine import enumerate_z3
+    from p2smt.smt.engine import DEFAULT_ENCODING, enumerate_z3
 
     res = enumerate_z3(
         prob,
         max_len,
-        encoding=opts.encoding or "bool-matrix",
+        encoding=opts.encoding or DEFAULT_ENCODING,
         options=opts.encoding_options,
         timeout_ms=opts.timeout_ms,
         emit_smt2=Path(opts.emit_smt2) if opts.emit_smt2 else None,
+        hierarchy=h,
     )
     return EngineOutcome(res.status, tuple(res.programs), dict(res.stats))
 
 
-def _z3_cegis(prob: SynthesisProblem, max_len: int, opts: EngineOptions) -> EngineOutcome:
-    from p2smt.smt.cegis import enumerate_cegis
+def _z3_cegis(
+    prob: SynthesisProblem, max_len: int, opts: EngineOptions, h: SynthesisHierarchy | None = None
+) -> EngineOutcome:
+    """``z3`` with the ``values`` encoding (CEGIS over counterexample inputs)."""
+    from dataclasses import replace
 
-    res = enumerate_cegis(prob, max_len, timeout_ms=opts.timeout_ms)
-    return EngineOutcome(res.status, tuple(res.programs), dict(res.stats))
+    return _z3(prob, max_len, replace(opts, encoding="values"), h)
 
 
-ENGINES: dict[str, tuple[str, Callable[[SynthesisProblem, int, EngineOptions], EngineOutcome]]] = {
+Engine = Callable[[SynthesisProblem, int, EngineOptions, SynthesisHierarchy | None], EngineOutcome]
+"""(problem, max_len, options, the synthesis hierarchy the problem was built from or None) -> outcome."""
+ENGINES: dict[str, tuple[str, Engine]] = {
     "enumerative": ("P²'s enumerative search pruned by the preconditions", _enumerative),
     "pieces": ("P²'s search on pieces.py's compressed state: exact at any number of devices", _pieces),
     "z3": ("Z3 over an SMT encoding of the Hoare rules (enumerates all models)", _z3),
@@ -133,14 +138,18 @@ class SynthesisResult:
 
 
 def run_engine(
-    engine: str, prob: SynthesisProblem, max_len: int, opts: EngineOptions | None = None
+    engine: str,
+    prob: SynthesisProblem,
+    max_len: int,
+    opts: EngineOptions | None = None,
+    hierarchy: SynthesisHierarchy | None = None,
 ) -> EngineOutcome:
     """Run one engine on one problem (no re-check; see ``synthesize_hierarchy``)."""
     if engine not in ENGINES:
         raise P2Error(f"unknown engine {engine!r}; engines: {', '.join(ENGINES)}")
     if not 1 <= max_len <= MAX_LEN_LIMIT:
         raise P2Error(f"--max-len must be between 1 and {MAX_LEN_LIMIT}, got {max_len}")
-    return ENGINES[engine][1](prob, max_len, opts or EngineOptions())
+    return ENGINES[engine][1](prob, max_len, opts or EngineOptions(), hierarchy)
 
 
 PIECES_ABOVE = 128  # devices; above this the compressed interpreter re-checks (the k^3 one costs GiBs)
@@ -199,15 +208,16 @@ def synthesize_hierarchy(
     """Synthesize on one hierarchy; programs are re-checked unless the engine is the interpreter itself."""
     start = time.perf_counter()
     prob = problem(h, require_progress)
-    outcome, indices = _solve(prob, max_len, engine, opts, prune)
+    outcome, indices = _solve(prob, max_len, engine, opts, prune, h)
     return _programs(h, indices), outcome, time.perf_counter() - start
 
 
 def _solve(
-    prob: SynthesisProblem, max_len: int, engine: str, opts: EngineOptions | None, prune: str
+    prob: SynthesisProblem, max_len: int, engine: str, opts: EngineOptions | None, prune: str,
+    h: SynthesisHierarchy | None = None,
 ) -> tuple[EngineOutcome, tuple[tuple[int, ...], ...]]:
     """The engine's outcome and its programs (candidate indices) after the re-check and pruning."""
-    outcome = run_engine(engine, prob, max_len, opts)
+    outcome = run_engine(engine, prob, max_len, opts, h)
     programs = list(outcome.programs)
     if rechecked_by(engine, prob.num_devices):
         recheck(prob, programs, engine)
@@ -260,7 +270,7 @@ def synthesize(
             first, outcome, indices = solved[prob]
             stats: dict[str, Any] = {"same_problem_as": [list(r) for r in first]}
         else:
-            outcome, indices = _solve(prob, max_len, engine, opts, prune)
+            outcome, indices = _solve(prob, max_len, engine, opts, prune, h)
             solved[prob] = (placement.matrix, outcome, indices)
             stats = dict(outcome.stats)
         progs = _programs(h, indices)
