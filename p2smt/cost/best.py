@@ -46,13 +46,14 @@ from p2smt.cost.model import held_fractions_of_programs, program_time
 from p2smt.cost.rank import check_request
 from p2smt.cost.rank import sort_key as rank_key
 from p2smt.errors import InternalError, P2Error
-from p2smt.model.collectives import Collective
 from p2smt.model.dsl import Program, candidate_instructions, format_program, problem
 from p2smt.model.hierarchy import HierarchyKind, MasterScope, SynthesisHierarchy, synthesis_hierarchy
 from p2smt.model.placement import Matrix
 from p2smt.model.system import System
 from p2smt.semantics.dense import execute
 from p2smt.smt import terms as T
+from p2smt.smt.counts import after as counts_after
+from p2smt.smt.counts import may_run
 from p2smt.smt.engine import SOLVER_FIGURES, run_encoding
 from p2smt.smt.lazy import CheckedEncoding
 from p2smt.smt.registry import load_encoding
@@ -238,19 +239,8 @@ class _CostBound(Strategy):
 
     def _may_run(self, c: int, counts: Sequence[int]) -> bool:
         """The count-level Hoare preconditions (necessary for validity; a filter, never needed for soundness)."""
-        coll = self.prob.candidates[c].collective
-        k = self.prob.num_devices
-        for cells in self.group_cells[c]:
-            n = [counts[x] for x in cells]
-            if coll is Collective.BROADCAST:
-                ok = all(v <= n[0] for v in n[1:])
-            else:
-                ok = all(v == n[0] for v in n[1:])
-                ok = ok and not (coll is Collective.REDUCE_SCATTER and n[0] % len(n))
-                ok = ok and not (coll is Collective.ALL_GATHER and n[0] * len(n) > k)
-            if not ok:
-                return False
-        return True
+        coll, k = self.prob.candidates[c].collective, self.prob.num_devices
+        return all(may_run(coll, [counts[x] for x in cells], k) for cells in self.group_cells[c])
 
     # ------------------------------------------------------------------ bound="clauses"
 
@@ -273,28 +263,12 @@ class _CostBound(Strategy):
     def _abstract_step_uncached(self, c: int, state: tuple) -> tuple | None:
         if not self._may_run(c, tuple(n for n, _ in state)):  # the chunk-count rules
             return None
-        cand, s, k = self.prob.candidates[c], self.enc.s, self.prob.num_devices
-        coll = cand.collective
+        k = self.prob.num_devices
         new = list(state)
-        for g in cand.groups:
-            cells = [s.cell[d] for d in g]
-            n, m = state[cells[0]][0], len(g)
-            cs = [state[x][1] for x in cells]
-            if coll is Collective.BROADCAST:
-                out = [state[cells[0]]] * m
-            elif coll is Collective.ALL_GATHER:
-                same = None not in cs and all(v == cs[0] for v in cs)
-                out = [(n * m, cs[0] if same else None)] * m
-            else:
-                total = None if None in cs else sum(cs)
-                if total is not None and total > k:
-                    return None  # some contribution would be counted twice
-                if coll is Collective.REDUCE_SCATTER:
-                    out = [(n // m, total)] * m
-                elif coll is Collective.REDUCE:
-                    out = [(n, total)] + [(0, 0)] * (m - 1)
-                else:
-                    out = [(n, total)] * m
+        for cells in self.group_cells[c]:
+            out = counts_after(self.prob.candidates[c].collective, [state[x] for x in cells])
+            if any(per is not None and per > k for _, per in out):
+                return None  # some contribution would be counted twice
             for x, v in zip(cells, out):
                 new[x] = v
         return tuple(new)
@@ -445,7 +419,7 @@ class _CostBound(Strategy):
     # ------------------------------------------------------------------ the strategy's hooks
 
     def phases(self, enc, max_len: int) -> Iterator[Phase]:
-        nonempty = z3.Not(enc.choices.stop[0])
+        nonempty = z3.Not(enc.choices.stop(0))
         yield Phase("all", None, lambda: [nonempty])
 
     def begin(self, enc, solver: z3.Solver) -> None:

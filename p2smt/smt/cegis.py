@@ -18,6 +18,7 @@ from p2smt.errors import InternalError
 from p2smt.model.collectives import Group
 from p2smt.smt import terms as T
 from p2smt.smt.check import Unknown
+from p2smt.smt.status import ProofStatus
 from p2smt.smt.unroll import Semantics
 from p2smt.smt.verify import Step, concrete_quotients, plan_checker
 
@@ -32,7 +33,7 @@ class ValueProof:
     wrong, and both values; a structural failure (shapes, Broadcast not adding information or
     discarding data, progress) gives its step and rule."""
 
-    status: str
+    status: ProofStatus
     failing_step: int | None = None
     rule: str | None = None
     device: int | None = None
@@ -46,11 +47,11 @@ class ValueProof:
 
     @property
     def proved(self) -> bool:
-        return self.status == "proved"
+        return self.status is ProofStatus.PROVED
 
     def to_json(self) -> dict[str, Any]:
         out: dict[str, Any] = {"status": self.status, "message": self.message}
-        if self.status == "counterexample":
+        if self.status is ProofStatus.COUNTEREXAMPLE:
             out.update(
                 failing_step=self.failing_step,
                 rule=self.rule,
@@ -86,16 +87,16 @@ def verify_values(
     try:
         fail = checker.first_failure(plan, terminal_goal=True, detail=True)
     except Unknown as err:
-        return ValueProof("unknown", message=f"the solver gave up: {err}", stats=stats())
+        return ValueProof(ProofStatus.UNKNOWN, message=f"the solver gave up: {err}", stats=stats())
     if fail is None:
         return ValueProof(
-            "proved", message="every device ends with its group's sum for every input", stats=stats()
+            ProofStatus.PROVED, message="every device ends with its group's sum for every input", stats=stats()
         )
     if fail.step is not None:
         coll = problem.candidates[plan[fail.step]].collective
         rule = fail.rule if fail.rule == "progress" else f"{coll.value}.{fail.rule}"
         return ValueProof(
-            "counterexample", fail.step, rule, message=f"step {fail.step}: {rule} fails", stats=stats()
+            ProofStatus.COUNTEREXAMPLE, fail.step, rule, message=f"step {fail.step}: {rule} fails", stats=stats()
         )
     # prefer an input on which a device holds a wrong sum over one where a chunk ends empty
     state = checker.node(plan).state
@@ -132,7 +133,7 @@ def verify_values(
                     f"{v} on device {e} after step {t - 1}" for t, e, _, v in blanks
                 )
             return ValueProof(
-                "counterexample",
+                ProofStatus.COUNTEREXAMPLE,
                 None,
                 "goal",
                 d,
