@@ -241,8 +241,8 @@ def test_pieces_engine_is_rechecked_by_numpy_only_where_numpy_fits(monkeypatch):
     real = synth.recheck
     monkeypatch.setattr(synth, "recheck", lambda prob, progs, engine: calls.append(prob.num_devices) or
                         real(prob, progs, engine))
-    small = _problem((2, 4), ("node", "gpu")).hierarchy
-    big = _problem((4, 8, 4, 2), SUPERPOD).hierarchy
+    small = _hierarchy((2, 4), ("node", "gpu"))
+    big = _hierarchy((4, 8, 4, 2), SUPERPOD)
     progs_small, _, _ = synth.synthesize_hierarchy(small, max_len=3, engine="pieces")
     progs_big, _, _ = synth.synthesize_hierarchy(big, max_len=1, engine="pieces")
     assert calls == [8]
