@@ -9,9 +9,9 @@ state: exact at any size, so it also checks the representative encoding's progra
 at the real size: the summary says whether the engines that finished a point found the same
 programs), ``z3:bool-matrix`` (the exact default encoding) and
 ``z3:representative`` (size-2 hierarchy; its real-size check is a Z3 proof up to its
-``z3_check_max_devices`` and the driver's re-check above, see encodings/representative.py) and
-``symmetric`` (P²'s search on the generic size-2 instance, docs/symmetry.md; re-checked by the numpy
-interpreter up to ``PIECES_ABOVE`` devices, above that its result rests on ``stats["rests_on"]``). Every
+``z3_check_max_devices`` and the driver's re-check above, see p2smt/smt/representative.py) and
+``symmetric`` (P²'s search on the generic size-2 instance, docs/symmetry.md; re-checked by the driver's
+interpreters up to 4,096 devices, above that its result rests on ``stats["rests_on"]``). Every
 program a z3 engine returns (and ``pieces``' up to ``PIECES_ABOVE``) is re-checked by ``synth.recheck`` (the numpy interpreter up to
 ``synth.PIECES_ABOVE`` devices, ``pieces.py`` above); ``seconds`` includes that re-check. Once a point
 times out, the larger sizes of the same (max length, levels, engine) are skipped, except for
@@ -83,7 +83,7 @@ def child(spec: dict) -> dict:
     prob = problem(h)
     assert prob.num_devices == k, (prob.num_devices, k)
     built = time.perf_counter() - t0
-    res = run_engine(prob, config)
+    res = run_engine(prob, config, h)
     t1 = time.perf_counter()
     checked_by = rechecked_by(config.engine, k)  # the driver's policy; recheck raises on any failing program
     if checked_by:

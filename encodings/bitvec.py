@@ -26,6 +26,7 @@ from p2smt.model.collectives import AG, AR, BC, RED, RS, Collective
 from p2smt.model.problem import SynthesisProblem
 from p2smt.smt.base import Encoding, EncodingOptions, EncodingSpec, Program
 from p2smt.smt.choices import StepChoices
+from p2smt.smt.structure import goal_is_terminal
 
 CASE_SPLIT_ATOMS = 3  # counts over more distinct literals than this use bit-vector arithmetic
 
@@ -498,7 +499,7 @@ class BitvecEncoding(Encoding):
         self.dag = Dag(self.context, max(problem.num_devices, 1))
         self.unroller = Unroller(self.dag, problem)
         self.n = len(problem.candidates)
-        self.terminal = _goal_is_terminal(problem)
+        self.terminal = goal_is_terminal(problem)
         self._solver: z3.Solver | None = None
         self._unrollings: dict[int, tuple[StepChoices, z3.BoolRef | None]] = {}
         self._active = 0
@@ -628,20 +629,6 @@ class BitvecEncoding(Encoding):
             "build_seconds": round(self.build_seconds, 6),
             "arith_groups": self.dag.arith_groups,
         }
-
-
-def _goal_is_terminal(problem: SynthesisProblem) -> bool:
-    """No step can follow the goal when progress is required and every group has >= 2 members inside
-    one goal group (they would double count, overlap, or add nothing); otherwise earlier states must
-    differ from the goal, as the enumerative engine stops there."""
-    if not problem.require_progress:
-        return False
-    owner = {d: i for i, g in enumerate(problem.goal_groups) for d in g}
-    return all(
-        len(g) >= 2 and None not in {owner.get(d) for d in g} and len({owner.get(d) for d in g}) == 1
-        for c in problem.candidates
-        for g in c.groups
-    )
 
 
 ENCODING = EncodingSpec(

@@ -165,6 +165,11 @@ class ValuesEncoding(CheckedEncoding):
             return [(0, tuple(1 << d for d in range(k)), zeros)]
         return []
 
+    def statistics(self):
+        """The CEGIS figures under their usual names: checker rounds and counterexample inputs."""
+        out = super().statistics()
+        return {**out, "cegis_iterations": out["checks"], "counterexamples": out["witnesses"]}
+
 
 ENCODING = EncodingSpec(
     name="values",

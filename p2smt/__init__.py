@@ -16,7 +16,8 @@ __version__ = "0.1.0"
 
 _EXPORTS = {
     "Request": "p2smt.model.request",
-    "Status": "p2smt.model.request",
+    "SolveStatus": "p2smt.model.status",
+    "ProofStatus": "p2smt.model.status",
     "HierarchyKind": "p2smt.model.request",
     "MasterScope": "p2smt.model.request",
     "Engine": "p2smt.synth.config",
@@ -39,8 +40,9 @@ __all__ = [
     "HierarchyKind",
     "MasterScope",
     "P2Error",
+    "ProofStatus",
     "Request",
-    "Status",
+    "SolveStatus",
     "__version__",
     "best",
     "load_profile",

@@ -62,9 +62,9 @@ def verify(request: Request, program: str, *, values: bool = False, timeout_ms: 
     >>> req = Request("a100-4x16", axes=(4, 16), reduce=(1,), matrix=((1, 4), (4, 4)))
     >>> verify(req, "(node, InsideGroup, ReduceScatter); (node, Parallel(root), AllReduce); "
     ...             "(node, InsideGroup, AllGather)").status
-    'proved'
+    <ProofStatus.PROVED: 'proved'>
     >>> verify(req, "(node, InsideGroup, ReduceScatter)").status
-    'counterexample'
+    <ProofStatus.COUNTEREXAMPLE: 'counterexample'>
     """
     from p2smt.model.dsl import lower_program, parse_program
 

@@ -8,7 +8,10 @@ import pytest
 from p2smt.errors import P2Error
 from p2smt.model.collectives import Collective
 from p2smt.model.dsl import problem
-from p2smt.smt.cegis import enumerate_cegis, verify_values
+from p2smt.smt.cegis import verify_values
+from p2smt.smt.engine import enumerate_z3
+from p2smt.synth.config import EngineConfig
+from p2smt.synth.driver import run_engine
 from p2smt.synth.enumerative import enumerate_programs
 
 AR, RS, AG, R, B = (
@@ -79,7 +82,7 @@ def test_structural_failures_name_their_step():
 @pytest.mark.parametrize("sizes, max_len", [((2,), 5), ((4,), 5), ((2, 2), 5), ((2, 3), 3), ((3, 2), 3)])
 def test_cegis_finds_the_boolean_program_set(flat_hierarchy, sizes, max_len):
     prob = problem(flat_hierarchy(sizes))
-    res = enumerate_cegis(prob, max_len)
+    res = run_engine(prob, EngineConfig(engine="z3-cegis", max_len=max_len))
     assert res.status == "complete"
     assert list(res.programs) == enumerate_programs(prob, max_len)
     assert res.stats["cegis_iterations"] >= len(res.programs)
@@ -88,6 +91,16 @@ def test_cegis_finds_the_boolean_program_set(flat_hierarchy, sizes, max_len):
 
 def test_cegis_timeout_is_never_complete(flat_hierarchy):
     prob = problem(flat_hierarchy((4, 4)))
-    res = enumerate_cegis(prob, 5, timeout_ms=1)
+    res = run_engine(prob, EngineConfig(engine="z3-cegis", max_len=5, timeout_ms=1))
     assert res.status == "unknown"
     assert set(res.programs) <= set(enumerate_programs(prob, 5))
+
+
+def test_z3_cegis_is_z3_with_the_values_encoding(flat_hierarchy):
+    """One code path: the engine name only selects the encoding."""
+    prob = problem(flat_hierarchy((2, 2)))
+    cegis = run_engine(prob, EngineConfig(engine="z3-cegis", max_len=4))
+    plain = enumerate_z3(prob, 4, encoding="values")
+    assert cegis.programs == plain.programs and cegis.status == plain.status
+    assert cegis.stats["encoding"] == "values" and set(cegis.stats) == set(plain.stats)
+    assert cegis.stats["cegis_iterations"] == plain.stats["checks"]

@@ -24,7 +24,8 @@ from p2smt.synth.config import EngineConfig
 from p2smt.synth.driver import synthesize
 from p2smt.synth.enumerative import enumerate_programs
 
-ENCODINGS = [spec.name for spec in available_encodings()]
+ENCODINGS = [spec.name for spec in available_encodings() if spec.wrapper is None]
+# wrapper strategies (representative) write their inner runs' queries: tests/test_representative.py
 MAX_LEN = 2
 FILE_NAME = re.compile(r"^(?P<tag>.+)-(?P<n>\d{5})-len(?P<len>\d+)-(?P<kind>[a-z-]+)\.smt2$")
 

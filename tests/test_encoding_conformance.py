@@ -27,7 +27,7 @@ from hypothesis import strategies as st
 
 from p2smt.errors import P2Error
 from p2smt.model.dsl import problem
-from p2smt.model.hierarchy import synthesis_hierarchy
+from p2smt.model.hierarchy import SynthesisHierarchy, synthesis_hierarchy
 from p2smt.model.placement import Placement, matrices
 from p2smt.model.problem import SynthesisProblem
 from p2smt.model.system import load_system
@@ -90,16 +90,19 @@ CASES = [(spec.name, opts) for spec in _variants() for opts in _derived_options(
 CASE_IDS = [f"{name}[{_option_id(opts)}]" for name, opts in CASES]
 
 
+HIERARCHY: dict[SynthesisProblem, SynthesisHierarchy] = {}
+"""The hierarchy each grid problem was first built from (wrapper strategies such as representative take it)."""
+
+
 @cache
 def grid_problems() -> tuple[SynthesisProblem, ...]:
     """The distinct synthesis problems of the whole grid (many matrices give the same one)."""
-    seen: dict[SynthesisProblem, None] = {}
     for cfg in paper_grid():
         system = load_system(cfg.system)
         for m in matrices(system.sizes, cfg.axes):
             h = synthesis_hierarchy(Placement(system.sizes, cfg.axes, m), cfg.reduction_axes, system.level_names)
-            seen.setdefault(problem(h), None)
-    return tuple(sorted(seen, key=lambda p: (p.num_devices, len(p.candidates), p.hierarchy.sizes)))
+            HIERARCHY.setdefault(problem(h), h)
+    return tuple(sorted(HIERARCHY, key=lambda p: (p.num_devices, len(p.candidates), HIERARCHY[p].sizes)))
 
 
 @cache
@@ -108,13 +111,13 @@ def expected(prob: SynthesisProblem, max_len: int) -> tuple[tuple[int, ...], ...
 
 
 def _grid_label(prob: SynthesisProblem) -> str:
-    return f"k{prob.num_devices}-sizes{'x'.join(map(str, prob.hierarchy.sizes[1:]))}-c{len(prob.candidates)}"
+    return f"k{prob.num_devices}-sizes{'x'.join(map(str, HIERARCHY[prob].sizes[1:]))}-c{len(prob.candidates)}"
 
 
 def _in_ci(name: str, opts: dict, prob: SynthesisProblem) -> bool:
     if prob.num_devices > CI_GRID_MAX_K_BY_VARIANT.get(name, CI_GRID_MAX_K):
         return False
-    return not opts or prob.hierarchy.nontrivial_levels <= 1
+    return not opts or HIERARCHY[prob].nontrivial_levels <= 1
 
 
 def _grid_params():
@@ -126,8 +129,10 @@ def _grid_params():
     return out
 
 
-def _assert_same(name: str, opts: dict, prob: SynthesisProblem, max_len: int) -> None:
-    res = enumerate_z3(prob, max_len, encoding=name, options=opts)
+def _assert_same(
+    name: str, opts: dict, prob: SynthesisProblem, max_len: int, h: SynthesisHierarchy | None = None
+) -> None:
+    res = enumerate_z3(prob, max_len, encoding=name, options=opts, hierarchy=h)
     want = expected(prob, max_len)
     assert res.status == "complete", (name, opts, res.stats)
     got = tuple(res.programs)
@@ -153,13 +158,16 @@ def test_every_variant_is_covered():
 
 @pytest.mark.parametrize(("name", "opts", "index"), _grid_params())
 def test_grid_program_set_equals_enumerative(name, opts, index):
-    _assert_same(name, opts, grid_problems()[index], GRID_MAX_LEN)
+    prob = grid_problems()[index]
+    _assert_same(name, opts, prob, GRID_MAX_LEN, HIERARCHY[prob])
 
 
 # ---------------------------------------------------------------------------- random hierarchies
 
 
-def _random_problem(levels: list[int], kept: int, require_progress: bool) -> SynthesisProblem:
+def _random_problem(
+    levels: list[int], kept: int, require_progress: bool
+) -> tuple[SynthesisProblem, SynthesisHierarchy]:
     """Reduction over ``levels`` (one axis split across them); with ``kept`` > 1 a second, kept axis
     on an extra level gives several goal groups (hierarchy kind "a")."""
     n = prod(levels)
@@ -170,7 +178,7 @@ def _random_problem(levels: list[int], kept: int, require_progress: bool) -> Syn
     else:
         placement = Placement((kept, *levels), (kept, n), ((kept, *[1] * len(levels)), (1, *levels)))
         h = synthesis_hierarchy(placement, (1,), ("rep", *names), "a")
-    return problem(h, require_progress)
+    return problem(h, require_progress), h
 
 
 def _random_case(name: str):
@@ -196,7 +204,8 @@ def test_random_hierarchies_equal_enumerative(name, opts):
     @given(_random_case(name))
     def check(case):
         levels, kept, progress, max_len = case
-        _assert_same(name, opts, _random_problem(levels, kept, progress), max_len)
+        prob, h = _random_problem(levels, kept, progress)
+        _assert_same(name, opts, prob, max_len, h)
 
     check()
 
@@ -242,3 +251,32 @@ def test_cli_bad_encoding_option_exits_2(run_cli):
                            "--encoding", "bitvec", "--encoding-options", json.dumps({"choice": "gray"}))
     assert rc == 2
     assert "choice" in err and "bitvec" in err
+
+
+def _terminal_cases() -> list[tuple[str, SynthesisProblem]]:
+    """Problems on both sides of each clause of ``goal_is_terminal``: progress off, devices outside every
+    goal group (hierarchy (a) with a global master scope), and groups within one goal group."""
+    system = load_system("a100-2x16")
+    out = []
+    for kind, scope in (("d", "per-ancestor"), ("a", "global"), ("b", "per-ancestor"), ("c", "per-ancestor")):
+        placement = Placement(system.sizes, (2, 16), ((1, 2), (2, 8)))
+        h = synthesis_hierarchy(placement, (1,), system.level_names, kind, scope)
+        for progress in (True, False):
+            out.append((f"{kind}-{scope}-{progress}", problem(h, progress)))
+    return out
+
+
+@pytest.mark.parametrize("name, prob", _terminal_cases(), ids=[n for n, _ in _terminal_cases()])
+def test_goal_is_terminal_agrees_at_both_former_call_sites(name, prob):
+    """bitvec and the checked encodings once had their own ``goal_is_terminal`` (only bitvec's looked at
+    progress and at devices outside every goal group): both now read the one stricter definition."""
+    from p2smt.smt.structure import goal_is_terminal
+
+    bitvec = load_encoding("bitvec").create(prob, 2)
+    checked = load_encoding("bool-matrix").create(prob, 2)
+    assert bitvec.terminal == checked.terminal == goal_is_terminal(prob)
+    if not prob.require_progress:
+        assert not checked.terminal
+    outside = set(range(prob.num_devices)) - {d for g in prob.goal_groups for d in g}
+    if any(set(g) & outside for c in prob.candidates for g in c.groups):
+        assert not checked.terminal

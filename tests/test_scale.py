@@ -25,10 +25,14 @@ from p2smt.synth.enumerative import enumerate_programs
 SUPERPOD = ("su", "node", "pcie", "gpu")
 
 
-def _problem(sizes, names=None, scope="per-ancestor", progress=True):
+def _hierarchy(sizes, names=None, scope="per-ancestor"):
     k = prod(sizes)
     names = names or tuple(f"l{i}" for i in range(len(sizes)))
-    return problem(synthesis_hierarchy(Placement(tuple(sizes), (k,), (tuple(sizes),)), (0,), names, "d", scope), progress)
+    return synthesis_hierarchy(Placement(tuple(sizes), (k,), (tuple(sizes),)), (0,), names, "d", scope)
+
+
+def _problem(sizes, names=None, scope="per-ancestor", progress=True):
+    return problem(_hierarchy(sizes, names, scope), progress)
 
 
 def _random_programs(prob, rng, count, max_len=5):
@@ -180,7 +184,7 @@ def _grid_problems():
 
 def test_pieces_search_equals_enumerative_on_the_grid():
     """All 12 distinct problems of P2.md §7's grid, max length 5: the same programs, same order."""
-    from p2smt.semantics.pieces import enumerate_programs as pieces_programs
+    from p2smt.synth.pieces import enumerate_programs as pieces_programs
 
     probs = _grid_problems()
     assert len(probs) == 12
@@ -196,7 +200,7 @@ def test_pieces_search_equals_enumerative_on_the_grid():
 )
 def test_pieces_search_equals_enumerative_on_random_hierarchies(sizes, scope, progress):
     """1–3 levels of sizes 2–6 (≤ 64 devices), both master scopes, with and without progress."""
-    from p2smt.semantics.pieces import enumerate_programs as pieces_programs
+    from p2smt.synth.pieces import enumerate_programs as pieces_programs
 
     prob = _problem(tuple(sizes), scope=scope, progress=progress)
     max_len = 4 if prob.num_devices <= 16 else 3
@@ -206,13 +210,14 @@ def test_pieces_search_equals_enumerative_on_random_hierarchies(sizes, scope, pr
 def test_pieces_search_at_256_devices_equals_the_representative_encoding():
     """4 x 8 x 4 x 2 = 256 devices, beyond the representative's real-size proof (64): the exact search
     at the real size finds exactly the programs the size-2 solve maps up (114 at length 3)."""
-    from p2smt.semantics.pieces import enumerate_programs as pieces_programs
     from p2smt.smt.engine import enumerate_z3
+    from p2smt.synth.pieces import enumerate_programs as pieces_programs
 
-    prob = _problem((4, 8, 4, 2), SUPERPOD)
+    h = _hierarchy((4, 8, 4, 2), SUPERPOD)
+    prob = problem(h)
     exact = pieces_programs(prob, 3)
     assert len(exact) == 114
-    res = enumerate_z3(prob, 3, encoding="representative")
+    res = enumerate_z3(prob, 3, encoding="representative", hierarchy=h)
     assert res.status == "complete" and list(res.programs) == exact
 
 
@@ -238,8 +243,8 @@ def test_pieces_engine_is_rechecked_by_numpy_only_where_numpy_fits(monkeypatch):
     real = synth.recheck
     monkeypatch.setattr(synth, "recheck", lambda prob, progs, engine: calls.append(prob.num_devices) or
                         real(prob, progs, engine))
-    small = _problem((2, 4), ("node", "gpu")).hierarchy
-    big = _problem((4, 8, 4, 2), SUPERPOD).hierarchy
+    small = _hierarchy((2, 4), ("node", "gpu"))
+    big = _hierarchy((4, 8, 4, 2), SUPERPOD)
     progs_small, _, _ = synth.synthesize_hierarchy(small, EngineConfig(engine="pieces", max_len=3))
     progs_big, _, _ = synth.synthesize_hierarchy(big, EngineConfig(engine="pieces", max_len=1))
     assert calls == [8]

@@ -16,16 +16,25 @@ from p2smt.model.hierarchy import synthesis_hierarchy
 from p2smt.model.placement import Placement
 from p2smt.semantics.bitmatrix import is_valid
 from p2smt.semantics.dense import execute
-from p2smt.semantics.pieces import enumerate_programs as pieces_programs
 from p2smt.synth.enumerative import enumerate_programs as dense_programs
+from p2smt.synth.pieces import enumerate_programs as pieces_programs
 from p2smt.synth.symmetric import search, synthesize
 
 
-def _problem(sizes, scope="per-ancestor", progress=True, kind="d"):
+def _hier(sizes, scope="per-ancestor", kind="d"):
     k = prod(sizes)
     names = tuple(f"l{i}" for i in range(len(sizes)))
     placement = Placement(tuple(sizes), (k,), (tuple(sizes),))
-    return problem(synthesis_hierarchy(placement, (0,), names, kind, scope), progress)
+    return synthesis_hierarchy(placement, (0,), names, kind, scope)
+
+
+def _problem(sizes, scope="per-ancestor", progress=True, kind="d"):
+    return problem(_hier(sizes, scope, kind), progress)
+
+
+def _symmetric(sizes, max_len, scope="per-ancestor", progress=True, kind="d", **kw):
+    h = _hier(sizes, scope, kind)
+    return synthesize(problem(h, progress), max_len, h, **kw)
 
 
 @pytest.mark.parametrize(
@@ -42,7 +51,7 @@ def test_same_programs_as_pieces(sizes, max_len, scope):
     """3 and 4 levels, sizes 1-5, both master scopes: the generic size-2 search finds exactly pieces'
     program set at the real size, in the same order."""
     prob = _problem(sizes, scope)
-    programs, stats = synthesize(prob, max_len)
+    programs, stats = _symmetric(sizes, max_len, scope)
     assert stats["generic_size"] == 2
     assert programs == pieces_programs(prob, max_len)
     assert programs, "a reduction over several levels has programs"
@@ -50,17 +59,16 @@ def test_same_programs_as_pieces(sizes, max_len, scope):
 
 def test_generic_sizes_2_and_3_agree():
     """The cross-check searches the size-3 instance too and finds the same set (it raises otherwise)."""
-    prob = _problem((4, 5, 6))
-    programs, stats = synthesize(prob, 4, cross_check=3)
+    programs, stats = _symmetric((4, 5, 6), 4, cross_check=3)
     assert "generic sizes 2 and 3" in stats["rests_on"]
-    assert programs == synthesize(prob, 4)[0]
+    assert programs == _symmetric((4, 5, 6), 4)[0]
 
 
 def test_real_size_two_is_exact_and_other_kinds_fall_back():
-    exact = synthesize(_problem((2, 2, 2)), 3)[1]
+    exact = _symmetric((2, 2, 2), 3)[1]
     assert exact["rests_on"].startswith("exact")
     prob = _problem((2, 3), kind="b")
-    programs, stats = synthesize(prob, 3)
+    programs, stats = _symmetric((2, 3), 3, kind="b")
     assert stats["generic_size"] is None and "real size" in stats["rests_on"]
     assert programs == pieces_programs(prob, 3)
 
@@ -77,7 +85,7 @@ def test_search_equals_the_dense_interpreter(sizes, scope, progress):
     prob = _problem(sizes, scope, progress)
     dense = dense_programs(prob, 3)
     assert search(prob, 3) == dense
-    assert synthesize(prob, 3)[0] == dense
+    assert _symmetric(sizes, 3, scope, progress)[0] == dense
 
 
 @settings(max_examples=30, deadline=None)

@@ -254,7 +254,7 @@ def candidate_instructions(h: SynthesisHierarchy) -> tuple[tuple[Instruction, tu
 def problem(h: SynthesisHierarchy, require_progress: bool = True) -> SynthesisProblem:
     """The engine-facing problem of a synthesis hierarchy."""
     cands = tuple(Candidate(str(ins), ins.collective, g) for ins, g in candidate_instructions(h))
-    return SynthesisProblem(h.num_devices, h.goal_groups, cands, require_progress, hierarchy=h)
+    return SynthesisProblem(h.num_devices, h.goal_groups, cands, require_progress)
 
 
 def program_steps(h: SynthesisHierarchy, program: Program) -> list[tuple[Collective, tuple[Group, ...]]]:

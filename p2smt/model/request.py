@@ -33,15 +33,6 @@ class MasterScope(StrEnum):
     GLOBAL = "global"
 
 
-class Status(StrEnum):
-    """How a search or proof ended; ``unknown`` is a solver limit, never "no program exists"."""
-
-    COMPLETE = "complete"
-    UNKNOWN = "unknown"
-    PROVED = "proved"
-    COUNTEREXAMPLE = "counterexample"
-
-
 def parse_enum(cls: type[StrEnum], value: Any, what: str) -> Any:
     """``cls(value)`` with a one-line P2Error listing the choices."""
     try:

@@ -99,16 +99,14 @@ def run_variant(request: dict[str, Any]) -> dict[str, Any]:
     """One run, in the child: seed Z3, build the problem, run the encoding; programs, stats, peak RSS."""
     import z3
 
-    from p2smt.smt.engine import run_encoding
-    from p2smt.smt.registry import load_encoding
+    from p2smt.smt.engine import enumerate_z3
 
     z3.set_param("smt.random_seed", int(request["seed"]))
     z3.set_param("sat.random_seed", int(request["seed"]))
-    _, prob = _build(request["spec"])
+    h, prob = _build(request["spec"])
     start = time.perf_counter()
-    spec = load_encoding(request["encoding"], request["extra_dirs"])
-    enc = spec.create(prob, request["max_len"], request["options"])
-    res = run_encoding(enc, request["max_len"], timeout_ms=request["timeout_ms"], tag=spec.name)
+    res = enumerate_z3(prob, request["max_len"], encoding=request["encoding"], options=request["options"],
+                       timeout_ms=request["timeout_ms"], extra_dirs=request["extra_dirs"], hierarchy=h)
     out = {"status": res.status, "wall_seconds": time.perf_counter() - start,
            "programs": [list(p) for p in res.programs], "stats": res.stats}
     try:

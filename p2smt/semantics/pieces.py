@@ -21,7 +21,7 @@ from functools import lru_cache
 
 from p2smt.errors import P2Error
 from p2smt.model.collectives import Collective
-from p2smt.model.problem import SynthesisProblem, search_programs
+from p2smt.model.problem import SynthesisProblem
 
 AR, RS, AG, RED, BC = (
     Collective.ALL_REDUCE,
@@ -264,21 +264,18 @@ def check_programs(
     return [out[i] for i in range(len(progs))]
 
 
-def enumerate_programs(problem: SynthesisProblem, max_len: int) -> list[tuple[int, ...]]:
-    """Every valid program of at most ``max_len`` candidates (canonical order), on compressed states.
+class Stepper:
+    """The compressed interpreter as a step function, for searches (``synth.pieces``): the initial
+    state, the goal state, and the state after one candidate (None when a precondition fails)."""
 
-    ``problem.search_programs`` (P²'s search, as the enumerative engine runs it) on this module's
-    state, so it is exact at any number of devices: its memory is O(states · k · pieces), not the
-    k×k×k interpreter's.
-    """
-    runner = _Runner(problem)
-    goal = tuple(runner.goal)
-    cands = problem.candidates
+    def __init__(self, problem: SynthesisProblem):
+        self._runner = _Runner(problem)
+        self.initial: tuple[State, ...] = tuple(self._runner.stack[0])
+        self.goal: tuple[State, ...] = tuple(self._runner.goal)
 
-    def step(state: tuple[State, ...], i: int) -> tuple[State, ...] | None:
+    def step(self, states: tuple[State, ...], i: int) -> tuple[State, ...] | None:
+        cand = self._runner.problem.candidates[i]
         try:
-            return tuple(runner._step(list(state), cands[i].collective, cands[i].groups))
+            return tuple(self._runner._step(list(states), cand.collective, cand.groups))
         except _Fail:
             return None
-
-    return search_programs(tuple(runner.stack[0]), max_len, len(cands), step, lambda state: state == goal, lambda state: state)

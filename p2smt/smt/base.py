@@ -106,17 +106,22 @@ class Encoding(ABC):
 
 OptionsT = type[EncodingOptions]
 Factory = Callable[[SynthesisProblem, int, Any], Encoding]
+Wrapper = Callable[..., Any]
+"""A wrapper strategy: (problem, hierarchy or None, max_len, options, timeout_ms, sink, extra_dirs) ->
+``engine.EngineResult``; it runs other encodings on the one solver loop (``smt.representative``)."""
 
 
 @dataclass(frozen=True)
 class EncodingSpec:
-    """What an ``encodings/*.py`` file exports as ``ENCODING``."""
+    """What an ``encodings/*.py`` file exports as ``ENCODING``: an encoding (``factory``) or a wrapper
+    strategy over encodings (``wrapper``), selected by the same ``--encoding`` name."""
 
     name: str
     description: str
     options: OptionsT
-    factory: Factory
+    factory: Factory | None
     source: str = ""
+    wrapper: Wrapper | None = None
 
     def parse_options(self, options: dict[str, Any] | None) -> EncodingOptions:
         """Validate user options; errors name the offending option and list the known ones."""
@@ -135,6 +140,11 @@ class EncodingSpec:
     def create(
         self, problem: SynthesisProblem, max_len: int, options: dict[str, Any] | None = None
     ) -> Encoding:
+        if self.factory is None:
+            raise P2Error(
+                f"{self.name!r} is a strategy over other encodings, not an encoding: run it with "
+                f"engine.enumerate_z3 (--engine z3 --encoding {self.name})"
+            )
         return self.factory(problem, max_len, self.parse_options(options))
 
     def option_help(self) -> list[dict[str, Any]]:

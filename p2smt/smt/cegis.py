@@ -1,9 +1,9 @@
-"""CEGIS over data values: synthesize with the ``values`` encoding, verify plans for all inputs.
+"""Plans proved over data values: ``verify_values`` proves one plan for every input or returns a concrete
+input (per device and chunk) on which some device ends with a wrong value.
 
-``enumerate_cegis`` runs the value encoding (``encodings/values.py``): the synthesizer proposes a
-program consistent with the examples gathered so far, the verifier checks it for every input and
-chunk with Z3, and a counterexample input becomes a new example. ``verify_values`` proves one plan
-or returns a concrete input (per device and chunk) on which some device ends with a wrong value.
+Synthesis over data values (CEGIS) is the ``values`` encoding on the one solver loop (``smt.engine``):
+the synthesizer proposes a program consistent with the examples gathered so far, the checker proves it
+for every input and chunk, and a counterexample input becomes a new example.
 """
 
 from __future__ import annotations
@@ -16,32 +16,13 @@ from typing import Any
 
 from p2smt.errors import InternalError
 from p2smt.model.collectives import Group
-from p2smt.model.problem import SynthesisProblem
+from p2smt.model.status import ProofStatus
 from p2smt.smt import terms as T
 from p2smt.smt.check import Unknown
-from p2smt.smt.engine import EngineResult, enumerate_z3
 from p2smt.smt.unroll import Semantics
 from p2smt.smt.verify import Step, concrete_quotients, plan_checker
 
 ENCODING = "values"
-
-
-def enumerate_cegis(
-    problem: SynthesisProblem,
-    max_len: int,
-    *,
-    timeout_ms: int | None = None,
-    options: dict[str, Any] | None = None,
-    extra_dirs: Iterable[str | Path] = (),
-) -> EngineResult:
-    """Every program correct for all inputs, in canonical order; stats carry ``cegis_iterations``."""
-    res = enumerate_z3(
-        problem, max_len, encoding=ENCODING, options=options, timeout_ms=timeout_ms, extra_dirs=extra_dirs
-    )
-    stats = dict(res.stats)
-    stats["cegis_iterations"] = stats.get("checks", 0)
-    stats["counterexamples"] = stats.get("witnesses", 0)
-    return EngineResult(res.status, res.programs, stats)
 
 
 @dataclass(frozen=True)
@@ -52,7 +33,7 @@ class ValueProof:
     wrong, and both values; a structural failure (shapes, Broadcast not adding information or
     discarding data, progress) gives its step and rule."""
 
-    status: str
+    status: ProofStatus
     failing_step: int | None = None
     rule: str | None = None
     device: int | None = None
@@ -66,11 +47,11 @@ class ValueProof:
 
     @property
     def proved(self) -> bool:
-        return self.status == "proved"
+        return self.status is ProofStatus.PROVED
 
     def to_json(self) -> dict[str, Any]:
         out: dict[str, Any] = {"status": self.status, "message": self.message}
-        if self.status == "counterexample":
+        if self.status is ProofStatus.COUNTEREXAMPLE:
             out.update(
                 failing_step=self.failing_step,
                 rule=self.rule,
@@ -106,16 +87,16 @@ def verify_values(
     try:
         fail = checker.first_failure(plan, terminal_goal=True, detail=True)
     except Unknown as err:
-        return ValueProof("unknown", message=f"the solver gave up: {err}", stats=stats())
+        return ValueProof(ProofStatus.UNKNOWN, message=f"the solver gave up: {err}", stats=stats())
     if fail is None:
         return ValueProof(
-            "proved", message="every device ends with its group's sum for every input", stats=stats()
+            ProofStatus.PROVED, message="every device ends with its group's sum for every input", stats=stats()
         )
     if fail.step is not None:
         coll = problem.candidates[plan[fail.step]].collective
         rule = fail.rule if fail.rule == "progress" else f"{coll.value}.{fail.rule}"
         return ValueProof(
-            "counterexample", fail.step, rule, message=f"step {fail.step}: {rule} fails", stats=stats()
+            ProofStatus.COUNTEREXAMPLE, fail.step, rule, message=f"step {fail.step}: {rule} fails", stats=stats()
         )
     # prefer an input on which a device holds a wrong sum over one where a chunk ends empty
     state = checker.node(plan).state
@@ -152,7 +133,7 @@ def verify_values(
                     f"{v} on device {e} after step {t - 1}" for t, e, _, v in blanks
                 )
             return ValueProof(
-                "counterexample",
+                ProofStatus.COUNTEREXAMPLE,
                 None,
                 "goal",
                 d,

@@ -21,9 +21,10 @@ import z3
 from p2smt.model.collectives import Collective
 from p2smt.model.problem import SynthesisProblem
 from p2smt.smt import terms as T
+from p2smt.smt.counts import after as counts_after
 from p2smt.smt.structure import Structure
 from p2smt.smt.terms import Term
-from p2smt.smt.unroll import AG, AR, BC, RED, RS, Arith, Payload, Semantics, TrackState
+from p2smt.smt.unroll import BC, Arith, Payload, Semantics, TrackState
 
 PayloadFactory = Callable[["PlanChecker"], tuple[Payload, list[Any], list[Term]]]
 
@@ -136,18 +137,9 @@ class PlanChecker:
             rules.append(self.sem.rules(parent.state, c, gi, n.__getitem__))
             progress.append(len(g) >= 2 and n[g[0]] > 0)
             increase.append(None if coll is BC else True)  # built when counts do not settle it
-            head = n[g[0]]
-            union = _union_per_chunk(coll, g, parent.per_chunk)
-            for rank, d in enumerate(g):
-                if coll in (AR, BC):
-                    counts[d] = head
-                elif coll is RS:
-                    counts[d] = head // len(g)
-                elif coll is AG:
-                    counts[d] = sum(n[m] for m in g)
-                else:
-                    counts[d] = head if rank == 0 else 0
-                per_chunk[d] = union if coll is not RED or rank == 0 else 0
+            for d, (count, per) in zip(g, counts_after(coll, [(n[d], parent.per_chunk[d]) for d in g])):
+                counts[d] = count
+                per_chunk[d] = per
 
         def quotient(cand: int, gi: int) -> int:
             g = s.group_of(cand, gi)
@@ -369,18 +361,3 @@ class PlanChecker:
 
     def counts(self, program: Sequence[int]) -> list[int]:
         return self.node(program).counts
-
-
-def _union_per_chunk(coll: Collective, g: Sequence[int], per: Sequence[int | None]) -> int | None:
-    """Contributions per non-empty chunk after the step, when every such chunk holds equally many
-    (None: unknown or unequal). Valid only while the preconditions hold, which is when it is used."""
-    vals = [per[d] for d in g]
-    if any(v is None for v in vals):
-        return None
-    if coll is BC:
-        return vals[0]
-    if coll is AG:
-        return vals[0] if all(v == vals[0] for v in vals) else None
-    return sum(vals)
-
-

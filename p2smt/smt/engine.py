@@ -1,10 +1,11 @@
-"""Enumerate every valid program up to a length bound with one incremental Z3 solver.
+"""The one solver loop every Z3 strategy runs on: one incremental solver, the problem declared once.
 
-Lengths are taken in increasing order through assumption literals (the unrolled problem is
-declared once); each accepted model is reported and then excluded by a clause over the choice
-variables only. The result is ``complete`` only when every length ended in ``unsat``. Encodings that
-confirm candidates (``batch_refine``) get them in batches: each decoded candidate is excluded at
-once by its blocking clause and reported only when the batch's proof accepts it.
+A strategy (``smt.strategy``; by default every valid program, lengths in increasing order through
+assumption literals) poses the queries; each accepted model is reported and then excluded by a clause
+over the choice variables only. The result is ``complete`` only when every query ended in ``unsat``.
+Encodings that confirm candidates (``batch_refine``) get them in batches: each decoded candidate is
+excluded at once by its blocking clause and reported only when the batch's proof accepts it. Timeouts
+bound each solver call; ``--emit-smt2`` writes every query as SMT-LIB2.
 """
 
 from __future__ import annotations
@@ -18,34 +19,51 @@ from typing import Any
 import z3
 
 from p2smt.errors import InternalError, P2Error
+from p2smt.model.hierarchy import SynthesisHierarchy
 from p2smt.model.problem import SynthesisProblem, canonical_order
+from p2smt.model.status import SolveStatus
 from p2smt.smt.base import Encoding, Program
 from p2smt.smt.registry import load_encoding
+from p2smt.smt.strategy import Enumerate, Phase, Strategy
 
 DEFAULT_ENCODING = "bool-matrix"
 
 
 @dataclass(frozen=True)
 class EngineResult:
-    """``status``: "complete" (every length exhausted) or "unknown" (a solver call gave up)."""
+    """``status``: complete (every query exhausted) or unknown (a solver call gave up)."""
 
-    status: str
+    status: SolveStatus
     programs: tuple[Program, ...]
     stats: dict[str, Any] = field(default_factory=dict)
 
 
-class _Emitter:
-    """Writes each solver query as SMT-LIB2 (assertions plus ``check-sat-assuming``)."""
+class Smt2Sink:
+    """Writes each solver query as SMT-LIB2 (assertions plus ``check-sat-assuming``) into ``folder``
+    (nothing when it is None), numbered in the order asked; ``scoped`` views share the numbering and
+    prefix their kinds (a wrapper strategy's inner runs, checks and certificate)."""
 
-    def __init__(self, folder: Path | None, tag: str):
+    def __init__(self, folder: Path | None, tag: str, prefix: str = "", counter: list[int] | None = None):
         self.folder = folder
         self.tag = tag
-        self.count = 0
-        if folder is not None:
+        self.prefix = prefix
+        self._counter = counter if counter is not None else [0]
+        if folder is not None and counter is None:
             try:
                 folder.mkdir(parents=True, exist_ok=True)
             except OSError as err:
                 raise P2Error(f"cannot create --emit-smt2 folder {folder}: {err.strerror}") from None
+
+    @property
+    def active(self) -> bool:
+        return self.folder is not None
+
+    @property
+    def count(self) -> int:
+        return self._counter[0]
+
+    def scoped(self, prefix: str) -> Smt2Sink:
+        return Smt2Sink(self.folder, self.tag, f"{self.prefix}{prefix}-", self._counter)
 
     def write(self, kind: str, solver: z3.Solver, assumptions: Iterable[z3.ExprRef]) -> None:
         if self.folder is None:
@@ -56,8 +74,8 @@ class _Emitter:
     def write_text(self, kind: str, text: str) -> None:
         if self.folder is None:
             return
-        self.count += 1
-        (self.folder / f"{self.tag}-{self.count:05d}-{kind}.smt2").write_text(text)
+        self._counter[0] += 1
+        (self.folder / f"{self.tag}-{self.count:05d}-{self.prefix}{kind}.smt2").write_text(text)
 
 
 class _Mirrored:
@@ -77,6 +95,9 @@ class _Mirrored:
 
     def __getattr__(self, name: str):
         return getattr(self._solver, name)
+
+
+SOLVER_FIGURES = ("conflicts", "decisions", "propagations", "memory", "max memory")
 
 
 def solver_figures(solver: z3.Solver) -> dict[str, float]:
@@ -103,36 +124,43 @@ def run_encoding(
     timeout_ms: int | None = None,
     emit_smt2: Path | None = None,
     tag: str = "query",
+    strategy: Strategy | None = None,
+    sink: Smt2Sink | None = None,
 ) -> EngineResult:
-    """Drive an encoding object: declare once, then enumerate lengths 1..max_len."""
+    """The one solver loop: declare once, then for each of the strategy's phases check, decode, admit,
+    confirm (alone or in batches), record and block until unsat; ``unknown`` ends the run.
+
+    Queries go to ``sink`` when given, else to a new one writing into ``emit_smt2`` as ``tag``."""
     start = time.perf_counter()
+    strategy = strategy or Enumerate()
     solver = enc.new_solver()
     if timeout_ms is not None:
         if timeout_ms <= 0:
             raise P2Error(f"--timeout must be positive, got {timeout_ms} ms")
         solver.set("timeout", int(timeout_ms))
-    enc.record_queries = emit_smt2 is not None
-    if emit_smt2 is not None:
+    emitter = sink or Smt2Sink(emit_smt2, tag)
+    enc.record_queries = emitter.active
+    if emitter.active:
         solver = _Mirrored(solver, enc.context)
     enc.declare(solver)
     if enc.logic is None:
         solver.push()  # keeps Z3's default solver in incremental mode (no re-solving from scratch)
+    strategy.begin(enc, solver)
     declared = time.perf_counter() - start
-    emitter = _Emitter(emit_smt2, tag)
     programs: list[Program] = []
     seen: set[Program] = set()
-    status = "complete"
+    status = SolveStatus.COMPLETE
     calls = 0
     refused: dict[str, int] = {}
-    totals: dict[str, float] = {}
-    per_length: dict[int, dict[str, Any]] = {}
+    per_length: dict[Any, dict[str, Any]] = {}
+    batching = enc.batch_refine and strategy.batch
     batch = 2  # candidates confirmed per refine_many call; doubles while all are accepted
 
-    def emit_queries(length: int) -> None:
+    def emit_queries(phase: Phase) -> None:
         for kind, text in enc.queries():
-            emitter.write_text(f"len{length}-{kind}", text)
+            emitter.write_text(f"{phase.name}-{kind}", text)
 
-    def record(program: Program, verdict, length: int) -> None:
+    def record(program: Program, verdict, phase: Phase) -> None:
         """Report an accepted program (each at most once) or count the kind of refusal."""
         if not verdict.accepted:
             refused[verdict.kind] = refused.get(verdict.kind, 0) + 1
@@ -141,64 +169,67 @@ def run_encoding(
             raise InternalError(f"{enc.name}: program {program} was found twice")
         seen.add(program)
         programs.append(program)
-        per_length[length]["programs"] += 1
+        per_length[phase.length or phase.name]["programs"] += 1
+        if not batching:
+            solver.add(enc.blocking_clause(program))
+        strategy.accepted(solver, program)
 
-    def confirm(pending: list[Program], length: int) -> bool:
+    def confirm(pending: list[Program], phase: Phase) -> bool:
         """Refine the pending candidates; False when a check gave up."""
         nonlocal batch
         if not pending:
             return True
         verdicts = enc.refine_many(solver, pending, timeout_ms)
-        emit_queries(length)
+        emit_queries(phase)
         ok = True
         for program, verdict in zip(pending, verdicts):
             if verdict.unknown:
                 ok = False
             else:
-                record(program, verdict, length)
+                record(program, verdict, phase)
         batch = min(batch * 2, 256) if all(v.accepted for v in verdicts) else 1
         pending.clear()
         return ok
 
-    for length in range(1, max_len + 1):
+    for phase in strategy.phases(enc, max_len):
         t0 = time.perf_counter()
-        per_length[length] = {"seconds": 0.0, "programs": 0}
+        per_length[phase.length or phase.name] = {"seconds": 0.0, "programs": 0}
         pending: list[Program] = []
         while True:
-            assumptions = enc.length_assumptions(length)
-            emitter.write(f"len{length}-synth", solver, assumptions)
+            assumptions = phase.assumptions()
+            emitter.write(f"{phase.name}-synth", solver, assumptions)
             result = solver.check(*assumptions)
             calls += 1
             if result == z3.unsat:
                 break
             if result == z3.unknown:
-                status = "unknown"
+                status = SolveStatus.UNKNOWN
                 break
-            program = enc.decode(solver.model())
-            if len(program) != length:
-                raise InternalError(f"{enc.name}: decoded {program} under the length-{length} assumptions")
-            if enc.batch_refine:
+            model = solver.model()
+            program = enc.decode(model)
+            if phase.length is not None and len(program) != phase.length:
+                raise InternalError(f"{enc.name}: decoded {program} under the length-{phase.length} assumptions")
+            if not strategy.admit(solver, model, program):
+                continue
+            if batching:
                 # excluded at once (exactly); reported only once proved, with the others pending
                 solver.add(enc.blocking_clause(program))
                 pending.append(program)
-                if len(pending) >= batch and not confirm(pending, length):
-                    status = "unknown"
+                if len(pending) >= batch and not confirm(pending, phase):
+                    status = SolveStatus.UNKNOWN
                     break
                 continue
             verdict = enc.refine(solver, program, timeout_ms)
-            emit_queries(length)
+            emit_queries(phase)
             if verdict.unknown:
-                status = "unknown"
+                status = SolveStatus.UNKNOWN
                 break
-            record(program, verdict, length)
-            if verdict.accepted:
-                solver.add(enc.blocking_clause(program))
-        if not confirm(pending, length):
-            status = "unknown"
-        per_length[length]["seconds"] = round(time.perf_counter() - t0, 6)
-        if status == "unknown":
+            record(program, verdict, phase)
+        if not confirm(pending, phase):
+            status = SolveStatus.UNKNOWN
+        per_length[phase.length or phase.name]["seconds"] = round(time.perf_counter() - t0, 6)
+        if status is SolveStatus.UNKNOWN:
             break
-    totals.update(solver_figures(solver))
     stats: dict[str, Any] = {
         "encoding": enc.name,
         "solver_calls": calls,
@@ -206,10 +237,11 @@ def run_encoding(
         "per_length": per_length,
         "declare_seconds": round(declared, 6),
         "seconds": round(time.perf_counter() - start, 6),
-        **totals,
+        **solver_figures(solver),
         **enc.statistics(),
+        **strategy.statistics(),
     }
-    if emit_smt2 is not None:
+    if emitter.active:
         stats["smt2_files"] = emitter.count
     return EngineResult(status, tuple(canonical_order(programs)), stats)
 
@@ -223,10 +255,19 @@ def enumerate_z3(
     timeout_ms: int | None = None,
     emit_smt2: Path | None = None,
     extra_dirs: Iterable[str | Path] = (),
+    hierarchy: SynthesisHierarchy | None = None,
 ) -> EngineResult:
-    """Every valid program of 1..max_len steps under the named encoding, in canonical order."""
+    """Every valid program of 1..max_len steps under the named encoding, in canonical order.
+
+    A wrapper strategy registered under an encoding name (``representative``) gets ``hierarchy``, the
+    synthesis hierarchy the problem was built from (None: it solves the problem as it is)."""
     if max_len < 0:
         raise P2Error(f"max length must be non-negative, got {max_len}")
     spec = load_encoding(encoding, extra_dirs)
+    if spec.wrapper is not None:
+        if timeout_ms is not None and timeout_ms <= 0:
+            raise P2Error(f"--timeout must be positive, got {timeout_ms} ms")
+        sink = Smt2Sink(emit_smt2, spec.name)
+        return spec.wrapper(problem, hierarchy, max_len, spec.parse_options(options), timeout_ms, sink, extra_dirs)
     enc = spec.create(problem, max_len, options)
     return run_encoding(enc, max_len, timeout_ms=timeout_ms, emit_smt2=emit_smt2, tag=spec.name)

@@ -34,21 +34,12 @@ from p2smt.model.problem import SynthesisProblem
 from p2smt.smt import terms as T
 from p2smt.smt.base import ACCEPTED, Encoding, Program, Refinement
 from p2smt.smt.check import PayloadFactory, PlanChecker, Unknown
+from p2smt.smt.choices import StepChoices
 from p2smt.smt.engine import solver_figures
-from p2smt.smt.structure import Structure
-from p2smt.smt.unroll import CellCounts, Choices, Payload, Semantics, equal_state_lemmas
+from p2smt.smt.structure import Structure, goal_is_terminal
+from p2smt.smt.unroll import CellCounts, Payload, Semantics, equal_state_lemmas
 
 Witness = Hashable
-
-
-def goal_is_terminal(problem: SynthesisProblem) -> bool:
-    """True when no step can follow the goal: every group has ≥ 2 members inside one goal group."""
-    owner = {d: i for i, g in enumerate(problem.goal_groups) for d in g}
-    for cand in problem.candidates:
-        for g in cand.groups:
-            if len(g) < 2 or len({owner.get(d) for d in g}) != 1:
-                return False
-    return True
 
 
 class CheckedEncoding(Encoding):
@@ -68,7 +59,7 @@ class CheckedEncoding(Encoding):
         use_weights = getattr(options, "weights", True)
         self.s = Structure(problem)
         self.chunks = problem.num_devices
-        self.choices = Choices(self.s, max_len, self.context, "s_")
+        self.choices = StepChoices(self.context, max_len, len(problem.candidates), prefix="s_", decode_index=True)
         self.cellcounts = CellCounts(
             self.s,
             self.choices,
@@ -166,7 +157,7 @@ class CheckedEncoding(Encoding):
         return self.choices.decode(model)
 
     def blocking_clause(self, program: Program) -> z3.BoolRef:
-        return z3.Not(z3.And(self.choices.program_literals(program)))
+        return self.choices.blocking_clause(program)
 
     def checker(self) -> PlanChecker:
         """The exact checker of this encoding's candidates (one per encoding, nodes cached)."""
@@ -252,7 +243,7 @@ class CheckedEncoding(Encoding):
         """Exclude every program starting with ``prefix`` (that has another step, if ``continues``)."""
         lits = self.choices.prefix_literals(prefix)
         if continues:
-            lits.append(z3.Not(self.choices.stop[len(prefix)]))
+            lits.append(z3.Not(self.choices.stop(len(prefix))))
         self._solver.add(z3.Not(z3.And(lits)) if len(lits) > 1 else z3.Not(lits[0]))
         self.counters["prefix_blocks"] += 1
         return Refinement(False, "prefix", {"prefix": tuple(prefix), "rule": rule})

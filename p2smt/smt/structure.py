@@ -143,3 +143,18 @@ def _normalize(keys: list) -> list[int]:
     """Renumber keys by first occurrence, so cell ids are deterministic and device 0 is in cell 0."""
     ids: dict = {}
     return [ids.setdefault(key, len(ids)) for key in keys]
+
+
+def goal_is_terminal(problem: SynthesisProblem) -> bool:
+    """True when no step can follow the goal: progress is required and every group of every candidate
+    has >= 2 members inside one goal group (a next step would double count, overlap, or add nothing).
+    Otherwise an engine must also rule out reaching the goal early, as the enumerative search stops there."""
+    if not problem.require_progress:
+        return False
+    owner = {d: i for i, g in enumerate(problem.goal_groups) for d in g}
+    for cand in problem.candidates:
+        for g in cand.groups:
+            owners = {owner.get(d) for d in g}
+            if len(g) < 2 or None in owners or len(owners) != 1:
+                return False
+    return True

@@ -1,6 +1,6 @@
 """The unrolled problem: step choices, chunk counts and contribution weights, and witness tracks.
 
-A program of at most ``T`` steps is a choice per step among the candidates plus STOP (STOP only
+A program of at most ``T`` steps is a choice per step among the candidates plus STOP (``choices.py``; STOP only
 followed by STOP). Per device the number of non-empty chunks ``n`` and the number of contributions
 per non-empty chunk ``c`` follow Hoare rules that depend only on a group as a set and on its root, so
 they are kept per cell of the stable partition (``structure.py``): their encoding does not grow with
@@ -23,6 +23,7 @@ import z3
 
 from p2smt.model.collectives import AG, AR, BC, RED, RS, Collective
 from p2smt.smt import terms as T
+from p2smt.smt.choices import StepChoices
 from p2smt.smt.structure import Structure
 from p2smt.smt.terms import Term
 
@@ -58,58 +59,6 @@ class Arith:
         return v.as_signed_long() if z3.is_bv_value(v) else v.as_long()
 
 
-class Choices:
-    """One-hot choice of a candidate or STOP per step."""
-
-    def __init__(self, structure: Structure, steps: int, ctx: z3.Context, prefix: str = ""):
-        self.steps = steps
-        n = len(structure.problem.candidates)
-        self.x = [[z3.Bool(f"{prefix}x_{t}_{c}", ctx) for c in range(n)] for t in range(steps)]
-        self.stop = [z3.Bool(f"{prefix}stop_{t}", ctx) for t in range(steps)]
-        width = max(n, 1).bit_length() + 1
-        # the chosen index per step (STOP = n), so that decoding a model reads one value per step
-        self.index = [z3.BitVec(f"{prefix}choice_{t}", width, ctx) for t in range(steps)]
-        self.n = n
-
-    def constraints(self) -> list[Term]:
-        """Exactly one choice per step (native pseudo-Boolean), STOP only followed by STOP."""
-        out: list[Term] = []
-        for t in range(self.steps):
-            out.append(z3.PbEq([(v, 1) for v in (*self.x[t], self.stop[t])], 1))
-            if t + 1 < self.steps:
-                out.append(z3.Implies(self.stop[t], self.stop[t + 1]))
-            for c, v in enumerate((*self.x[t], self.stop[t])):
-                out.append(v == (self.index[t] == c))
-        return out
-
-    def length_assumptions(self, length: int) -> list[Term]:
-        """Literals that fix the program length to exactly ``length`` (1 <= length <= steps)."""
-        out: list[Term] = []
-        if length < self.steps:
-            out.append(self.stop[length])
-        if length >= 1:
-            out.append(z3.Not(self.stop[length - 1]))
-        return out
-
-    def program_literals(self, program: Sequence[int]) -> list[Term]:
-        lits = [self.x[t][c] for t, c in enumerate(program)]
-        if len(program) < self.steps:
-            lits.append(self.stop[len(program)])
-        return lits
-
-    def prefix_literals(self, prefix: Sequence[int]) -> list[Term]:
-        return [self.x[t][c] for t, c in enumerate(prefix)]
-
-    def decode(self, model: z3.ModelRef) -> tuple[int, ...]:
-        program = []
-        for t in range(self.steps):
-            c = model.eval(self.index[t], model_completion=True).as_long()
-            if c >= self.n:
-                break
-            program.append(c)
-        return tuple(program)
-
-
 class CellCounts:
     """Per cell and step: non-empty chunk count ``n`` and per-chunk contribution count ``c``.
 
@@ -123,7 +72,7 @@ class CellCounts:
     def __init__(
         self,
         s: Structure,
-        choices: Choices,
+        choices: StepChoices,
         chunks: int,
         ctx: z3.Context,
         kind: str,
@@ -294,7 +243,7 @@ class CellCounts:
         return T.and_(parts)
 
 
-def equal_state_lemmas(s: Structure, ch: Choices, depth: int = 2) -> list[Term]:
+def equal_state_lemmas(s: Structure, ch: StepChoices, depth: int = 2) -> list[Term]:
     """Clauses excluding a Broadcast right after steps that leave all its members in the root's state.
 
     From any state, the last ``1..depth`` steps determine which devices certainly hold equal states:

@@ -19,6 +19,7 @@ from typing import Any
 from p2smt.errors import P2Error
 from p2smt.model.collectives import Collective, Group
 from p2smt.model.problem import Candidate, SynthesisProblem
+from p2smt.model.status import ProofStatus
 from p2smt.smt.check import Failure, PlanChecker, Unknown
 from p2smt.smt.registry import load_encoding
 from p2smt.smt.unroll import Semantics
@@ -34,7 +35,7 @@ class PlanProof:
     fails; ``states`` maps each affected device to its chunks' contributions (before the failing step,
     or at the end for a goal failure)."""
 
-    status: str
+    status: ProofStatus
     failing_step: int | None = None
     group: tuple[int, ...] | None = None
     devices: tuple[int, ...] = ()
@@ -49,11 +50,11 @@ class PlanProof:
 
     @property
     def proved(self) -> bool:
-        return self.status == "proved"
+        return self.status is ProofStatus.PROVED
 
     def to_json(self) -> dict[str, Any]:
         out: dict[str, Any] = {"status": self.status}
-        if self.status == "counterexample":
+        if self.status is ProofStatus.COUNTEREXAMPLE:
             out.update(
                 failing_step=self.failing_step,
                 group=list(self.group) if self.group is not None else None,
@@ -66,7 +67,7 @@ class PlanProof:
                 states={str(d): rows for d, rows in self.states.items()},
                 witness=dict(self.witness),
             )
-        elif self.status == "unknown":
+        elif self.status is ProofStatus.UNKNOWN:
             out["message"] = self.message
         out["stats"] = dict(self.stats)
         return out
@@ -159,9 +160,9 @@ def prove_plan(
     try:
         failure = checker.first_failure(plan, terminal_goal=True, detail=True)
     except Unknown as err:
-        return PlanProof("unknown", message=f"the solver gave up: {err}", stats=_stats(checker, start))
+        return PlanProof(ProofStatus.UNKNOWN, message=f"the solver gave up: {err}", stats=_stats(checker, start))
     if failure is None:
-        return PlanProof("proved", stats=_stats(checker, start))
+        return PlanProof(ProofStatus.PROVED, stats=_stats(checker, start))
     return _counterexample(enc, checker, problem, plan, failure, start)
 
 
@@ -238,7 +239,7 @@ def _counterexample(enc, checker, problem, plan, failure: Failure, start: float)
     states = {d: [_bits(state[d][r]) for r in range(checker.chunks)] for d in shown}
     witness = dict(failure.witness)
     return PlanProof(
-        "counterexample",
+        ProofStatus.COUNTEREXAMPLE,
         failure.step,
         tuple(group) if group is not None else None,
         tuple(devices),

@@ -12,7 +12,8 @@ from p2smt.model.dsl import Instruction, Program, candidate_instructions, proble
 from p2smt.model.hierarchy import SynthesisHierarchy, synthesis_hierarchy
 from p2smt.model.placement import Matrix, Placement, matrices
 from p2smt.model.problem import SynthesisProblem
-from p2smt.model.request import Request, Status
+from p2smt.model.request import Request
+from p2smt.model.status import SolveStatus
 from p2smt.model.system import System
 from p2smt.semantics.dense import execute_all
 from p2smt.synth.config import Engine, EngineConfig
@@ -29,53 +30,59 @@ class EngineOutcome:
     stats: dict[str, Any] = field(default_factory=dict)
 
 
-def _enumerative(prob: SynthesisProblem, max_len: int, opts: EngineOptions) -> EngineOutcome:
+def _enumerative(prob: SynthesisProblem, max_len: int, opts: EngineOptions, h=None) -> EngineOutcome:
     from p2smt.synth.enumerative import enumerate_programs
 
     return EngineOutcome("complete", tuple(enumerate_programs(prob, max_len)))
 
 
-def _pieces(prob: SynthesisProblem, max_len: int, opts: EngineOptions) -> EngineOutcome:
-    from p2smt.semantics.pieces import enumerate_programs
+def _pieces(prob: SynthesisProblem, max_len: int, opts: EngineOptions, h=None) -> EngineOutcome:
+    from p2smt.synth.pieces import enumerate_programs
 
     return EngineOutcome("complete", tuple(enumerate_programs(prob, max_len)))
 
 
-def _z3(prob: SynthesisProblem, max_len: int, opts: EngineOptions) -> EngineOutcome:
+def _z3(prob: SynthesisProblem, max_len: int, opts: EngineOptions, h: SynthesisHierarchy | None = None) -> EngineOutcome:
     from pathlib import Path
 
-    from p2smt.smt.engine import enumerate_z3
+    from p2smt.smt.engine import DEFAULT_ENCODING, enumerate_z3
 
     res = enumerate_z3(
         prob,
         max_len,
-        encoding=opts.encoding or "bool-matrix",
+        encoding=opts.encoding or DEFAULT_ENCODING,
         options=opts.encoding_options,
         timeout_ms=opts.timeout_ms,
         emit_smt2=Path(opts.emit_smt2) if opts.emit_smt2 else None,
+        hierarchy=h,
     )
     return EngineOutcome(res.status, tuple(res.programs), dict(res.stats))
 
 
-def _z3_cegis(prob: SynthesisProblem, max_len: int, opts: EngineOptions) -> EngineOutcome:
-    from p2smt.smt.cegis import enumerate_cegis
+def _z3_cegis(
+    prob: SynthesisProblem, max_len: int, opts: EngineOptions, h: SynthesisHierarchy | None = None
+) -> EngineOutcome:
+    """``z3`` with the ``values`` encoding (CEGIS over counterexample inputs)."""
+    from dataclasses import replace
 
-    res = enumerate_cegis(prob, max_len, timeout_ms=opts.timeout_ms)
-    return EngineOutcome(res.status, tuple(res.programs), dict(res.stats))
+    return _z3(prob, max_len, replace(opts, engine=Engine.Z3, encoding="values"), h)
 
 
-def _symmetric(prob: SynthesisProblem, max_len: int, opts: EngineOptions) -> EngineOutcome:
+def _symmetric(prob: SynthesisProblem, max_len: int, opts: EngineOptions,
+               h: SynthesisHierarchy | None = None) -> EngineOutcome:
     from p2smt.synth.symmetric import synthesize
 
-    programs, stats = synthesize(prob, max_len, **(opts.encoding_options or {}))
+    programs, stats = synthesize(prob, max_len, h, **(opts.encoding_options or {}))
     return EngineOutcome("complete", tuple(programs), stats)
 
 
-ENGINES: dict[Engine, tuple[str, Callable[[SynthesisProblem, int, EngineOptions], EngineOutcome]]] = {
+EngineFn = Callable[[SynthesisProblem, int, EngineOptions, SynthesisHierarchy | None], EngineOutcome]
+"""(problem, max_len, options, the synthesis hierarchy the problem was built from or None) -> outcome."""
+ENGINES: dict[Engine, tuple[str, EngineFn]] = {
     Engine.ENUMERATIVE: ("P²'s enumerative search pruned by the preconditions", _enumerative),
     Engine.PIECES: ("P²'s search on pieces.py's compressed state: exact at any number of devices", _pieces),
     Engine.Z3: ("Z3 over an SMT encoding of the Hoare rules (enumerates all models)", _z3),
-    Engine.Z3_CEGIS: ("Z3 CEGIS over symbolic data values", _z3_cegis),
+    Engine.Z3_CEGIS: ("Z3 CEGIS over symbolic data values (the values encoding)", _z3_cegis),
     Engine.SYMMETRIC: (("P²'s search on the generic size-2 copy of the hierarchy (docs/symmetry.md: a tested "
                         "conjecture above the proved instruction-level theorem)"), _symmetric),
 }
@@ -102,8 +109,9 @@ class SynthesisResult:
     seconds: float
 
     @property
-    def status(self) -> Status:
-        return Status.COMPLETE if all(m.status == Status.COMPLETE for m in self.matrices) else Status.UNKNOWN
+    def status(self) -> SolveStatus:
+        return (SolveStatus.COMPLETE if all(m.status == SolveStatus.COMPLETE for m in self.matrices)
+                else SolveStatus.UNKNOWN)
 
     @property
     def total_programs(self) -> int:
@@ -134,9 +142,10 @@ class SynthesisResult:
         }
 
 
-def run_engine(prob: SynthesisProblem, config: EngineConfig) -> EngineOutcome:
+def run_engine(prob: SynthesisProblem, config: EngineConfig, hierarchy: SynthesisHierarchy | None = None
+               ) -> EngineOutcome:
     """Run one engine on one problem (no re-check; see ``synthesize_hierarchy``)."""
-    return ENGINES[config.engine][1](prob, config.max_len, config)
+    return ENGINES[config.engine][1](prob, config.max_len, config, hierarchy)
 
 
 PIECES_ABOVE = 128  # devices; above this the compressed interpreter re-checks (the k^3 one costs GiBs)
@@ -210,13 +219,14 @@ def synthesize_hierarchy(
     """Synthesize on one hierarchy; programs are re-checked unless the engine is the interpreter itself."""
     start = time.perf_counter()
     prob = problem(h, require_progress)
-    outcome, indices = _solve(prob, config or EngineConfig())
+    outcome, indices = _solve(prob, config or EngineConfig(), h)
     return _programs(h, indices), outcome, time.perf_counter() - start
 
 
-def _solve(prob: SynthesisProblem, config: EngineConfig) -> tuple[EngineOutcome, tuple[tuple[int, ...], ...]]:
+def _solve(prob: SynthesisProblem, config: EngineConfig, h: SynthesisHierarchy | None = None
+           ) -> tuple[EngineOutcome, tuple[tuple[int, ...], ...]]:
     """The engine's outcome and its programs (candidate indices) after the re-check and pruning."""
-    outcome = run_engine(prob, config)
+    outcome = run_engine(prob, config, h)
     programs = list(outcome.programs)
     if rechecked_by(config.engine, prob.num_devices):
         recheck(prob, programs, config.engine)
@@ -249,7 +259,7 @@ def synthesize(request: Request, config: EngineConfig | None = None, *,
 
     >>> r = synthesize(Request("a100-4x16", axes=(4, 16), reduce=(0,), matrix=((1, 4), (4, 4))))
     >>> r.status, r.total_programs
-    (<Status.COMPLETE: 'complete'>, 3)
+    (<SolveStatus.COMPLETE: 'complete'>, 3)
     """
     config = config or EngineConfig()
     start = time.perf_counter()
@@ -267,7 +277,7 @@ def synthesize(request: Request, config: EngineConfig | None = None, *,
             first, outcome, indices = solved[prob]
             stats: dict[str, Any] = {"same_problem_as": [list(r) for r in first]}
         else:
-            outcome, indices = _solve(prob, config)
+            outcome, indices = _solve(prob, config, h)
             solved[prob] = (placement.matrix, outcome, indices)
             stats = dict(outcome.stats) | {"rests_on": rests_on(config.engine, prob.num_devices, outcome)}
         progs = _programs(h, indices)

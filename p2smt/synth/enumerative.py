@@ -5,13 +5,14 @@ from __future__ import annotations
 import numpy as np
 
 from p2smt.errors import P2Error
-from p2smt.model.problem import SynthesisProblem, search_programs
+from p2smt.model.problem import SynthesisProblem
 from p2smt.semantics.dense import MAX_INTERPRETER_DEVICES, Violation, apply_step, goal_state, initial_state
+from p2smt.synth.search import search_programs
 
 
 def enumerate_programs(problem: SynthesisProblem, max_len: int) -> list[tuple[int, ...]]:
     """Every valid program of at most ``max_len`` candidates, in canonical order
-    (``problem.search_programs`` on the k×k×k interpreter's state)."""
+    (``synth.search.search_programs`` on the k×k×k interpreter's state)."""
     k = problem.num_devices
     if k > MAX_INTERPRETER_DEVICES:
         raise P2Error(

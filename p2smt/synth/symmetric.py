@@ -154,19 +154,21 @@ def hierarchy_programs(
     why = _why_not_generic(h, h.num_devices)
     if why:
         raise P2Error(f"the symmetric search needs one reduction group over a kind-(d) hierarchy ({why})")
-    small, programs, stats = generic_search(h, max_len, require_progress, size, cross_check)
-    instrs = [ins for ins, _ in candidate_instructions(small.hierarchy)]
+    _, programs, stats = generic_search(h, max_len, require_progress, size, cross_check)
+    instrs = [ins for ins, _ in candidate_instructions(generic_hierarchy(h, size))]
     return tuple(Program(tuple(instrs[i] for i in p)) for p in programs), stats
 
 
 def synthesize(
-    prob: SynthesisProblem, max_len: int, size: int = GENERIC_SIZE, cross_check: int | None = None
+    prob: SynthesisProblem, max_len: int, h: SynthesisHierarchy | None = None, size: int = GENERIC_SIZE,
+    cross_check: int | None = None,
 ) -> tuple[list[tuple[int, ...]], dict[str, Any]]:
-    """The engine: programs as candidate indices of ``prob`` (canonical order) and stats (``rests_on``
-    says what the result rests on). Other problems fall back to the same search at the real size."""
-    why = _why_not_generic(prob.hierarchy, prob.num_devices)
+    """The engine: programs as candidate indices of ``prob`` (built from hierarchy ``h``; canonical order)
+    and stats (``rests_on`` says what the result rests on). Other problems fall back to the same search at
+    the real size."""
+    why = _why_not_generic(h, prob.num_devices)
     if why is None:
-        small, programs, stats = generic_search(prob.hierarchy, max_len, prob.require_progress, size, cross_check)
+        small, programs, stats = generic_search(h, max_len, prob.require_progress, size, cross_check)
         if [(c.label, c.collective) for c in small.candidates] == [(c.label, c.collective) for c in prob.candidates]:
             return programs, stats  # same candidates in the same order: the indices carry over
         why = "the generic instance has other candidate instructions"

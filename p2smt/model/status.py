@@ -1,0 +1,23 @@
+"""The closed set of outcomes of a solver run (a ``StrEnum``: JSON output shows the plain words)."""
+
+from __future__ import annotations
+
+from enum import StrEnum
+
+
+class SolveStatus(StrEnum):
+    """``complete``: every length exhausted; ``unknown``: a solver call gave up; ``optimal`` and
+    ``infeasible``: a bound strategy proved its list cheapest, or that no program exists."""
+
+    COMPLETE = "complete"
+    UNKNOWN = "unknown"
+    OPTIMAL = "optimal"
+    INFEASIBLE = "infeasible"
+
+
+class ProofStatus(StrEnum):
+    """The verdict on one fixed plan."""
+
+    PROVED = "proved"
+    COUNTEREXAMPLE = "counterexample"
+    UNKNOWN = "unknown"
