@@ -65,3 +65,11 @@ def test_render_builds_tables(report):
 def test_bad_input_is_a_p2error(kwargs):
     with pytest.raises(P2Error):
         rank(Request("a100-2x16", (2, 16), (1,)), **kwargs)
+
+
+def test_nvls_is_refused_where_no_nvlink_sharp_switch_exists(run_cli):
+    rc, out, err = run_cli("rank", "--system", "v100-2x8", "--axes", "16", "--reduce", "0", "--algo", "nvls")
+    assert rc == 2 and out == "" and "no NVLink SHARP switch" in err and err.count("\n") == 1
+    rc, out, _ = run_cli("rank", "--system", "dgx-h100", "--nodes", "2", "--axes", "16", "--reduce", "0",
+                         "--algo", "nvls", "--top", "1")
+    assert rc == 0 and "nvls for AllReduce steps, ring for the others" in out

@@ -23,6 +23,11 @@ from p2smt.synth.config import EngineConfig
 from p2smt.synth.driver import SynthesisResult, synthesize
 
 
+ALGO_SCOPE = {"tree": " for AllReduce steps, ring for the others",
+              "nvls": " for AllReduce steps, ring for the others"}
+"""What a forced algorithm covers in a program: NCCL runs Tree and NVLS for AllReduce only."""
+
+
 def sort_key(seconds: float, text: str) -> tuple[float, str]:
     """Sort key: time to 9 significant digits (so float noise never reorders), then the program text."""
     return (float(f"{seconds:.9g}"), text)
@@ -39,6 +44,11 @@ def allreduce_seconds(system: System, matrix: Matrix, axes: Sequence[int], reduc
 def check_request(system: System, algo: str, bytes_per_device: float | None, top: int | None) -> float:
     if algo not in ALGOS:
         raise P2Error(f"unknown algorithm {algo!r}; choose one of {', '.join(ALGOS)}")
+    if algo == "nvls":
+        topo = build_topology(system)
+        if topo.nvls_switch(tuple(range(min(2, topo.gpus_per_node)))) is None:
+            raise P2Error(f"{system.name} has no NVLink SHARP switch: --algo nvls cannot run here; "
+                          "use ring, tree or auto")
     if top is not None and top < 1:
         raise P2Error(f"--top must be at least 1, got {top}")
     b = default_bytes_per_device(system) if bytes_per_device is None else bytes_per_device
@@ -109,7 +119,8 @@ def render_rank(report: dict[str, Any]):
         tables.append(t)
     best = report.get("best")
     if best:
-        t = Table(title=f"best ({report['algo']}, {report['bytes_per_device']} bytes per device)")
+        scope = ALGO_SCOPE.get(report["algo"], "")
+        t = Table(title=f"best ({report['algo']}{scope}, {report['bytes_per_device']} bytes per device)")
         t.add_column("matrix")
         t.add_column("seconds", justify="right")
         t.add_column("program")
