@@ -22,7 +22,6 @@ from p2smt.model.topology import build_topology
 from p2smt.synth.config import EngineConfig
 from p2smt.synth.driver import SynthesisResult, synthesize
 
-
 ALGO_SCOPE = {"tree": " for AllReduce steps, ring for the others",
               "nvls": " for AllReduce steps, ring for the others"}
 """What a forced algorithm covers in a program: NCCL runs Tree and NVLS for AllReduce only."""
