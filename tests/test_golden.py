@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 from pathlib import Path
 
 import pytest
@@ -37,7 +38,8 @@ def run_case(argv: list[str], capsys) -> dict:
     finally:
         os.chdir(cwd)
     out, err = capsys.readouterr()
-    out, err = out.replace(str(ROOT), "<checkout>"), err.replace(str(ROOT), "<checkout>")
+    # Encoding files live in the checkout or, installed from a wheel, in the package's data folder.
+    out, err = (re.sub(r'[^"\s]*/encodings/', "<encodings>/", text) for text in (out, err))
     if "--json" in argv:
         return {"rc": rc, "stderr": err, "json": normalize(json.loads(out)) if out else None}
     return {"rc": rc, "stderr": err, "text": out}
