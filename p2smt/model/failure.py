@@ -106,7 +106,7 @@ _WORDS: dict[str, Callable[[str, Mapping[str, Any]], str]] = {
                                  f"{f['pair'][1]} holds {f['sizes'][1]}: AllGather needs equal numbers of chunks"),
     "below_root": _words_below_root,
     "information_increase": lambda c, f: "every member already holds the root's state: Broadcast adds no information",
-    "progress": lambda c, f: f"{c} over devices {list(f['group'])} changes no member's state",
+    "progress": lambda c, f: f"{c} over devices {list(f['members'])} changes no member's state",
     "goal": _words_goal,
     "mixes_groups": _words_mixed,
 }

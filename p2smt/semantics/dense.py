@@ -148,7 +148,7 @@ def apply_step(
         if isinstance(out, Violation):
             return out
         if require_progress and np.array_equal(out, members):
-            return _fail(step, coll, "progress", group, group, None, group=list(group))
+            return _fail(step, coll, "progress", group, group, None, members=list(group))
         new[idx] = out
     return new
 

@@ -39,7 +39,7 @@ class Verdict:
     def message(self) -> str:
         v = self.violation
         if v is not None:
-            return f"INVALID: {v.headline() + ' ' if v.step else ''}({v.rule}): {v.message}"
+            return f"INVALID: {v.headline()} ({v.rule}): {v.message}"
         if self.positions is not None and not self.positions.valid:
             return f"INVALID under XLA/NCCL positions: {self.positions.message()}"
         return "VALID"

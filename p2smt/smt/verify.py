@@ -20,6 +20,8 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
+import z3
+
 from p2smt.errors import InternalError, P2Error
 from p2smt.model.collectives import AG, BC, Collective, Group
 from p2smt.model.dsl import validate_plan
@@ -91,6 +93,10 @@ def wall_clock(checker: PlanChecker, timeout_ms: int | None) -> Iterator[None]:
     timer.start()
     try:
         yield
+    except z3.Z3Exception as err:
+        if "cancel" not in str(err):
+            raise
+        raise Unknown(f"the proof's {timeout_ms / 1000:g} s ran out") from None
     finally:
         timer.cancel()
 
@@ -316,7 +322,7 @@ def _explain(coll: Collective, rule: str, group, state, chunks: int) -> Violatio
     if rule == "information_increase":
         return fail(tuple(group), None)
     if rule == "progress":
-        return fail(tuple(group), None, group=list(group))
+        return fail(tuple(group), None, members=list(group))
     raise InternalError(f"{coll.value} fails rule {rule!r} but the states do not show how")
 
 
