@@ -91,7 +91,7 @@ def lower(request: Request, program: str, backend: str = "jax", axis_names: list
     >>> req = Request("v100-2x8", axes=(2, 8), reduce=(0,), matrix=((2, 1), (1, 8)))
     >>> "def reduce(" in lower(req, "(root, InsideGroup, AllReduce)", backend="torch")
     True
-    >>> lower(req, "(node, InsideGroup, AllReduce)")
+    >>> lower(req, "(root, InsideGroup, ReduceScatter)")
     Traceback (most recent call last):
     p2smt.errors.P2Error: ...
     """

@@ -70,9 +70,10 @@ def test_structural_failures_name_their_step():
     proof = verify_values(4, [(AR, ALL), (B, ALL)], ALL)
     assert (proof.status, proof.failing_step, proof.rule) == (
         "counterexample",
-        1,
+        2,
         "Broadcast.information_increase",
     )
+    assert proof.message.startswith("failing step 2 of 2: ")
     proof = verify_values(4, [(RS, [(0, 1, 2)])], ALL)
     assert proof.rule == "ReduceScatter.divisible"
     with pytest.raises(P2Error):

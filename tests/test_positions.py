@@ -60,9 +60,9 @@ def test_reversed_all_gather_on_the_cli(tmp_path, capsys):
 
 def test_rules_with_step_and_position():
     run = execute_positions(4, [(RS, [(0, 1)]), (AR, [(0, 1)])], [(0, 1)], 2)
-    assert (run.violation.step, run.violation.rule) == (1, "AllReduce.same_blocks")
+    assert (run.violation.step, run.violation.rule) == (2, "AllReduce.same_blocks")
     run = execute_positions(2, [(AR, [(0, 1)]), (AR, [(0, 1)])], [(0, 1)], 2)
-    assert (run.violation.step, run.violation.rule, run.violation.position) == (1, "AllReduce.disjoint", 0)
+    assert (run.violation.step, run.violation.rule, run.violation.position) == (2, "AllReduce.disjoint", 0)
     run = execute_positions(2, [(RED, [(0, 1)]), (AR, [(0, 1)])], [(0, 1)], 2)
     assert (run.violation.rule, run.violation.device) == ("AllReduce.undefined", 1)
     run = execute_positions(3, [(RS, [(0, 1, 2)])], [(0, 1, 2)], 4)

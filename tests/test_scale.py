@@ -122,8 +122,8 @@ def test_1024_devices_beyond_the_interpreter():
         "(node, InsideGroup, Reduce); (node, Master(root), AllReduce); (node, InsideGroup, Broadcast)",
     ]
     bad = {
-        "(root, InsideGroup, AllReduce); (root, InsideGroup, AllReduce)": (1, "AllReduce.disjoint"),
-        "(pcie, InsideGroup, ReduceScatter); (pcie, InsideGroup, AllReduce)": (1, "AllReduce.same_chunks"),
+        "(root, InsideGroup, AllReduce); (root, InsideGroup, AllReduce)": (2, "AllReduce.disjoint"),
+        "(pcie, InsideGroup, ReduceScatter); (pcie, InsideGroup, AllReduce)": (2, "AllReduce.same_chunks"),
         "(pcie, InsideGroup, AllReduce)": (None, "goal"),
     }
     verdicts = check_programs(prob, [_program(prob, t) for t in [*good, *bad]])

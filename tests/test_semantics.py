@@ -7,9 +7,9 @@ import pytest
 
 from p2smt.errors import P2Error
 from p2smt.model.collectives import Collective
+from p2smt.model.failure import Violation
 from p2smt.semantics.dense import (
     Defect,
-    Violation,
     apply_group,
     execute,
     execute_all,
@@ -52,7 +52,7 @@ def test_reduce_scatter_then_allreduce_over_the_same_pair_is_rejected():
     assert not run.valid and not run.reached_goal
     v = run.violation
     assert isinstance(v, Violation)
-    assert v.step == 1
+    assert (v.step, v.steps, v.instruction) == (2, 2, "AllReduce over [[0, 1]]")
     assert v.group == (0, 1)
     assert set(v.devices) == {0, 1}
     assert v.chunk == 0
@@ -66,14 +66,15 @@ def test_overlapping_allreduces_are_rejected():
     run = execute(4, [(AR, [(0, 1), (2, 3)]), (AR, [(0, 1, 2, 3)])], [(0, 1, 2, 3)])
     assert not run.valid
     v = run.violation
-    assert (v.step, v.group, v.devices, v.chunk) == (1, (0, 1, 2, 3), (0, 1), 0)
+    assert (v.step, v.group, v.devices, v.chunk) == (2, (0, 1, 2, 3), (0, 1), 0)
     assert v.rule == "AllReduce.disjoint"
     assert v.message == (
         "chunk 0 of devices 0 and 1 both contain device 0's contribution: AllReduce would count it twice"
     )
     assert v.to_json() == {
-        "step": 1, "group": [0, 1, 2, 3], "devices": [0, 1], "chunk": 0,
-        "rule": "AllReduce.disjoint", "message": v.message,
+        "step": 2, "steps": 2, "instruction": "AllReduce over [[0, 1, 2, 3]]", "group": [0, 1, 2, 3],
+        "devices": [0, 1], "chunk": 0, "rule": "AllReduce.disjoint", "message": v.message,
+        "facts": {"pair": [0, 1], "contribution": 0, "counted_twice": [0, 1, 2, 3], "chunk": 0},
     }
 
 
@@ -123,7 +124,7 @@ def test_reduce_scatter_divisibility(k, group):
     run = execute(k, [(RS, [group])], [tuple(range(k))])
     v = run.violation
     assert v.rule == "ReduceScatter.divisible"
-    assert v.step == 0 and v.group == group and v.chunk is None
+    assert v.step == 1 and v.group == group and v.chunk is None
     assert f"({k})" in v.message and f"divisible by {len(group)}" in v.message
 
 
@@ -232,24 +233,32 @@ def test_defects_when_the_goal_is_not_reached():
 
 
 def test_require_progress():
-    steps = [(AR, [(0, 1)]), (AR, [(2,)]), (AR, [(2, 3)])]
-    assert execute(4, steps, [(0, 1), (2, 3)]).valid
-    run = execute(4, steps, [(0, 1), (2, 3)], require_progress=True)
+    steps = [(R, [(0, 1), (2, 3)]), (AR, [(1, 3)])]
+    assert execute(4, steps, [(0, 1, 2, 3)]).violation is None
+    run = execute(4, steps, [(0, 1, 2, 3)], require_progress=True)
     assert run.violation.rule == "progress"
-    assert (run.violation.step, run.violation.group) == (1, (2,))
+    assert (run.violation.step, run.violation.group) == (2, (1, 3))
+    assert run.violation.message == "AllReduce over devices [1, 3] changes no member's state"
+
+
+def test_a_step_without_a_group_of_two_is_refused():
+    with pytest.raises(P2Error, match="step 2: AllReduce has no group of two or more devices"):
+        execute(4, [(AR, [(0, 1)]), (AR, [(2,)])], [(0, 1), (2, 3)])
 
 
 def test_violation_stops_execution():
     run = execute(2, [(AR, [(0, 1)]), (AR, [(0, 1)]), (AG, [(0, 1)])], [(0, 1)])
-    assert run.violation.step == 1
+    assert run.violation.step == 2
     assert len(run.states) == 2
 
 
 def test_groups_must_name_existing_devices_once():
     with pytest.raises(P2Error, match="does not exist"):
         execute(4, [(AR, [(0, 4)])], [(0, 1, 2, 3)])
-    with pytest.raises(P2Error, match="two groups"):
+    with pytest.raises(P2Error, match=r"step 1: device 1 appears in two groups, \[0, 1\] and \[1, 2\]"):
         execute(4, [(AR, [(0, 1), (1, 2)])], [(0, 1, 2, 3)])
+    with pytest.raises(P2Error, match=r"device 3 appears twice in group \[3, 3\]"):
+        execute(4, [(AR, [(3, 3)])], [(0, 1, 2, 3)])
     with pytest.raises(P2Error, match="does not exist"):
         execute(4, [(AR, [(-1, 0)])], [(0, 1, 2, 3)])
 

@@ -15,6 +15,7 @@ from p2smt.model.hierarchy import synthesis_hierarchy
 from p2smt.model.placement import Placement, matrices
 from p2smt.model.system import load_system
 from p2smt.semantics.dense import execute
+from p2smt.semantics.verdict import explain
 from p2smt.smt.verify import PlanProof, prove_plan
 
 AR, RS, AG, R, B = (
@@ -37,18 +38,10 @@ def agrees_with_interpreter(k, steps, goals, require_progress=False, chunks=None
     proof = prove_plan(k, steps, goals, require_progress=require_progress, chunks=chunks)
     run = execute(k, steps, goals, require_progress, chunks)
     assert proof.proved == run.valid
-    if run.violation is not None:
-        v = run.violation
-        assert (proof.failing_step, proof.group, proof.devices, proof.chunk, proof.rule, proof.message) == (
-            v.step,
-            v.group,
-            v.devices,
-            v.chunk,
-            v.rule,
-            v.message,
-        )
-    elif not run.valid:
-        assert proof.failing_step is None and proof.rule == "goal"
+    v = explain(run, steps, goals)
+    if v is not None:
+        assert proof.violation.to_json() == v.to_json()
+    if v is not None and v.rule == "goal":
         bad = {(d.device, d.chunk): (list(d.missing), list(d.foreign)) for d in run.defects}
         mine = {(d["device"], d["chunk"]): (d["missing"], d["foreign"]) for d in proof.defects}
         assert mine == {key: bad[key] for key in mine} and (proof.defects_truncated or mine == bad)
@@ -90,19 +83,20 @@ def test_section3_examples_are_proved_on_every_4x16_placement(text):
 def test_reduce_scatter_then_allreduce_is_a_counterexample():
     proof = agrees_with_interpreter(2, [(RS, [(0, 1)]), (AR, [(0, 1)])], [(0, 1)])
     assert proof.status == "counterexample"
-    assert (proof.failing_step, proof.rule, proof.chunk) == (1, "AllReduce.same_chunks", 0)
-    assert proof.states == {0: [[0, 1], []], 1: [[], [0, 1]]}
+    v = proof.violation
+    assert (proof.failing_step, v.rule, v.chunk) == (2, "AllReduce.same_chunks", 0)
+    assert proof.states == {0: [[0, 1], []], 1: [[], [0, 1]]} and proof.states_after == 1
     data = proof.to_json()
-    assert data["failing_step"] == 1 and data["group"] == [0, 1]
+    assert data["failing_step"] == 2 and data["violation"]["group"] == [0, 1] and data["states_after_steps"] == 1
     json.dumps(data)
 
 
 def test_overlapping_allreduces_report_double_counting():
     proof = agrees_with_interpreter(4, [(AR, [(0, 1), (2, 3)]), (AR, [(0, 1, 2, 3)])], [(0, 1, 2, 3)])
-    assert proof.rule == "AllReduce.disjoint" and proof.devices == (0, 1)
-    twice = {(d["device"], d["chunk"]): d["double_counted"] for d in proof.defects}
-    assert twice[(0, 0)] == [0, 1] and twice[(3, 3)] == [2, 3]
-    assert all(d["missing"] == [2, 3] for d in proof.defects if d["device"] in (0, 1))
+    v = proof.violation
+    assert v.rule == "AllReduce.disjoint" and v.devices == (0, 1)
+    assert v.facts["counted_twice"] == [0, 1, 2, 3] and v.facts["contribution"] == 0
+    assert proof.defects == ()  # a failed precondition is measured against its rule, not the goal
     assert proof.witness["chunk"] in range(4)
 
 
@@ -120,7 +114,9 @@ def test_groups_crossing_goal_groups_and_idle_devices():
     agrees_with_interpreter(4, [(AR, [(0, 2)]), (AR, [(0, 1), (2, 3)])], goals)
     agrees_with_interpreter(4, [(AR, [(0, 1)])], goals)
     proof = agrees_with_interpreter(4, [(AR, [(0, 1)])], [(0, 1)])  # devices 2, 3 in no goal group end empty
-    assert proof.rule == "goal" and set(proof.devices) == {2, 3}
+    assert proof.violation.rule == "goal" and set(proof.violation.devices) == {2, 3}
+    mixed = agrees_with_interpreter(4, [(AR, [(0, 2)]), (AR, [(0, 1), (2, 3)])], goals).violation
+    assert (mixed.step, mixed.rule, mixed.devices) == (1, "goal.mixes_groups", (0, 2))
 
 
 @pytest.mark.parametrize("seed", range(6))
@@ -133,7 +129,7 @@ def test_random_plans_agree_with_the_interpreter(seed):
         for _ in range(rng.randint(1, 4)):
             devices = list(range(k))
             rng.shuffle(devices)
-            size = rng.randint(1, k)
+            size = rng.randint(2, k)
             groups = [tuple(devices[i : i + size]) for i in range(0, k - size + 1, size)]
             steps.append((rng.choice(list(Collective)), groups[: rng.randint(1, len(groups))]))
         chunks = rng.choice([None, 1, 2, k])
@@ -143,7 +139,7 @@ def test_random_plans_agree_with_the_interpreter(seed):
 def test_bad_plans_are_bad_input():
     with pytest.raises(P2Error, match="does not exist"):
         prove_plan(2, [(AR, [(0, 2)])], [(0, 1)])
-    with pytest.raises(P2Error, match="two groups"):
+    with pytest.raises(P2Error, match="appears in two groups"):
         prove_plan(3, [(AR, [(0, 1), (1, 2)])], [(0, 1, 2)])
     with pytest.raises(P2Error, match="at least one step"):
         prove_plan(2, [], [(0, 1)])

@@ -5,10 +5,19 @@ from __future__ import annotations
 import argparse
 
 from rich.console import Console
+from rich.markup import escape
 
 from p2smt.cli.inputs import plan_request
 from p2smt.cli.options import add_allow_noop, add_json, add_plan_input, add_request
 from p2smt.cli.output import ExitCode, emit
+
+MAX_DEFECTS = 64
+MAX_SHOWN = 8
+
+
+def add_verbose(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--verbose", action="store_true",
+                   help="also print the group, the facts and the device states at the failure")
 
 
 def register(sub) -> None:
@@ -16,8 +25,32 @@ def register(sub) -> None:
     add_request(p, matrix_required=True)
     add_plan_input(p, hlo=True)
     add_allow_noop(p)
+    add_verbose(p)
     add_json(p)
     p.set_defaults(func=run)
+
+
+def _contributions(row) -> list[int]:
+    return [int(c) for c in row.nonzero()[0]] if hasattr(row, "nonzero") else list(row)
+
+
+def render_violation(c: Console, label: str, v, verbose: bool, states: dict | None = None,
+                     defects=()) -> None:
+    """``LABEL: failing step 3 of 3: (…)``, the first defect in words; the rest only when ``verbose``."""
+    c.print(f"[red]{label}[/red]: {escape(v.headline())}")
+    c.print(f"  {v.rule}: {escape(v.message)}")
+    if not verbose:
+        c.print("  (--verbose prints the group, the facts and the device states at the failure)")
+        return
+    if v.group is not None:
+        c.print(f"  group: {list(v.group)}")
+    for key, value in v.facts.items():
+        c.print(f"  {key.replace('_', ' ')}: {escape(str(value))}")
+    when = "at the end" if v.step is None else f"before step {v.step} (the state at the failure)"
+    for dev, rows in list((states or {}).items())[:MAX_SHOWN]:
+        c.print(f"  device {dev} {when}: {rows}")
+    for d in list(defects)[:MAX_SHOWN]:
+        c.print(f"  device {d['device']} chunk {d['chunk']}: missing {d['missing']} foreign {d['foreign']}")
 
 
 def run(args: argparse.Namespace) -> int:
@@ -25,32 +58,30 @@ def run(args: argparse.Namespace) -> int:
 
     pr = plan_request(args)
     verdict = judge(pr.placement.num_devices, pr.steps, pr.goal_groups, pr.chunks, not args.allow_noop,
-                    layout=pr.program is None)
-    result = verdict.execution
+                    layout=pr.program is None, labels=pr.labels)
+    v = verdict.violation
+    defects = [
+        {"device": d.device, "chunk": d.chunk, "missing": list(d.missing), "foreign": list(d.foreign)}
+        for d in verdict.execution.defects[:MAX_DEFECTS]
+    ] if v is not None and v.step is None else []
     payload = {
         "valid": verdict.valid,
         "program": pr.program_text(),
         "steps": len(pr.steps),
-        "violation": result.violation.to_json() if result.violation else None,
-        "defects": [
-            {"device": d.device, "chunk": d.chunk, "missing": list(d.missing), "foreign": list(d.foreign)}
-            for d in result.defects[:64]
-        ],
+        "violation": v.to_json() if v else None,
+        "defects": defects,
     } | ({"positions": verdict.positions.to_json()} if verdict.positions else {})
 
     def render(c: Console) -> None:
-        if verdict.positions and not verdict.positions.valid:
-            c.print(f"[red]INVALID[/red] under XLA/NCCL positions: {verdict.positions.message()}")
-        elif result.valid:
-            c.print(f"[green]VALID[/green]: {len(pr.steps)} steps reduce every group of axes {list(pr.reduce)}")
-        elif result.violation:
-            v = result.violation
-            c.print(f"[red]INVALID[/red] at step {v.step} ({v.rule}): {v.message}")
-            c.print(f"  group {list(v.group)}")
+        if v is not None:
+            shown = list(dict.fromkeys((*v.devices, *(v.group or ()))))[:MAX_SHOWN]
+            state = verdict.state
+            states = {d: [_contributions(state[d, r]) for r in range(state.shape[1])] for d in shown}
+            render_violation(c, "INVALID", v, getattr(args, "verbose", False), states, defects)
+        elif verdict.positions and not verdict.positions.valid:
+            c.print(f"[red]INVALID[/red] under XLA/NCCL positions: {escape(verdict.positions.message())}")
         else:
-            c.print("[red]INVALID[/red]: every precondition holds but the goal is not reached")
-            for d in result.defects[:8]:
-                c.print(f"  device {d.device} chunk {d.chunk}: missing {list(d.missing)} foreign {list(d.foreign)}")
+            c.print(f"[green]VALID[/green]: {len(pr.steps)} steps reduce every group of axes {list(pr.reduce)}")
 
     emit(args, payload, render)
     return ExitCode.OK if verdict.valid else ExitCode.FAIL

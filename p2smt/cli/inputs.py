@@ -101,6 +101,11 @@ class PlanRequest:
     def program_text(self) -> str | None:
         return str(self.program) if self.program else None
 
+    @property
+    def labels(self) -> list[str] | None:
+        """The DSL text of each step (None for a plan given as replica groups)."""
+        return [str(i) for i in self.program.instructions] if self.program else None
+
 
 def plan_request(args: argparse.Namespace) -> PlanRequest:
     """The request (one ``--matrix``) and the plan of ``--program``/``--plan`` of check and verify."""

@@ -48,7 +48,7 @@ def lowering_inputs(args: argparse.Namespace):
     labels = [str(i) for i in program.instructions] if program else None
     goal = placement.reduction_groups(reduce)
     verdict = judge(placement.num_devices, [(s.collective, s.groups) for s in plan], goal, len(goal[0]),
-                    True, layout=labels is None)
+                    True, layout=labels is None, labels=labels)
     return plan, target, labels, verdict
 
 

@@ -1,12 +1,20 @@
-"""``p2smt verify``: prove a plan with Z3 (Boolean state, or ∀ data values with ``--values``)."""
+"""``p2smt verify``: prove a plan with Z3 (Boolean state, or ∀ data values with ``--values``).
+
+The concrete interpreter runs first: a plan it rejects at step t is proved only up to step t (so a long
+plan that fails early costs what its prefix costs), and Z3's verdict, failing step and rule must agree
+with it. ``--timeout`` bounds the whole proof in wall-clock seconds.
+"""
 
 from __future__ import annotations
 
 import argparse
+from dataclasses import replace
 
 from rich.console import Console
+from rich.markup import escape
 
 from p2smt.cli.bounded import add_bounds, report_expired, run_bounded
+from p2smt.cli.check import add_verbose, render_violation
 from p2smt.cli.inputs import plan_request
 from p2smt.cli.options import add_allow_noop, add_json, add_plan_input, add_request, seconds, timeout_ms
 from p2smt.cli.output import ExitCode, emit
@@ -19,20 +27,40 @@ def register(sub) -> None:
     add_plan_input(p, hlo=True)
     p.add_argument("--values", action="store_true", help="prove over all integer data values (CEGIS encoding)")
     p.add_argument("--encoding", default="bool-matrix", help="encoding that proves the Boolean semantics")
-    p.add_argument("--timeout", type=seconds, help="seconds per solver call")
+    p.add_argument("--timeout", type=seconds, help="seconds for the whole proof (wall clock)")
     add_allow_noop(p)
+    add_verbose(p)
     add_bounds(p)
     add_json(p)
     p.set_defaults(func=run)
 
 
+def _agree(proof, verdict, labels):
+    """Z3's proof with DSL instruction text, after checking it against the interpreter's verdict."""
+    oracle = verdict.violation
+    if proof.status == "unknown":
+        return proof
+    if (proof.status == "proved") != verdict.execution.valid:
+        raise InternalError(
+            f"Z3 says {proof.status} but the interpreter says {'valid' if verdict.execution.valid else 'invalid'}")
+    v = proof.violation
+    if v is None:
+        return proof
+    if (v.step, v.rule, v.message) != (oracle.step, oracle.rule, oracle.message):
+        raise InternalError(f"Z3 refutes step {v.step} ({v.rule}: {v.message}) but the interpreter step "
+                            f"{oracle.step} ({oracle.rule}: {oracle.message})")
+    return replace(proof, violation=replace(v, steps=oracle.steps, instruction=oracle.instruction))
+
+
 def run(args: argparse.Namespace) -> int:
     """Prove a plan with Z3 (Boolean state, or ∀ data values with --values) or give a counterexample."""
-    from p2smt.semantics.dense import execute
+    from p2smt.semantics.verdict import judge
 
     pr = plan_request(args)
     n = pr.placement.num_devices
-    common = {"require_progress": not args.allow_noop, "timeout_ms": timeout_ms(args), "chunks": pr.chunks}
+    progress = not args.allow_noop
+    verdict = judge(n, pr.steps, pr.goal_groups, pr.chunks, progress, layout=False, labels=pr.labels)
+    common = {"require_progress": progress, "timeout_ms": timeout_ms(args), "chunks": pr.chunks}
     if args.values:
         from p2smt.smt.cegis import verify_values
 
@@ -41,16 +69,13 @@ def run(args: argparse.Namespace) -> int:
     else:
         from p2smt.smt.verify import prove_plan
 
+        failing = verdict.violation.step if verdict.violation else None
+        prefix = pr.steps if failing is None else pr.steps[:failing]
         bounded = run_bounded(args, "verify: proving", lambda report: prove_plan(
-            n, pr.steps, pr.goal_groups, encoding=args.encoding, **common))
+            n, prefix, pr.goal_groups, encoding=args.encoding, **common))
     if bounded.expired:
         return report_expired(args, bounded, "proofs", {"program": pr.program_text(), "steps": len(pr.steps)})
-    proof = bounded.result
-    oracle = execute(n, pr.steps, pr.goal_groups, not args.allow_noop, pr.chunks)
-    if proof.status != "unknown" and (proof.status == "proved") != oracle.valid and not args.values:
-        raise InternalError(
-            f"Z3 says {proof.status} but the interpreter says {'valid' if oracle.valid else 'invalid'}"
-        )
+    proof = bounded.result if args.values else _agree(bounded.result, verdict, pr.labels)
     payload = proof.to_json() | {"program": pr.program_text(), "steps": len(pr.steps)}
     status = proof.status
     if pr.program is None and status == "proved":
@@ -60,6 +85,7 @@ def run(args: argparse.Namespace) -> int:
         if not layout.valid:
             status = "counterexample"
             payload |= {"status": status} | layout.counterexample()
+    verbose = getattr(args, "verbose", False)
 
     def render(c: Console) -> None:
         if status == "proved":
@@ -67,20 +93,21 @@ def run(args: argparse.Namespace) -> int:
             c.print(f"[green]PROVED[/green]: {what} ({len(pr.steps)} steps, {n} devices)")
             return
         if status == "unknown":
-            c.print(f"[yellow]UNKNOWN[/yellow]: {payload.get('message', 'the solver gave up')}")
+            c.print(f"[yellow]UNKNOWN[/yellow]: {escape(payload.get('message', 'the solver gave up'))}")
             return
-        c.print(f"[red]COUNTEREXAMPLE[/red]: {payload.get('message', '')}")
-        for key in ("failing_step", "group", "devices", "device", "chunk", "position", "block", "expected_block",
+        v = getattr(proof, "violation", None)
+        if v is not None:
+            render_violation(c, "COUNTEREXAMPLE", v, verbose, proof.states, proof.defects)
+            if verbose and proof.witness:
+                c.print(f"  Z3 witness: {proof.witness}")
+            return
+        c.print(f"[red]COUNTEREXAMPLE[/red]: {escape(payload.get('message', ''))}")
+        for key in ("failing_step", "group", "device", "chunk", "position", "block", "expected_block",
                     "rule", "expected", "actual"):
             if payload.get(key) is not None:
                 c.print(f"  {key.replace('_', ' ')}: {payload[key]}")
-        for d in payload.get("defects", [])[:8]:
-            c.print(f"  defect: {d}")
-        for dev, rows in list(payload.get("states", {}).items())[:8]:
-            c.print(f"  final state of device {dev}: {rows}")
-        for key in ("inputs", "witness"):
-            if payload.get(key):
-                c.print(f"  {key.replace('_', ' ')}: {payload[key]}")
+        if verbose and payload.get("inputs"):
+            c.print(f"  inputs (device × chunk): {payload['inputs']}")
 
     emit(args, payload, render)
     return {"proved": ExitCode.OK, "counterexample": ExitCode.FAIL}.get(status, ExitCode.UNKNOWN)

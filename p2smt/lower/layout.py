@@ -23,31 +23,25 @@ import numpy as np
 from p2smt.errors import P2Error
 from p2smt.lower.names import as_int, check_label
 from p2smt.model.collectives import Collective, ExplicitPlan, ExplicitStep, Group
+from p2smt.model.dsl import validate_plan
 
 if TYPE_CHECKING:
     from p2smt.lower.target import MeshSpec, Target
 
 
 def check_plan(plan: ExplicitPlan, num_devices: int) -> None:
-    """Structural checks: known collectives, devices in range, groups of 2+, disjoint within a step."""
+    """Structural checks (the one plan validator of ``model.dsl``), and every group of two or more devices."""
     if not isinstance(plan, (tuple, list)) or not plan:
         raise P2Error("a plan needs at least one step")
     for t, step in enumerate(plan, start=1):
         if not isinstance(step, ExplicitStep) or not isinstance(step.collective, Collective):
             raise P2Error(f"step {t}: not an ExplicitStep with a Collective")
-        if not step.groups:
-            raise P2Error(f"step {t} ({step.collective.value}) has no groups")
-        used: set[int] = set()
         for g in step.groups:
-            members = [as_int(d, "device id") for d in g]
-            if len(members) < 2:
+            if len(g) < 2:
                 raise P2Error(f"step {t}: group {list(g)} has fewer than two devices")
-            for d in members:
-                if not 0 <= d < num_devices:
-                    raise P2Error(f"step {t}: device {d} is out of range 0..{num_devices - 1}")
-                if d in used:
-                    raise P2Error(f"step {t}: device {d} is in two groups (or twice in one)")
-                used.add(d)
+            for d in g:
+                as_int(d, "device id")
+    validate_plan(plan, num_devices)
 
 
 @dataclass(frozen=True)

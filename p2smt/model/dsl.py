@@ -178,6 +178,10 @@ def parse_program(text: str, hierarchy: SynthesisHierarchy | None = None, source
                 key = "ancestor" if "ancestor" in str(err) and instr.form.ancestor else "slice"
                 line, col = where[key]
                 raise PlanSyntaxError(str(err), line, col, source) from None
+            if not instruction_groups(hierarchy, instr):
+                line, col = where["slice"]
+                raise PlanSyntaxError(f"{instr} forms no group of two or more devices on this hierarchy, so it "
+                                      "does nothing", line, col, source)
     return Program(tuple(i for i, _ in parsed))
 
 
@@ -275,30 +279,88 @@ def program_from_labels(labels: list[Instruction]) -> Program:
     return Program(tuple(labels))
 
 
+PLAN_STEP_KEYS = ("collective", "replica_groups", "comment")
+"""The keys of a JSON plan step. Others are refused by name: XLA's ``channel_id`` and
+``use_global_device_ids`` change which devices the ids name, so they are read from HLO (``--hlo``), not ignored."""
+
+
+def _where(source: str | None, step: int) -> str:
+    return f"{source}: step {step}" if source else f"step {step}"
+
+
+def validate_plan(steps, num_devices: int, source: str | None = None, start: int = 1) -> ExplicitPlan:
+    """The one check of every plan: known collectives, and per step (1-based in messages) at least one group
+    of two or more devices, ids in 0..n-1, no device twice in a group nor in two groups.
+
+    ``steps`` are ``ExplicitStep`` or ``(collective, groups)`` pairs; errors name ``source`` and the step
+    (numbered from ``start``, for a part of a plan).
+    """
+    if not steps:
+        raise P2Error(f"{source or 'plan'}: a plan needs at least one step")
+    out = []
+    for n, step in enumerate(steps, start=start):
+        coll, groups = (step.collective, step.groups) if isinstance(step, ExplicitStep) else step
+        where = _where(source, n)
+        try:
+            coll = coll if isinstance(coll, Collective) else Collective.parse(str(coll))
+        except P2Error as err:
+            raise P2Error(f"{where}: {err}") from None
+        checked: list[Group] = []
+        owner: dict[int, Group] = {}
+        for g in groups:
+            g = tuple(g)
+            for d in g:
+                if isinstance(d, bool) or not isinstance(d, (int, np.integer)):
+                    raise P2Error(f"{where}: device id {d!r} is not an integer")
+                if not 0 <= d < num_devices:
+                    raise P2Error(f"{where}: device {d} does not exist (devices are 0..{num_devices - 1})")
+            g = tuple(int(d) for d in g)
+            for d in g:
+                if g.count(d) > 1:
+                    raise P2Error(f"{where}: device {d} appears twice in group {list(g)}")
+                if d in owner:
+                    raise P2Error(f"{where}: device {d} appears in two groups, {list(owner[d])} and {list(g)}")
+                owner[d] = g
+            checked.append(g)
+        if not any(len(g) >= 2 for g in checked):
+            raise P2Error(f"{where}: {coll.value} has no group of two or more devices, so it does nothing")
+        out.append(ExplicitStep(coll, tuple(checked)))
+    return tuple(out)
+
+
 def parse_explicit_plan(data: object, source: str, num_devices: int | None = None) -> ExplicitPlan:
-    """Validate a JSON plan: a list (or {"steps": list}) of {"collective", "replica_groups"}.
+    """Validate a JSON plan: a list (or {"steps": list}) of {"collective", "replica_groups"[, "comment"]}.
 
     ``replica_groups`` follow XLA: explicit lists (groups of one device are no-op members and dropped),
     ``[]`` for one group of all ``num_devices`` devices, or an HLO string form such as ``"[4,4]<=[16]"``.
+    Every error names ``source`` and the step (1-based).
     """
     steps = data.get("steps") if isinstance(data, dict) else data
     if not isinstance(steps, list) or not steps:
         raise P2Error(f"{source}: a plan is a non-empty list of steps (or an object with a 'steps' list)")
     out = []
-    for n, step in enumerate(steps):
-        if not isinstance(step, dict) or set(step) - {"collective", "replica_groups", "comment"}:
-            raise P2Error(f"{source}: step {n}: expected an object with 'collective' and 'replica_groups'")
-        if "collective" not in step or "replica_groups" not in step:
-            raise P2Error(f"{source}: step {n}: 'collective' and 'replica_groups' are both required")
+    for n, step in enumerate(steps, start=1):
+        where = _where(source, n)
+        if not isinstance(step, dict):
+            raise P2Error(f"{where}: expected an object with 'collective' and 'replica_groups'")
+        unknown = [k for k in step if k not in PLAN_STEP_KEYS]
+        if unknown:
+            raise P2Error(f"{where}: unknown key {str(unknown[0])[:40]!r}; a step has 'collective', "
+                          "'replica_groups' and an optional 'comment' (XLA's channel_id and use_global_device_ids "
+                          "change what the ids mean: give the HLO module with --hlo instead)")
+        missing = [k for k in PLAN_STEP_KEYS[:2] if k not in step]
+        if missing:
+            raise P2Error(f"{where}: missing key {missing[0]!r} ('collective' and 'replica_groups' are required)")
         try:
-            coll = Collective.parse(str(step["collective"]))
+            coll = Collective.parse(str(step["collective"])[:80])
         except P2Error as err:
-            raise P2Error(f"{source}: step {n}: {err}") from None
-        groups = parse_groups_value(step["replica_groups"], f"{source}: step {n}")
+            raise P2Error(f"{where}: {err}") from None
+        groups = parse_groups_value(step["replica_groups"], where)
         if not groups and num_devices is None:
-            raise P2Error(f"{source}: step {n}: empty replica_groups (all devices) needs the number of devices")
-        out.append(ExplicitStep(coll, normalize(groups, num_devices or 0)))
-    return tuple(out)
+            raise P2Error(f"{where}: empty replica_groups (all devices) needs the number of devices")
+        out.append((coll, groups or (tuple(range(num_devices)),)))
+    size = num_devices if num_devices is not None else 1 + max(max(g) for _, gs in out for g in gs)
+    return tuple(ExplicitStep(s.collective, normalize(s.groups, size)) for s in validate_plan(out, size, source))
 
 
 def explicit_plan_json(plan: ExplicitPlan) -> list[dict]:

@@ -7,37 +7,17 @@ It is the oracle of every engine: written from docs/semantics.md alone, it share
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 
 from p2smt.errors import P2Error
 from p2smt.model.collectives import Collective, Group
+from p2smt.model.dsl import validate_plan
+from p2smt.model.failure import Rule, Violation, step_text, violation
 
 Step = tuple[Collective, Sequence[Group]]
 MAX_INTERPRETER_DEVICES = 512
-
-
-@dataclass(frozen=True)
-class Violation:
-    """A failed precondition: which step, group, devices and chunk, which rule, and why."""
-
-    step: int
-    group: Group
-    devices: tuple[int, ...]
-    chunk: int | None
-    rule: str
-    message: str
-
-    def to_json(self) -> dict:
-        return {
-            "step": self.step,
-            "group": list(self.group),
-            "devices": list(self.devices),
-            "chunk": self.chunk,
-            "rule": self.rule,
-            "message": self.message,
-        }
 
 
 @dataclass(frozen=True)
@@ -78,8 +58,9 @@ def goal_state(k: int, goal_groups: Sequence[Group], chunks: int | None = None) 
     return state
 
 
-def _fail(step: int, group: Group, devices, chunk, rule: str, message: str) -> Violation:
-    return Violation(step, tuple(group), tuple(int(d) for d in devices), chunk, rule, message)
+def _fail(step: int, coll: Collective, check: str, group: Group, devices, chunk, **facts) -> Violation:
+    """A violation of ``coll``'s rule ``check`` at (1-based) ``step``; the plan context is added by ``execute``."""
+    return violation(step, 0, None, Rule.of(coll, check), group, devices, chunk, coll.value, **facts)
 
 
 def _check_disjoint(step: int, coll: Collective, group: Group, members: np.ndarray) -> Violation | None:
@@ -87,11 +68,9 @@ def _check_disjoint(step: int, coll: Collective, group: Group, members: np.ndarr
     if counts.max(initial=0) > 1:
         r, c = (int(v) for v in np.argwhere(counts > 1)[0])
         holders = [group[i] for i in np.flatnonzero(members[:, r, c])][:2]
-        return _fail(
-            step, group, holders, r, f"{coll.value}.disjoint",
-            f"chunk {r} of devices {holders[0]} and {holders[1]} both contain device {c}'s contribution: "
-            f"{coll.value} would count it twice",
-        )
+        twice = [int(v) for v in np.flatnonzero(counts[r] > 1)]
+        return _fail(step, coll, "disjoint", group, holders, r, pair=holders, contribution=c,
+                     counted_twice=twice)
     return None
 
 
@@ -103,11 +82,7 @@ def _check_same_rows(step: int, coll: Collective, group: Group, rows: np.ndarray
         if diff.size:
             r = int(diff[0])
             has, lacks = (group[0], group[i]) if rows[0, r] else (group[i], group[0])
-            return _fail(
-                step, group, (has, lacks), r, f"{coll.value}.same_chunks",
-                f"chunk {r} is non-empty on device {has} but empty on device {lacks}: "
-                f"{coll.value} needs every member to hold the same chunks",
-            )
+            return _fail(step, coll, "same_chunks", group, (has, lacks), r, has=has, lacks=lacks)
     return None
 
 
@@ -128,11 +103,7 @@ def apply_group(step: int, coll: Collective, group: Group, members: np.ndarray) 
             return out
         nonempty = np.flatnonzero(union.any(axis=1))
         if nonempty.size % m:
-            return _fail(
-                step, group, group, None, "ReduceScatter.divisible",
-                f"ReduceScatter over {m} devices needs the number of non-empty chunks ({nonempty.size}) "
-                f"to be divisible by {m}",
-            )
+            return _fail(step, coll, "divisible", group, group, None, members=m, non_empty_chunks=int(nonempty.size))
         block = nonempty.size // m
         out = np.zeros_like(members)
         for i in range(m):
@@ -144,49 +115,25 @@ def apply_group(step: int, coll: Collective, group: Group, members: np.ndarray) 
         if overlap.any():
             r = int(np.flatnonzero(overlap)[0])
             holders = [group[i] for i in np.flatnonzero(rows[:, r])][:2]
-            return _fail(
-                step, group, holders, r, "AllGather.disjoint_chunks",
-                f"chunk {r} is held by both devices {holders[0]} and {holders[1]}: "
-                "AllGather needs members to hold disjoint chunks",
-            )
+            return _fail(step, coll, "disjoint_chunks", group, holders, r, pair=holders,
+                         held_twice=[int(v) for v in np.flatnonzero(overlap)])
         counts = rows.sum(axis=1)
         if (counts != counts[0]).any():
             i = int(np.flatnonzero(counts != counts[0])[0])
-            return _fail(
-                step, group, (group[0], group[i]), None, "AllGather.equal_sizes",
-                f"device {group[0]} holds {counts[0]} chunks but device {group[i]} holds {counts[i]}: "
-                "AllGather needs equal numbers of chunks",
-            )
+            return _fail(step, coll, "equal_sizes", group, (group[0], group[i]), None,
+                         pair=[group[0], group[i]], sizes=[int(counts[0]), int(counts[i])])
         return np.broadcast_to(members.any(axis=0), members.shape).copy()
     if coll is Collective.BROADCAST:
         root = members[0]
         exceeds = members & ~root
         if exceeds.any():
             i, r, c = (int(v) for v in np.argwhere(exceeds)[0])
-            return _fail(
-                step, group, (group[i], group[0]), r, "Broadcast.below_root",
-                f"chunk {r} of device {group[i]} holds device {c}'s contribution which the root "
-                f"{group[0]} lacks: Broadcast would lose it",
-            )
+            return _fail(step, coll, "below_root", group, (group[i], group[0]), r, device=group[i], root=group[0],
+                         contribution=c)
         if (members == root).all():
-            return _fail(
-                step, group, group, None, "Broadcast.information_increase",
-                "every member already holds the root's state: Broadcast adds no information",
-            )
+            return _fail(step, coll, "information_increase", group, group, None)
         return np.broadcast_to(root, members.shape).copy()
     raise P2Error(f"unknown collective {coll!r}")
-
-
-def check_groups(k: int, step: int, groups: Sequence[Group]) -> None:
-    """Explicit plans must name existing devices, each at most once per step."""
-    seen: set[int] = set()
-    for g in groups:
-        for d in g:
-            if not 0 <= d < k:
-                raise P2Error(f"step {step}: device {d} does not exist (devices are 0..{k - 1})")
-            if d in seen:
-                raise P2Error(f"step {step}: device {d} appears in two groups")
-            seen.add(d)
 
 
 def apply_step(
@@ -201,10 +148,7 @@ def apply_step(
         if isinstance(out, Violation):
             return out
         if require_progress and np.array_equal(out, members):
-            return _fail(
-                step, group, group, None, "progress",
-                f"{coll.value} over devices {list(group)} changes no member's state",
-            )
+            return _fail(step, coll, "progress", group, group, None, members=list(group))
         new[idx] = out
     return new
 
@@ -218,6 +162,20 @@ def defects(state: np.ndarray, goal: np.ndarray) -> tuple[Defect, ...]:
     return tuple(out)
 
 
+def _in_context(v: Violation, steps: Sequence[Step]) -> Violation:
+    """The violation with the plan's length and the failing step's text."""
+    coll, groups = steps[v.step - 1]
+    return replace(v, steps=len(steps), instruction=step_text(coll, groups))
+
+
+def _check_size(k: int) -> None:
+    if k > MAX_INTERPRETER_DEVICES:
+        raise P2Error(
+            f"{k} devices is too large for the concrete interpreter (k^3 state; limit "
+            f"{MAX_INTERPRETER_DEVICES})"
+        )
+
+
 def execute(
     k: int,
     steps: Sequence[Step],
@@ -225,24 +183,21 @@ def execute(
     require_progress: bool = False,
     chunks: int | None = None,
 ) -> Execution:
-    """Thread the state through the steps; stop at the first violated precondition.
+    """Thread the state through the steps; stop at the first violated precondition (steps count from 1).
 
     ``chunks`` defaults to ``k``; for a plan on the whole system P²'s convention is the size of one
     reduction group, so that the same program has the same ReduceScatter blocks before and after lowering.
+    ``states`` ends with the state at the failure (before the failing step, which does not apply).
     """
-    if k > MAX_INTERPRETER_DEVICES:
-        raise P2Error(
-            f"{k} devices is too large for the concrete interpreter (k^3 state; limit "
-            f"{MAX_INTERPRETER_DEVICES})"
-        )
-    for t, (_, groups) in enumerate(steps):
-        check_groups(k, t, groups)
+    _check_size(k)
+    if steps:
+        validate_plan(steps, k)
     states = [initial_state(k, chunks)]
     goal = goal_state(k, goal_groups, chunks)
-    for t, (coll, groups) in enumerate(steps):
+    for t, (coll, groups) in enumerate(steps, start=1):
         out = apply_step(states[-1], t, coll, groups, require_progress)
         if isinstance(out, Violation):
-            return Execution(states, out, False, defects(states[-1], goal))
+            return Execution(states, _in_context(out, steps), False)
         states.append(out)
     reached = bool(np.array_equal(states[-1], goal))
     return Execution(states, None, reached, () if reached else defects(states[-1], goal))
@@ -255,30 +210,26 @@ def execute_all(
     require_progress: bool = False,
 ) -> list[Execution]:
     """``execute`` for many programs at once; a prefix shared by several programs is run once."""
-    if k > MAX_INTERPRETER_DEVICES:
-        raise P2Error(
-            f"{k} devices is too large for the concrete interpreter (k^3 state; limit "
-            f"{MAX_INTERPRETER_DEVICES})"
-        )
+    _check_size(k)
     goal = goal_state(k, goal_groups)
     after: dict[tuple, np.ndarray | Violation] = {(): initial_state(k)}
     out = []
     for steps in programs:
         keys = tuple((coll, tuple(tuple(g) for g in groups)) for coll, groups in steps)
         states = [after[()]]
-        violation = None
-        for t, (coll, groups) in enumerate(keys):
-            prefix = keys[: t + 1]
+        failed = None
+        for t, (coll, groups) in enumerate(keys, start=1):
+            prefix = keys[:t]
             if prefix not in after:
-                check_groups(k, t, groups)
+                validate_plan([(coll, groups)], k, start=t)
                 after[prefix] = apply_step(states[-1], t, coll, groups, require_progress)
             nxt = after[prefix]
             if isinstance(nxt, Violation):
-                violation = nxt
+                failed = _in_context(nxt, steps)
                 break
             states.append(nxt)
-        if violation is not None:
-            out.append(Execution(states, violation, False, defects(states[-1], goal)))
+        if failed is not None:
+            out.append(Execution(states, failed, False))
             continue
         reached = bool(np.array_equal(states[-1], goal))
         out.append(Execution(states, None, reached, () if reached else defects(states[-1], goal)))

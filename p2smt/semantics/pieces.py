@@ -21,6 +21,7 @@ from functools import lru_cache
 
 from p2smt.errors import P2Error
 from p2smt.model.collectives import Collective
+from p2smt.model.failure import Rule
 from p2smt.model.problem import SynthesisProblem
 
 AR, RS, AG, RED, BC = (
@@ -36,14 +37,14 @@ State = tuple[Piece, ...]  # canonical: distinct contributions, sorted; () = emp
 
 @dataclass(frozen=True)
 class Verdict:
-    """``status``: "proved", "counterexample" (first failing ``step``, 0-based, None for the goal;
+    """``status``: "proved", "counterexample" (first failing ``step``, counted from 1, None for the goal;
     ``group`` its devices; ``rule``) or "unknown" (the deadline passed before it was decided)."""
 
     program: tuple[int, ...]
     status: str
     step: int | None = None
     group: tuple[int, ...] | None = None
-    rule: str | None = None
+    rule: Rule | None = None
 
     @property
     def proved(self) -> bool:
@@ -55,7 +56,7 @@ class Verdict:
             "status": self.status,
             "step": self.step,
             "group": list(self.group) if self.group is not None else None,
-            "rule": self.rule,
+            "rule": None if self.rule is None else str(self.rule),
         }
 
 
@@ -256,11 +257,11 @@ def check_programs(
             continue
         step, fail = runner.advance(p)
         if fail is not None:
-            out[i] = Verdict(p, "counterexample", step, fail.group, fail.rule)
+            out[i] = Verdict(p, "counterexample", step + 1, fail.group, Rule(fail.rule))
         elif runner.reached_goal():
             out[i] = Verdict(p, "proved")
         else:
-            out[i] = Verdict(p, "counterexample", None, None, "goal")
+            out[i] = Verdict(p, "counterexample", None, None, Rule.GOAL)
     return [out[i] for i in range(len(progs))]
 
 

@@ -14,7 +14,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from p2smt.model.collectives import Collective, Group
-from p2smt.semantics.dense import check_groups
+from p2smt.model.dsl import validate_plan
+from p2smt.model.failure import Rule
 
 Step = tuple[Collective, Sequence[Group]]
 MAX_REPORTED = 64
@@ -34,18 +35,18 @@ Buffer = tuple[Cell | None, ...]
 
 @dataclass(frozen=True)
 class PositionViolation:
-    """A step that real collectives cannot run as the plan means it: step, group, rule and why."""
+    """A step (1-based) that real collectives cannot run as the plan means it: group, rule and why."""
 
     step: int
     group: Group
     device: int | None
     position: int | None
-    rule: str
+    rule: Rule
     message: str
 
     def to_json(self) -> dict:
         return {"step": self.step, "group": list(self.group), "device": self.device, "position": self.position,
-                "rule": self.rule, "message": self.message}
+                "rule": str(self.rule), "message": self.message}
 
 
 @dataclass(frozen=True)
@@ -102,8 +103,8 @@ class PositionRun:
         if self.violation:
             v = self.violation
             return {"semantics": "positions", "message": self.message(), "failing_step": v.step,
-                    "group": list(v.group), "device": v.device, "position": v.position, "rule": v.rule}
-        out = {"semantics": "positions", "message": self.message(), "rule": "positions.goal"}
+                    "group": list(v.group), "device": v.device, "position": v.position, "rule": str(v.rule)}
+        out = {"semantics": "positions", "message": self.message(), "rule": str(Rule.POSITIONS_GOAL)}
         if self.wrong_length:
             return out | {"device": self.wrong_length[0][0]}
         m = self.misplaced[0]
@@ -121,7 +122,7 @@ class PositionRun:
 
 
 def _fail(step: int, group: Group, device, position, rule: str, message: str) -> PositionViolation:
-    return PositionViolation(step, tuple(group), device, position, rule, message)
+    return PositionViolation(step, tuple(group), device, position, Rule(rule), message)
 
 
 def _same_lengths(step: int, coll: Collective, group: Group, bufs: list[Buffer]) -> PositionViolation | None:
@@ -212,10 +213,9 @@ def execute_positions(
     num_devices: int, steps: Sequence[Step], goal_groups: Sequence[Group], blocks: int
 ) -> PositionRun:
     """Run a plan on buffers of ``blocks`` blocks per device; stop at the first rule a step breaks."""
-    for t, (_, groups) in enumerate(steps):
-        check_groups(num_devices, t, groups)
+    validate_plan(steps, num_devices)
     buffers = initial_buffers(num_devices, blocks)
-    for t, (coll, groups) in enumerate(steps):
+    for t, (coll, groups) in enumerate(steps, start=1):
         new = list(buffers)
         for group in groups:
             out = apply_group(t, coll, tuple(group), [buffers[d] for d in group])

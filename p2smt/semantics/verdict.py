@@ -1,42 +1,104 @@
-"""One verdict on a plan: P²'s chunk semantics and, for plans in XLA's form, the positions semantics."""
+"""One verdict on a plan: P²'s chunk semantics and, for plans in XLA's form, the positions semantics.
+
+The verdict names the first defect as a ``model.failure.Violation``: the interpreter's first violated
+rule, or earlier, the first reduction that sums two reduction groups' data (which no later step can undo,
+so it is the real cause of a later ``ReduceScatter.divisible`` or of a goal failure).
+"""
 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
-from p2smt.model.collectives import Group
+import numpy as np
+
+from p2smt.model.collectives import AG, BC, Group
+from p2smt.model.failure import Rule, Violation, goal_masks, mixed_pair, mixed_violation, step_text, violation
 from p2smt.semantics.dense import Execution, Step, execute
 from p2smt.semantics.positions import PositionRun, execute_positions
 
 
 @dataclass(frozen=True)
 class Verdict:
-    """P²'s execution, and the positions run when the plan's layout is checked too (and P² holds)."""
+    """P²'s execution, the first defect, and the positions run when the layout is checked too (and P² holds)."""
 
     execution: Execution
     positions: PositionRun | None
+    violation: Violation | None = None
 
     @property
     def valid(self) -> bool:
         return self.execution.valid and (self.positions is None or self.positions.valid)
 
+    @property
+    def state(self) -> np.ndarray:
+        """The state at the failure: before the failing step (which does not apply), or the final state."""
+        step = self.violation.step if self.violation is not None else None
+        return self.execution.states[-1] if step is None else self.execution.states[step - 1]
+
     def message(self) -> str:
-        run = self.execution
-        if run.violation:
-            return f"INVALID at step {run.violation.step} ({run.violation.rule}): {run.violation.message}"
-        if not run.reached_goal:
-            return "INVALID: every precondition holds but the goal is not reached"
+        v = self.violation
+        if v is not None:
+            return f"INVALID: {v.headline()} ({v.rule}): {v.message}"
         if self.positions is not None and not self.positions.valid:
             return f"INVALID under XLA/NCCL positions: {self.positions.message()}"
         return "VALID"
 
 
+def _as_mask(row: np.ndarray) -> int:
+    return int.from_bytes(np.packbits(row, bitorder="little").tobytes(), "little")
+
+
+def first_mixing(
+    run: Execution, steps: Sequence[Step], goal_groups: Sequence[Group], labels: Sequence[str] | None = None
+) -> Violation | None:
+    """The first reduction (up to the failing step) whose sum would mix two reduction groups' contributions."""
+    k = run.states[0].shape[0]
+    goal_of = goal_masks(k, goal_groups)
+    last = len(run.states) if run.violation is None or run.violation.step is None else run.violation.step
+    for t in range(1, min(last, len(steps)) + 1):
+        coll, groups = steps[t - 1]
+        if coll in (AG, BC):
+            continue
+        state = run.states[t - 1]
+        for g in groups:
+            union = state[list(g)].any(axis=0)
+            for r in range(union.shape[0]):
+                pair = mixed_pair(_as_mask(union[r]), goal_of)
+                if pair is not None:
+                    text = labels[t - 1] if labels else step_text(coll, groups)
+                    return mixed_violation(t, len(steps), text, coll, tuple(g), r, pair, goal_groups)
+    return None
+
+
+def explain(
+    run: Execution, steps: Sequence[Step], goal_groups: Sequence[Group], labels: Sequence[str] | None = None
+) -> Violation | None:
+    """The first defect of an invalid run (None for a valid one), with DSL ``labels`` as instruction text."""
+    if run.valid:
+        return None
+    mixed = first_mixing(run, steps, goal_groups, labels)
+    if mixed is not None:
+        return mixed
+    if run.violation is not None:
+        v = run.violation
+        return replace(v, instruction=labels[v.step - 1]) if labels else v
+    return goal_violation(run, len(steps))
+
+
+def goal_violation(run: Execution, steps: int) -> Violation:
+    """Every step applies but the goal fails: the first device chunk off the goal, in words."""
+    first = run.defects[0]
+    off = len({d.device for d in run.defects})
+    return violation(None, steps, None, Rule.GOAL, None, sorted({d.device for d in run.defects}), first.chunk,
+                     device=first.device, missing=list(first.missing), foreign=list(first.foreign), devices_off=off)
+
+
 def judge(
     num_devices: int, steps: Sequence[Step], goal_groups: Sequence[Group], chunks: int, require_progress: bool,
-    layout: bool,
+    layout: bool, labels: Sequence[str] | None = None,
 ) -> Verdict:
     """Run P²'s interpreter; with ``layout``, also the positions interpreter once P²'s semantics holds."""
     run = execute(num_devices, steps, goal_groups, require_progress, chunks)
     positions = execute_positions(num_devices, steps, goal_groups, chunks) if layout and run.valid else None
-    return Verdict(run, positions)
+    return Verdict(run, positions, explain(run, steps, goal_groups, labels))

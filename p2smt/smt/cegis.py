@@ -16,11 +16,12 @@ from typing import Any
 
 from p2smt.errors import InternalError
 from p2smt.model.collectives import Group
+from p2smt.model.failure import Rule
 from p2smt.model.status import ProofStatus
 from p2smt.smt import terms as T
 from p2smt.smt.check import Unknown
 from p2smt.smt.unroll import Semantics
-from p2smt.smt.verify import Step, concrete_quotients, plan_checker
+from p2smt.smt.verify import Step, concrete_quotients, plan_checker, wall_clock
 
 ENCODING = "values"
 
@@ -28,14 +29,15 @@ ENCODING = "values"
 @dataclass(frozen=True)
 class ValueProof:
     """``status``: "proved", "counterexample" or "unknown". A value counterexample gives the input
-    (``inputs[d][r]``: device d's chunk r), the contents it assumes for chunks left empty that reach
-    the result (``blanks``: (step, device, chunk, value), step 1-based), a device and chunk that end
-    wrong, and both values; a structural failure (shapes, Broadcast not adding information or
-    discarding data, progress) gives its step and rule."""
+    (``inputs[d][r]``: device d's chunk r; distinct and non-zero on the failing chunk when such an input
+    exists), the contents it assumes for chunks left empty that reach the result (``blanks``: (step,
+    device, chunk, value)), a device and chunk that end wrong, and both values; a structural failure
+    (shapes, Broadcast not adding information or discarding data, progress) gives its step and rule.
+    Steps count from 1."""
 
     status: ProofStatus
     failing_step: int | None = None
-    rule: str | None = None
+    rule: Rule | None = None
     device: int | None = None
     chunk: int | None = None
     inputs: tuple[tuple[int, ...], ...] | None = None
@@ -54,12 +56,12 @@ class ValueProof:
         if self.status is ProofStatus.COUNTEREXAMPLE:
             out.update(
                 failing_step=self.failing_step,
-                rule=self.rule,
+                rule=str(self.rule),
                 device=self.device,
                 chunk=self.chunk,
                 inputs=[list(r) for r in self.inputs] if self.inputs else None,
                 empty_chunk_contents=[
-                    {"after_step": t - 1, "device": d, "chunk": r, "value": v} for t, d, r, v in self.blanks
+                    {"after_step": t, "device": d, "chunk": r, "value": v} for t, d, r, v in self.blanks
                 ],
                 expected=self.expected,
                 actual=self.actual,
@@ -85,7 +87,9 @@ def verify_values(
     )
     stats = lambda: {"solver_calls": checker.calls, "seconds": round(time.perf_counter() - start, 6)}
     try:
-        fail = checker.first_failure(plan, terminal_goal=True, detail=True)
+        with wall_clock(checker, timeout_ms):
+            fail = checker.first_failure(plan, terminal_goal=True, detail=True)
+            witness = None if fail is None or fail.step is not None else _telling_witness(enc, checker, problem, plan, fail)
     except Unknown as err:
         return ValueProof(ProofStatus.UNKNOWN, message=f"the solver gave up: {err}", stats=stats())
     if fail is None:
@@ -93,60 +97,68 @@ def verify_values(
             ProofStatus.PROVED, message="every device ends with its group's sum for every input", stats=stats()
         )
     if fail.step is not None:
-        coll = problem.candidates[plan[fail.step]].collective
-        rule = fail.rule if fail.rule == "progress" else f"{coll.value}.{fail.rule}"
-        return ValueProof(
-            ProofStatus.COUNTEREXAMPLE, fail.step, rule, message=f"step {fail.step}: {rule} fails", stats=stats()
-        )
-    # prefer an input on which a device holds a wrong sum over one where a chunk ends empty
-    state = checker.node(plan).state
-    wrong = [
-        T.and_((state.present[d], T.not_(checker.payload.goal(d, state.payload[d]))))
-        for d in range(num_devices)
-        if d in {e for g in problem.goal_groups for e in g}
-    ]
-    positive = T.and_(T.le(1, v) for name, v in checker.payload_vars if name.startswith("input_"))
-    if checker.sat(T.and_((T.or_(wrong), positive)), "forall") or checker.sat(T.or_(wrong), "forall"):
-        witness = checker.witness()
-    else:
-        witness = fail.witness
-    row = witness["chunk"]
-    xs = tuple(witness[f"input_{d}"] for d in range(num_devices))
-    contents = {
-        (t, d): witness[f"blank_{t}_{d}"] for t in range(1, len(plan) + 1) for d in range(num_devices)
-    }
-    present, values = _evaluate(enc, checker, plan, row, xs, contents)
+        cand = problem.candidates[plan[fail.step]]
+        rule = Rule.of(cand.collective, fail.rule)
+        step = fail.step + 1
+        return ValueProof(ProofStatus.COUNTEREXAMPLE, step, rule,
+                          message=f"failing step {step} of {len(plan)}: {cand.label}: {rule} fails", stats=stats())
+    row, xs, contents = _decode(witness, num_devices, len(plan))
+    found = _wrong_device(enc, checker, problem, plan, witness)
+    if found is None:
+        raise InternalError("the checker's counterexample does not reproduce on concrete inputs")
+    d, want, got = found
     used = _used_blanks(enc, checker, plan, row, xs, contents)
+    inputs = tuple(tuple(xs[e] if r == row else 0 for r in range(checker.chunks)) for e in range(num_devices))
+    shown = "no value (the chunk is empty)" if got is None else str(got)
+    blanks = tuple(sorted((t, e, row, v) for (t, e), v in contents.items() if (t, e) in used))
+    extra = ""
+    if blanks:
+        extra = " and empty-chunk contents " + ", ".join(f"{v} on device {e} after step {t}" for t, e, _, v in blanks)
+    return ValueProof(
+        ProofStatus.COUNTEREXAMPLE, None, Rule.GOAL, d, row, inputs, want, got,
+        f"with inputs {list(xs)} on chunk {row}{extra}, device {d} ends with {shown} instead of {want}",
+        stats(), blanks,
+    )
+
+
+def _decode(witness, num_devices: int, steps: int):
+    """(chunk, inputs, empty-chunk contents by (step, device)) of a witness."""
+    xs = tuple(witness[f"input_{d}"] for d in range(num_devices))
+    contents = {(t, d): witness[f"blank_{t}_{d}"] for t in range(1, steps + 1) for d in range(num_devices)}
+    return witness["chunk"], xs, contents
+
+
+def _wrong_device(enc, checker, problem, plan, witness) -> tuple[int, int, int | None] | None:
+    """The first device whose value on the witness's input is wrong: (device, expected, actual or None)."""
+    row, xs, contents = _decode(witness, problem.num_devices, len(plan))
+    present, values = _evaluate(enc, checker, plan, row, xs, contents)
     groups = {d: g for g in problem.goal_groups for d in g}
-    for d in range(num_devices):
+    for d in range(problem.num_devices):
         want = sum(xs[j] for j in groups.get(d, ()))
         if d in groups and (not present[d] or values[d] != want) or d not in groups and present[d]:
-            inputs = tuple(
-                tuple(xs[e] if r == row else 0 for r in range(checker.chunks)) for e in range(num_devices)
-            )
-            got = values[d] if present[d] else None
-            shown = "no value (the chunk is empty)" if got is None else str(got)
-            blanks = tuple(sorted((t, e, row, v) for (t, e), v in contents.items() if (t, e) in used))
-            extra = ""
-            if blanks:
-                extra = " and empty-chunk contents " + ", ".join(
-                    f"{v} on device {e} after step {t - 1}" for t, e, _, v in blanks
-                )
-            return ValueProof(
-                ProofStatus.COUNTEREXAMPLE,
-                None,
-                "goal",
-                d,
-                row,
-                inputs,
-                want,
-                got,
-                f"with inputs {list(xs)} on chunk {row}{extra}, "
-                f"device {d} ends with {shown} instead of {want}",
-                stats(),
-                blanks,
-            )
-    raise InternalError("the checker's counterexample does not reproduce on concrete inputs")
+            return d, want, values[d] if present[d] else None
+    return None
+
+
+def _telling_witness(enc, checker, problem, plan, fail) -> dict[str, int]:
+    """A witness whose inputs show the wrong sum: inputs 1, 2, …, k on the failing chunk when they do (distinct
+    and non-zero, so a missing or doubled contribution changes the sum), else a solver witness with
+    positive inputs, else any. Prefer a device holding a wrong sum over a chunk ending empty."""
+    k = problem.num_devices
+    plain = dict(fail.witness) | {f"input_{d}": d + 1 for d in range(k)}
+    found = _wrong_device(enc, checker, problem, plan, plain)
+    if found is not None and found[2] is not None:
+        return plain
+    state = checker.node(plan).state
+    members = {e for g in problem.goal_groups for e in g}
+    wrong = T.or_(
+        T.and_((state.present[d], T.not_(checker.payload.goal(d, state.payload[d]))))
+        for d in range(k) if d in members
+    )
+    positive = T.and_(T.le(1, v) for name, v in checker.payload_vars if name.startswith("input_"))
+    if checker.sat(T.and_((wrong, positive)), "forall") or checker.sat(wrong, "forall"):
+        return checker.witness()
+    return fail.witness
 
 
 def _used_blanks(enc, checker, plan, row, xs, contents) -> set[tuple[int, int]]:

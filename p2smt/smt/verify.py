@@ -5,19 +5,27 @@ Boolean encoding's formula "some precondition fails or the goal does not hold on
 (``check.PlanChecker``: one symbolic cell stands for every chunk and contribution). Otherwise the
 first failing step (in the interpreter's order: steps, then groups, then rules) is reported with the
 Z3 witness cell, and the states of the affected devices are read off the same encoding evaluated on
-concrete chunks, from which the defects (missing, foreign and double-counted contributions) follow.
+concrete chunks. The failure is a ``model.failure.Violation`` (steps 1-based) whose facts come from those
+states and whose sentence is worded once, in ``model.failure``; the goal's missing and foreign
+contributions are listed only when the goal is what fails. ``timeout_ms`` bounds the whole proof.
 """
 
 from __future__ import annotations
 
+import threading
 import time
-from collections.abc import Iterable, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Iterable, Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from p2smt.errors import P2Error
-from p2smt.model.collectives import Collective, Group
+import z3
+
+from p2smt.errors import InternalError, P2Error
+from p2smt.model.collectives import AG, BC, Collective, Group
+from p2smt.model.dsl import validate_plan
+from p2smt.model.failure import Rule, Violation, goal_masks, mixed_pair, mixed_violation, step_text, violation
 from p2smt.model.problem import Candidate, SynthesisProblem
 from p2smt.model.status import ProofStatus
 from p2smt.smt.check import Failure, PlanChecker, Unknown
@@ -31,20 +39,17 @@ MAX_STATES = 16
 
 @dataclass(frozen=True)
 class PlanProof:
-    """The verdict on one plan. ``failing_step`` is 0-based, None when every step applies but the goal
-    fails; ``states`` maps each affected device to its chunks' contributions (before the failing step,
-    or at the end for a goal failure)."""
+    """The verdict on one plan: the violation (None unless a counterexample), the goal's defects when the goal
+    fails, and ``states``: each affected device's chunks' contributions after ``states_after`` steps (the state
+    at the failure: before the failing step, or at the end for a goal failure)."""
 
     status: ProofStatus
-    failing_step: int | None = None
-    group: tuple[int, ...] | None = None
-    devices: tuple[int, ...] = ()
-    chunk: int | None = None
-    rule: str | None = None
+    violation: Violation | None = None
     message: str = ""
     defects: tuple[dict[str, Any], ...] = ()
     defects_truncated: bool = False
     states: dict[int, list[list[int]]] = field(default_factory=dict)
+    states_after: int | None = None
     witness: dict[str, Any] = field(default_factory=dict)
     stats: dict[str, Any] = field(default_factory=dict)
 
@@ -52,18 +57,22 @@ class PlanProof:
     def proved(self) -> bool:
         return self.status is ProofStatus.PROVED
 
+    @property
+    def failing_step(self) -> int | None:
+        return self.violation.step if self.violation else None
+
     def to_json(self) -> dict[str, Any]:
         out: dict[str, Any] = {"status": self.status}
         if self.status is ProofStatus.COUNTEREXAMPLE:
+            v = self.violation
             out.update(
-                failing_step=self.failing_step,
-                group=list(self.group) if self.group is not None else None,
-                devices=list(self.devices),
-                chunk=self.chunk,
-                rule=self.rule,
-                message=self.message,
+                failing_step=v.step,
+                rule=str(v.rule),
+                message=v.message,
+                violation=v.to_json(),
                 defects=list(self.defects),
                 defects_truncated=self.defects_truncated,
+                states_after_steps=self.states_after,
                 states={str(d): rows for d, rows in self.states.items()},
                 witness=dict(self.witness),
             )
@@ -71,6 +80,25 @@ class PlanProof:
             out["message"] = self.message
         out["stats"] = dict(self.stats)
         return out
+
+
+@contextmanager
+def wall_clock(checker: PlanChecker, timeout_ms: int | None) -> Iterator[None]:
+    """Interrupt ``checker``'s solver once ``timeout_ms`` of wall clock have passed (one bound for the proof)."""
+    if timeout_ms is None:
+        yield
+        return
+    timer = threading.Timer(timeout_ms / 1000, checker.ctx.interrupt)
+    timer.daemon = True
+    timer.start()
+    try:
+        yield
+    except z3.Z3Exception as err:
+        if "cancel" not in str(err):
+            raise
+        raise Unknown(f"the proof's {timeout_ms / 1000:g} s ran out") from None
+    finally:
+        timer.cancel()
 
 
 def plan_problem(
@@ -91,23 +119,12 @@ def plan_problem(
     cands: list[Candidate] = []
     index: dict[tuple[Collective, tuple[Group, ...]], int] = {}
     plan = []
-    for t, (coll, groups) in enumerate(steps):
-        coll = Collective.parse(coll) if isinstance(coll, str) else Collective(coll)
-        groups = tuple(tuple(int(d) for d in g) for g in groups)
-        used: set[int] = set()
-        for g in groups:
-            if not g:
-                raise P2Error(f"step {t}: a group must name at least one device")
-            for d in g:
-                if not 0 <= d < num_devices:
-                    raise P2Error(f"step {t}: device {d} does not exist (devices are 0..{num_devices - 1})")
-                if d in used:
-                    raise P2Error(f"step {t}: device {d} appears in two groups")
-                used.add(d)
+    for t, step in enumerate(validate_plan(steps, num_devices), start=1):
+        coll, groups = step.collective, step.groups
         key = (coll, groups)
         if key not in index:
             index[key] = len(cands)
-            cands.append(Candidate(f"step {t}", coll, groups))
+            cands.append(Candidate(step_text(coll, groups), coll, groups))
         plan.append(index[key])
     return SynthesisProblem(num_devices, goals, tuple(cands), require_progress), tuple(plan)
 
@@ -158,7 +175,8 @@ def prove_plan(
     if not hasattr(enc, "mask_payload"):
         raise P2Error(f"encoding {encoding!r} cannot prove plans (it has no mask payload to report states with)")
     try:
-        failure = checker.first_failure(plan, terminal_goal=True, detail=True)
+        with wall_clock(checker, timeout_ms):
+            failure = checker.first_failure(plan, terminal_goal=True, detail=True)
     except Unknown as err:
         return PlanProof(ProofStatus.UNKNOWN, message=f"the solver gave up: {err}", stats=_stats(checker, start))
     if failure is None:
@@ -212,208 +230,111 @@ def _bits(mask: int) -> list[int]:
 def _counterexample(enc, checker, problem, plan, failure: Failure, start: float) -> PlanProof:
     masks = mask_states(enc, checker, plan)
     s = checker.s
-    goal_mask = [0] * s.k
-    for g in problem.goal_groups:
-        m = sum(1 << d for d in g)
-        for d in g:
-            goal_mask[d] = m
-    if failure.step is None:
-        state = masks[len(plan)]
-        bad = [d for d in range(s.k) if any(state[d][r] != goal_mask[d] for r in range(checker.chunks))]
-        devices = tuple(bad)
-        group = None
-        chunk = failure.witness.get("chunk")
-        message = _goal_message(state, goal_mask, bad, checker.chunks)
-        rule = "goal"
-        double: dict[tuple[int, int], int] = {}
-    else:
+    goal_mask = goal_masks(s.k, problem.goal_groups)
+    cands = [problem.candidates[c] for c in plan]
+    last = len(plan) if failure.step is None else failure.step + 1
+    v = _first_mixing(cands, masks, goal_mask, problem.goal_groups, last, checker.chunks)
+    if v is None and failure.step is None:
+        v = _goal_violation(masks[len(plan)], goal_mask, len(plan), checker.chunks)
+    elif v is None:
         t = failure.step
-        cand = problem.candidates[plan[t]]
+        cand = cands[t]
         group = s.group_of(plan[t], failure.group)
-        state = masks[t]
-        rule = failure.rule if failure.rule in ("progress",) else f"{cand.collective.value}.{failure.rule}"
-        devices, chunk, message, double = _explain(cand.collective, failure.rule, group, state, checker, t)
-    affected = tuple(group) if group is not None else tuple(devices)
-    defects, truncated = _defects(state, goal_mask, affected, checker.chunks, double)
-    shown = list(dict.fromkeys((*devices, *affected)))[:MAX_STATES]
+        v = _explain(cand.collective, failure.rule, group, masks[t], checker.chunks)
+        v = replace(v, step=t + 1, steps=len(plan), instruction=cand.label)
+    after = len(plan) if v.step is None else v.step - 1
+    state = masks[after]
+    defects, truncated = _defects(state, goal_mask, v.devices, checker.chunks) if v.step is None else ([], False)
+    shown = list(dict.fromkeys((*v.devices, *(v.group or ()))))[:MAX_STATES]
     states = {d: [_bits(state[d][r]) for r in range(checker.chunks)] for d in shown}
-    witness = dict(failure.witness)
-    return PlanProof(
-        ProofStatus.COUNTEREXAMPLE,
-        failure.step,
-        tuple(group) if group is not None else None,
-        tuple(devices),
-        chunk,
-        rule,
-        message,
-        tuple(defects),
-        truncated,
-        states,
-        witness,
-        _stats(checker, start),
-    )
+    return PlanProof(ProofStatus.COUNTEREXAMPLE, v, v.message, tuple(defects), truncated, states, after,
+                     dict(failure.witness), _stats(checker, start))
 
 
-def _explain(coll: Collective, rule: str, group, state, checker, t: int):
-    """Devices, chunk, message and double-counted cells of a failed precondition (interpreter wording)."""
-    chunks = checker.chunks
-    name = coll.value
-    double: dict[tuple[int, int], int] = {}
+def _first_mixing(cands, masks, goal_mask, goal_groups, last: int, chunks: int) -> Violation | None:
+    """The first reduction among the first ``last`` steps that sums two reduction groups' contributions."""
+    for t in range(last):
+        cand = cands[t]
+        if cand.collective in (AG, BC):
+            continue
+        for g in cand.groups:
+            for r in range(chunks):
+                union = 0
+                for d in g:
+                    union |= masks[t][d][r]
+                pair = mixed_pair(union, goal_mask)
+                if pair is not None:
+                    return mixed_violation(t + 1, len(cands), cand.label, cand.collective, tuple(g), r, pair,
+                                           goal_groups)
+    return None
+
+
+def _goal_violation(state, goal_mask, steps: int, chunks: int) -> Violation:
+    bad = [d for d in range(len(state)) if any(state[d][r] != goal_mask[d] for r in range(chunks))]
+    d = bad[0]
+    r = next(r for r in range(chunks) if state[d][r] != goal_mask[d])
+    return violation(None, steps, None, Rule.GOAL, None, bad, r, device=d,
+                     missing=_bits(goal_mask[d] & ~state[d][r]), foreign=_bits(state[d][r] & ~goal_mask[d]),
+                     devices_off=len(bad))
+
+
+def _explain(coll: Collective, rule: str, group, state, chunks: int) -> Violation:
+    """The facts of a failed precondition, read off the states before the failing step."""
     rows = {d: [state[d][r] != 0 for r in range(chunks)] for d in group}
+
+    def fail(devices, chunk, **facts) -> Violation:
+        return violation(0, 0, None, Rule.of(coll, rule), group, devices, chunk, coll.value, **facts)
+
     if rule == "same_chunks":
         head = group[0]
         for d in group[1:]:
             for r in range(chunks):
                 if rows[d][r] != rows[head][r]:
                     has, lacks = (head, d) if rows[head][r] else (d, head)
-                    return (
-                        (has, lacks),
-                        r,
-                        (
-                            f"chunk {r} is non-empty on device {has} but empty on device {lacks}: "
-                            f"{name} needs every member to hold the same chunks"
-                        ),
-                        double,
-                    )
+                    return fail((has, lacks), r, has=has, lacks=lacks)
     if rule == "disjoint":
-        first = None
         for r in range(chunks):
             seen = twice = 0
             for d in group:
                 twice |= state[d][r] & seen
                 seen |= state[d][r]
-            if not twice:
-                continue
-            for d in group:
-                if state[d][r] & twice:
-                    double[(d, r)] = state[d][r] & twice
-            if first is None:
+            if twice:
                 col = _bits(twice)[0]
                 a, b = [d for d in group if state[d][r] >> col & 1][:2]
-                first = (r, col, a, b)
-        r, col, a, b = first
-        return (
-            (a, b),
-            r,
-            (
-                f"chunk {r} of devices {a} and {b} both contain device {col}'s contribution: "
-                f"{name} would count it twice"
-            ),
-            double,
-        )
+                return fail((a, b), r, pair=[a, b], contribution=col, counted_twice=_bits(twice))
     if rule == "disjoint_chunks":
-        for r in range(chunks):
-            holders = [d for d in group if rows[d][r]]
-            if len(holders) > 1:
-                for d in holders:
-                    double[(d, r)] = state[d][r]
-                a, b = holders[:2]
-                return (
-                    (a, b),
-                    r,
-                    (
-                        f"chunk {r} is held by both devices {a} and {b}: "
-                        "AllGather needs members to hold disjoint chunks"
-                    ),
-                    double,
-                )
+        held = [r for r in range(chunks) if sum(rows[d][r] for d in group) > 1]
+        a, b = [d for d in group if rows[d][held[0]]][:2]
+        return fail((a, b), held[0], pair=[a, b], held_twice=held)
     if rule == "equal_sizes":
         counts = [sum(rows[d]) for d in group]
         i = next(i for i, v in enumerate(counts) if v != counts[0])
-        return (
-            (group[0], group[i]),
-            None,
-            (
-                f"device {group[0]} holds {counts[0]} chunks but device {group[i]} holds {counts[i]}: "
-                "AllGather needs equal numbers of chunks"
-            ),
-            double,
-        )
+        return fail((group[0], group[i]), None, pair=[group[0], group[i]], sizes=[counts[0], counts[i]])
     if rule == "divisible":
-        n = sum(rows[group[0]])
-        return (
-            tuple(group),
-            None,
-            (
-                f"ReduceScatter over {len(group)} devices needs the number of non-empty chunks ({n}) "
-                f"to be divisible by {len(group)}"
-            ),
-            double,
-        )
+        return fail(tuple(group), None, members=len(group), non_empty_chunks=sum(rows[group[0]]))
     if rule == "below_root":
         root = group[0]
         for d in group[1:]:
             for r in range(chunks):
                 extra = state[d][r] & ~state[root][r]
                 if extra:
-                    col = _bits(extra)[0]
-                    return (
-                        (d, root),
-                        r,
-                        (
-                            f"chunk {r} of device {d} holds device {col}'s contribution which the root "
-                            f"{root} lacks: Broadcast would lose it"
-                        ),
-                        double,
-                    )
-                if rows[d][r] and not rows[root][r]:
-                    return (
-                        (d, root),
-                        r,
-                        (
-                            f"chunk {r} of device {d} is non-empty but the root {root}'s is "
-                            "empty: Broadcast would lose it"
-                        ),
-                        double,
-                    )
+                    return fail((d, root), r, device=d, root=root, contribution=_bits(extra)[0])
     if rule == "information_increase":
-        return (
-            tuple(group),
-            None,
-            ("every member already holds the root's state: Broadcast adds no information"),
-            double,
-        )
+        return fail(tuple(group), None)
     if rule == "progress":
-        return tuple(group), None, f"{name} over devices {list(group)} changes no member's state", double
-    return tuple(group), None, f"step {t}: {name} violates {rule}", double
+        return fail(tuple(group), None, members=list(group))
+    raise InternalError(f"{coll.value} fails rule {rule!r} but the states do not show how")
 
 
-def _goal_message(state, goal_mask, bad, chunks) -> str:
-    d = bad[0]
-    r = next(r for r in range(chunks) if state[d][r] != goal_mask[d])
-    missing = _bits(goal_mask[d] & ~state[d][r])
-    foreign = _bits(state[d][r] & ~goal_mask[d])
-    parts = []
-    if missing:
-        parts.append(f"misses contributions {missing}")
-    if foreign:
-        parts.append(f"holds foreign contributions {foreign}")
-    return (
-        f"the goal is not reached: chunk {r} of device {d} "
-        + " and ".join(parts)
-        + (f" ({len(bad)} devices are off the goal)" if len(bad) > 1 else "")
-    )
-
-
-def _defects(state, goal_mask, devices, chunks, double) -> tuple[list[dict[str, Any]], bool]:
+def _defects(state, goal_mask, devices, chunks) -> tuple[list[dict[str, Any]], bool]:
+    """Each affected device chunk's missing and foreign contributions, measured against the goal."""
     out: list[dict[str, Any]] = []
-    truncated = False
     for d in devices:
         for r in range(chunks):
             missing = goal_mask[d] & ~state[d][r]
             foreign = state[d][r] & ~goal_mask[d]
-            twice = double.get((d, r), 0)
-            if missing or foreign or twice:
+            if missing or foreign:
                 if len(out) >= MAX_DEFECTS:
-                    truncated = True
-                    break
-                out.append(
-                    {
-                        "device": d,
-                        "chunk": r,
-                        "missing": _bits(missing),
-                        "double_counted": _bits(twice),
-                        "foreign": _bits(foreign),
-                    }
-                )
-    return out, truncated
+                    return out, True
+                out.append({"device": d, "chunk": r, "missing": _bits(missing), "foreign": _bits(foreign)})
+    return out, False
