@@ -157,14 +157,14 @@ def test_check_invalid_program(run_cli):
                          "--json")
     assert rc == 1
     v = json.loads(out)["violation"]
-    assert v["rule"] == "AllReduce.disjoint" and v["step"] == 1 and "count it twice" in v["message"]
+    assert v["rule"] == "AllReduce.disjoint" and v["step"] == 2 and "count it twice" in v["message"]
 
 
 def test_check_incomplete_program(run_cli):
     rc, out, _ = run_cli(*CHECK, "--program", "(node, InsideGroup, AllReduce)", "--json")
     assert rc == 1
     payload = json.loads(out)
-    assert payload["valid"] is False and payload["violation"] is None and payload["defects"]
+    assert payload["valid"] is False and payload["violation"]["rule"] == "goal" and payload["defects"]
 
 
 PLAN = ["check", "--system", DATA / "custom-2x4.yaml", "--axes", "2,4", "--reduce", "0", "--matrix", "[[2,1],[1,4]]"]
@@ -176,7 +176,7 @@ def test_check_explicit_plans(run_cli):
     rc, out, _ = run_cli(*PLAN, "--plan", DATA / "plan_rs_then_ar.json", "--json")
     assert rc == 1
     v = json.loads(out)["violation"]
-    assert v["rule"] == "AllReduce.same_chunks" and v["step"] == 1 and v["group"] == [0, 4]
+    assert v["rule"] == "AllReduce.same_chunks" and v["step"] == 2 and v["group"] == [0, 4]
     rc, out, _ = run_cli(*PLAN, "--plan", DATA / "plan_double_count.json", "--json")
     assert rc == 1 and json.loads(out)["violation"]["rule"] == "AllReduce.disjoint"
     rc, out, _ = run_cli(*PLAN, "--plan", DATA / "plan_incomplete.json", "--json")

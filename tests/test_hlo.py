@@ -19,7 +19,7 @@ HLO = Path(__file__).parent / "data" / "hlo"
 SYSTEM = ["--system", "a100-4x16", "--level", "gpu=4"]
 ALL = [*SYSTEM, "--axes", "16", "--reduce", "0", "--matrix", "[[4,4]]"]
 PROVED = ["allreduce", "two-allreduce", "rs-ar-ag", "blueconnect"]
-WRONG = {"wrong-double-count": (1, "AllReduce.disjoint"), "wrong-gather-across": (1, "AllGather.disjoint_chunks")}
+WRONG = {"wrong-double-count": (2, "AllReduce.disjoint"), "wrong-gather-across": (2, "AllGather.disjoint_chunks")}  # 1-based
 
 
 def mesh_order(tmp_path: Path, capsys, axes: str, matrix: str) -> str:

@@ -241,9 +241,10 @@ def test_require_progress():
     assert run.violation.message == "AllReduce over devices [1, 3] changes no member's state"
 
 
-def test_a_step_without_a_group_of_two_is_refused():
-    with pytest.raises(P2Error, match="step 2: AllReduce has no group of two or more devices"):
-        execute(4, [(AR, [(0, 1)]), (AR, [(2,)])], [(0, 1), (2, 3)])
+def test_a_step_of_single_device_groups_is_xla_s_no_op():
+    """XLA's all-reduce over a mesh axis of size 1: every group has one device; the state is unchanged."""
+    run = execute(4, [(AR, [(0, 1)]), (AR, [(2,), (3,)])], [(0, 1), (2, 3)], require_progress=True)
+    assert run.violation is None and not run.reached_goal
 
 
 def test_violation_stops_execution():

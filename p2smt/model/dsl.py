@@ -289,8 +289,10 @@ def _where(source: str | None, step: int) -> str:
 
 
 def validate_plan(steps, num_devices: int, source: str | None = None, start: int = 1) -> ExplicitPlan:
-    """The one check of every plan: known collectives, and per step (1-based in messages) at least one group
-    of two or more devices, ids in 0..n-1, no device twice in a group nor in two groups.
+    """The one check of every plan: known collectives, and per step (1-based in messages) ids in 0..n-1, no
+    device twice in a group nor in two groups. A step whose groups all have one device is XLA's no-op (a
+    collective over a mesh axis of size 1) and is kept as such; a DSL instruction that forms no group is
+    refused earlier, when the program is parsed.
 
     ``steps`` are ``ExplicitStep`` or ``(collective, groups)`` pairs; errors name ``source`` and the step
     (numbered from ``start``, for a part of a plan).
@@ -322,8 +324,6 @@ def validate_plan(steps, num_devices: int, source: str | None = None, start: int
                     raise P2Error(f"{where}: device {d} appears in two groups, {list(owner[d])} and {list(g)}")
                 owner[d] = g
             checked.append(g)
-        if not any(len(g) >= 2 for g in checked):
-            raise P2Error(f"{where}: {coll.value} has no group of two or more devices, so it does nothing")
         out.append(ExplicitStep(coll, tuple(checked)))
     return tuple(out)
 

@@ -139,9 +139,12 @@ def apply_group(step: int, coll: Collective, group: Group, members: np.ndarray) 
 def apply_step(
     state: np.ndarray, step: int, coll: Collective, groups: Sequence[Group], require_progress: bool
 ) -> np.ndarray | Violation:
-    """Apply one instruction to every (disjoint) group; devices in no group keep their state."""
+    """Apply one instruction to every (disjoint) group; devices in no group keep their state, and so do
+    the members of one-device groups (XLA's no-op members: the no-op rule is for groups of two or more)."""
     new = state.copy()
     for group in groups:
+        if len(group) < 2:
+            continue
         idx = np.asarray(group)
         members = state[idx]
         out = apply_group(step, coll, tuple(group), members)
