@@ -10,14 +10,16 @@ paper (§4), so a refuted candidate or a valid program the proposer missed is re
 
 from __future__ import annotations
 
+import hashlib
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import z3
 
+from p2smt.errors import InternalError, P2Error
 from p2smt.model.problem import SynthesisProblem
 from p2smt.model.status import SolveStatus
 from p2smt.smt.base import Encoding, Program
@@ -105,6 +107,41 @@ class Complete(Enumerate):
         return {"trie_clauses": self.blocks}
 
 
+class CertificateSink(Smt2Sink):
+    """Writes each query as standard SMT-LIB2 (``set-logic ALL``, cardinality constraints as clauses,
+    assumptions asserted, ``check-sat``) with Z3's answer as its expected ``:status``, for a second
+    solver to re-check."""
+
+    def scoped(self, prefix: str) -> CertificateSink:
+        return CertificateSink(self.folder, self.tag, f"{self.prefix}{prefix}-", self._counter)
+
+    def write(self, kind: str, solver: z3.Solver, assumptions: Iterable[z3.ExprRef]) -> None:
+        if self.folder is not None:
+            source = getattr(solver, "mirror", solver)
+            self._standard(kind, [*source.assertions(), *assumptions])
+
+    def write_text(self, kind: str, text: str) -> None:
+        if self.folder is not None:
+            ctx = z3.Context()
+            self._standard(kind, list(z3.parse_smt2_string(text, ctx=ctx)))
+
+    def _standard(self, kind: str, formulas: list[z3.BoolRef]) -> None:
+        ctx = formulas[0].ctx
+        goal = z3.Goal(ctx=ctx)
+        goal.add(*formulas)
+        plain = z3.Solver(ctx=ctx)
+        for sub in z3.Tactic("card2bv", ctx)(goal):
+            plain.add(sub.as_expr())
+        body = plain.sexpr()  # before the check, which adds Z3's own model-conversion commands
+        answer = plain.check()
+        if answer == z3.unknown:
+            raise P2Error(f"--certificate: Z3 gives no answer on the standard form of a {kind} query")
+        if "(_ at-most" in body or "(_ pbeq" in body or "(_ pble" in body or "(_ pbge" in body:
+            raise InternalError(f"--certificate: a {kind} query keeps a Z3-only cardinality constraint")
+        super().write_text(kind, f"(set-info :smt-lib-version 2.6)\n(set-logic ALL)\n(set-info :status {answer})\n"
+                                 f"{body}(check-sat)\n(exit)\n")
+
+
 def prove_valid(enc, programs: Sequence[Program], timeout_ms: int | None, sink: Smt2Sink
                 ) -> tuple[list[Refuted], dict[str, Any], bool]:
     """The encoding's exact checker on every candidate (batches); (refuted, stats, answered)."""
@@ -142,7 +179,8 @@ def certify(
     """Z3's proof that ``proposed`` is exactly the set of valid programs of 1..max_len steps."""
     start = time.perf_counter()
     spec = load_encoding(encoding)
-    sink = Smt2Sink(certificate, "certificate")
+    digest = hashlib.sha256(repr((problem, max_len)).encode()).hexdigest()[:10]
+    sink = CertificateSink(certificate, f"certificate-{digest}")
     enc = spec.create(problem, max_len, None)
     refuted, validity, answered = prove_valid(enc, proposed, timeout_ms, sink)
     stats: dict[str, Any] = {"validity": validity}

@@ -96,8 +96,9 @@ def _certified(prob: SynthesisProblem, max_len: int, opts: EngineOptions,
     from p2smt.smt.certify import certify
 
     proposer = proposer_of(opts, prob.num_devices)
+    start = time.perf_counter()
     proposed = run_engine(prob, replace(opts, engine=proposer, proposer=None, certificate=None), h)
-    stats: dict[str, Any] = {"proposer": proposer.value}
+    stats: dict[str, Any] = {"proposer": proposer.value, "proposer_seconds": round(time.perf_counter() - start, 6)}
     if prob.num_devices > CERTIFY_LIMIT:
         reason = f"{prob.num_devices} devices: above the Z3 certificate's limit of {CERTIFY_LIMIT}"
         return EngineOutcome(proposed.status, proposed.programs, stats | {"certified": False, "why_not": reason})
