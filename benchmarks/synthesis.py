@@ -93,7 +93,8 @@ def main(argv: list[str] | None = None) -> int:
             line += f" {z3total:8.3f} {'yes' if z3total <= p2 else 'no':>4s}"
         else:
             line += f" {'-':>8s} {'-':>4s}"
-        line += f" {'yes' if res.certified else 'NO':>4s} {'yes' if row.get('same_programs', True) else 'NO':>4s}"
+        same_text = "-" if args.no_z3 else ("yes" if row["same_programs"] else "NO")
+        line += f" {'yes' if res.certified else 'NO':>4s} {same_text:>4s}"
         print(line, flush=True)
         rows.append(row)
     print("-" * len(head))
