@@ -1,173 +1,119 @@
-"""Synthesis time per configuration of P2.md §7's grid: enumerative engine versus Z3 (issue 3 must-show).
+"""Synthesis time per request of P²'s evaluation: the certified default and the pure Z3 engine against P².
 
-For every configuration (all matrices of one axes/reduction request, max length 5) it prints the
-number of programs, the enumerative time, the Z3 time (engine alone, and with the interpreter's
-re-check of every program that ``synthesize`` performs), their ratio, P²'s reported range
-(0.0035–1.16 s per configuration), whether both engines found the same programs, then the totals and
-the machine. With z3 among the engines, the "floor" column is a reference floor: the time Z3 needs
-merely to hand back the known programs as models, plus the interpreter's re-check of them
-(``z3_floor``) — what an engine that returns every program as a Z3 model pays before any semantics.
-``--engines`` adds ``z3-cegis``; ``--json FILE`` writes every row.
+For each of P²'s 42 requests (all placements, max length 5, ``--prune p2-47``, in-process seconds) it
+prints P²'s reported time (the P² paper, Appendix A: ``p2smt/runs/data/p2_synthesis_times.csv``), the
+proposer's seconds, Z3's validity proofs, Z3's completeness certificate, the certified engine's total,
+the pure Z3 engine's total (``--no-z3`` skips it) and whether each is at or under P²'s time; then the
+totals, the counts at or under P²'s time, whether every set is equal, and the machine.
 
     python benchmarks/synthesis.py                 # the whole grid
-    python benchmarks/synthesis.py --only a100-4x16 --engines enumerative,z3,z3-cegis
+    python benchmarks/synthesis.py --only a100-4x16 --no-z3
 """
 
 from __future__ import annotations
 
 import argparse
+import csv
 import json
 import sys
 import time
 from pathlib import Path
 
+import p2smt
 from p2smt.model.request import Request
 from p2smt.model.system import load_system
 from p2smt.runs.grid import paper_grid
 from p2smt.runs.machine import describe_machine, machine_info
 from p2smt.synth.config import EngineConfig
-from p2smt.synth.driver import recheck, synthesize
+from p2smt.synth.driver import synthesize
 
-P2_RANGE = (0.0035, 1.16)
+P2_TIMES = Path(p2smt.__file__).parent / "runs" / "data" / "p2_synthesis_times.csv"
 
 
-def run(engine: str, cfg, timeout_ms: int | None):
-    system = load_system(cfg.system)
-    config = EngineConfig(engine=engine, timeout_ms=timeout_ms)
+def p2_times() -> dict[tuple[str, tuple[int, ...], tuple[int, ...]], float]:
+    """P²'s reported seconds per (system, axes, reduced axes)."""
+    rows = csv.DictReader(line for line in P2_TIMES.read_text().splitlines() if not line.startswith("#"))
+    return {
+        (r["system"], tuple(map(int, r["axes"].split(","))), tuple(map(int, r["reduce"].split(",")))):
+            float(r["p2_synthesis_seconds"])
+        for r in rows
+    }
+
+
+def run(cfg, engine: str):
+    """(result, wall seconds) of one request under ``engine``."""
+    req = Request.for_system(load_system(cfg.system), cfg.axes, cfg.reduction_axes)
     start = time.perf_counter()
-    res = synthesize(Request.for_system(system, cfg.axes, cfg.reduction_axes), config)
-    total = time.perf_counter() - start
-    engine_only = sum(float(m.stats.get("seconds", m.seconds)) for m in res.matrices)
-    programs = [tuple(str(p) for p in m.programs) for m in res.matrices]
-    return res, total, engine_only, programs
+    res = synthesize(req, EngineConfig(engine=engine, prune="p2-47"))
+    return res, time.perf_counter() - start
 
 
-def z3_floor(cfg) -> tuple[float, float]:
-    """Seconds Z3 needs to hand back a request's known programs one model at a time (no semantics),
-    and seconds of the interpreter's re-check of those programs (which every Z3 engine must run).
-
-    The answer set (from the enumerative engine, not timed) is asserted as a disjunction over one
-    bit-vector choice per step (STOP = n), and models are enumerated with blocking clauses through
-    z3py, as an engine must: with the re-check, a reference floor for a sound engine that returns every
-    program as a Z3 model (an estimate: an engine's own choice encoding may differ).
-    """
-    import z3
-
-    from p2smt.model.dsl import problem
-    from p2smt.model.hierarchy import synthesis_hierarchy
-    from p2smt.synth.driver import placements_for
-    from p2smt.synth.enumerative import enumerate_programs
-
-    system = load_system(cfg.system)
-    seen, total, checked = set(), 0.0, 0.0
-    for placement in placements_for(system, tuple(cfg.axes), None):
-        h = synthesis_hierarchy(placement, tuple(cfg.reduction_axes), system.level_names)
-        prob = problem(h, True)
-        if prob in seen:
-            continue
-        seen.add(prob)
-        programs = enumerate_programs(prob, 5)
-        start = time.perf_counter()
-        n, steps = len(prob.candidates), 5
-        ctx = z3.Context()
-        solver = z3.SolverFor("QF_FD", ctx=ctx)
-        width = n.bit_length()
-        x = [z3.BitVec(f"x{t}", width, ctx) for t in range(steps)]
-        solver.add(*[z3.ULE(v, n) for v in x])
-        solver.add(*[z3.Implies(x[t] == n, x[t + 1] == n) for t in range(steps - 1)])
-        solver.add(z3.Or([z3.And([x[t] == (p[t] if t < len(p) else n) for t in range(steps)]) for p in programs]))
-        found = 0
-        while solver.check() == z3.sat:
-            model = solver.model()
-            values = [model[v].as_long() for v in x]
-            solver.add(z3.Or([v != a for v, a in zip(x, values)]))
-            found += 1
-        total += time.perf_counter() - start
-        assert found == len(programs)
-        start = time.perf_counter()
-        recheck(prob, programs, "z3")
-        checked += time.perf_counter() - start
-    return total, checked
+def parts(res) -> dict[str, float]:
+    """The certified run's proposer, validity and completeness seconds (summed over solved placements)."""
+    out = {"proposer": 0.0, "validity": 0.0, "completeness": 0.0}
+    for m in res.matrices:
+        out["proposer"] += m.stats.get("proposer_seconds", 0.0)
+        cert = m.stats.get("certificate")
+        if cert:
+            out["validity"] += cert["validity"]["seconds"]
+            out["completeness"] += cert["completeness"]["seconds"]
+    return out
 
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--engines", default="enumerative,pieces,z3", help="comma list; the first is the baseline")
-    ap.add_argument("--only", help="only configurations whose label contains this text")
-    ap.add_argument("--timeout", type=int, help="per solver call, ms")
+    ap.add_argument("--only", help="only requests whose label contains this text")
+    ap.add_argument("--no-z3", action="store_true", help="skip the pure Z3 engine")
     ap.add_argument("--json", help="write the rows as JSON to this file")
     args = ap.parse_args(argv)
-    engines = [e.strip() for e in args.engines.split(",") if e.strip()]
-    base = engines[0]
+    reported = p2_times()
     configs = [c for c in paper_grid() if not args.only or args.only in c.label]
-    rows = []
-    totals = {e: 0.0 for e in engines}
-    engine_totals = {e: 0.0 for e in engines}
-    head = (
-        f"{'configuration':44s} {'mats':>4s} {'progs':>5s} "
-        + " ".join(f"{e + ' s':>12s}" for e in engines)
-        + " "
-        + " ".join(f"{e + '/' + base:>16s}" for e in engines[1:])
-    )
-    head += "  same  P² range         " + " ".join(f"{e + ' ≤1.16':>12s}" for e in engines[1:])
+    head = (f"{'request':40s} {'progs':>5s} {'P² s':>7s} {'propose':>8s} {'valid':>7s} {'complete':>8s} "
+            f"{'certified':>9s} {'≤P²':>4s} {'pure z3':>8s} {'≤P²':>4s} cert same")
     print(head)
     print("-" * len(head))
-    floor_total, floor_check = 0.0, 0.0
+    rows, all_certified, all_same = [], True, True
     for cfg in configs:
-        results = {e: run(e, cfg, args.timeout) for e in engines}
-        floor, checked = z3_floor(cfg) if "z3" in engines else (0.0, 0.0)
-        floor_total += floor
-        floor_check += checked
-        ref = results[base][3]
-        same = all(results[e][3] == ref for e in engines)
-        row = {
-            "config": cfg.label,
-            "matrices": len(results[base][0].matrices),
-            "programs": results[base][0].total_programs,
-            "same_programs": same,
-        }
-        for e in engines:
-            res, total, eng, _ = results[e]
-            totals[e] += total
-            engine_totals[e] += eng
-            row[e] = {"seconds": round(total, 4), "engine_seconds": round(eng, 4), "status": res.status}
-        line = f"{cfg.label:44s} {row['matrices']:4d} {row['programs']:5d} " + " ".join(
-            f"{results[e][1]:12.3f}" for e in engines
-        )
-        line += " " + " ".join(f"{results[e][1] / max(results[base][1], 1e-9):16.1f}" for e in engines[1:])
-        line += f"  {'yes' if same else 'NO':4s}  {P2_RANGE[0]}–{P2_RANGE[1]} s  "
-        line += " ".join(f"{'yes' if results[e][1] <= P2_RANGE[1] else 'no':>12s}" for e in engines[1:])
-        line += f"  floor {floor:.3f} + {checked:.3f}" if "z3" in engines else ""
-        row["z3_floor_seconds"] = round(floor, 4)
-        row["recheck_seconds"] = round(checked, 4)
+        p2 = reported[(cfg.system, tuple(cfg.axes), tuple(cfg.reduction_axes))]
+        res, total = run(cfg, "certified")
+        split = parts(res)
+        row = {"request": cfg.label, "programs": res.total_programs, "p2_seconds": p2,
+               "certified_seconds": round(total, 4), "certified": bool(res.certified),
+               **{f"{k}_seconds": round(v, 4) for k, v in split.items()}}
+        all_certified &= bool(res.certified)
+        line = (f"{cfg.label:40s} {res.total_programs:5d} {p2:7.3f} {split['proposer']:8.3f} "
+                f"{split['validity']:7.3f} {split['completeness']:8.3f} {total:9.3f} "
+                f"{'yes' if total <= p2 else 'no':>4s}")
+        if not args.no_z3:
+            z3res, z3total = run(cfg, "z3")
+            same = [list(map(str, m.programs)) for m in z3res.matrices] == [
+                list(map(str, m.programs)) for m in res.matrices]
+            all_same &= same and z3res.status == "complete"
+            row |= {"z3_seconds": round(z3total, 4), "z3_status": str(z3res.status), "same_programs": same}
+            line += f" {z3total:8.3f} {'yes' if z3total <= p2 else 'no':>4s}"
+        else:
+            line += f" {'-':>8s} {'-':>4s}"
+        same_text = "-" if args.no_z3 else ("yes" if row["same_programs"] else "NO")
+        line += f" {'yes' if res.certified else 'NO':>4s} {same_text:>4s}"
         print(line, flush=True)
         rows.append(row)
     print("-" * len(head))
-    print(
-        "totals: "
-        + ", ".join(f"{e} {totals[e]:.2f} s (engine alone {engine_totals[e]:.2f} s)" for e in engines)
-    )
-    for e in engines[1:]:
-        print(
-            f"ratio {e}/{base}: {totals[e] / max(totals[base], 1e-9):.2f}x overall "
-            f"(engines alone {engine_totals[e] / max(engine_totals[base], 1e-9):.2f}x); "
-            f"configurations under P²'s {P2_RANGE[1]} s: "
-            f"{sum(1 for r in rows if r[e]['seconds'] <= P2_RANGE[1])}/{len(rows)} "
-            f"(engine alone: {sum(1 for r in rows if r[e]['engine_seconds'] <= P2_RANGE[1])}/{len(rows)})"
-        )
-    if "z3" in engines:
-        print(
-            f"Z3 reference floor (the known programs handed back as models, no semantics): {floor_total:.2f} s"
-            f" = {floor_total / max(totals[base], 1e-9):.2f}x {base}; with the interpreter's re-check of them "
-            f"({floor_check:.2f} s): {(floor_total + floor_check) / max(totals[base], 1e-9):.2f}x {base}"
-        )
-    print(f"all program sets equal: {all(r['same_programs'] for r in rows)}")
+    n = len(rows)
+
+    def total(key: str) -> float:
+        return sum(r[key] for r in rows)
+
+    print(f"totals over {n} requests: P² {total('p2_seconds'):.2f} s; certified {total('certified_seconds'):.2f} s "
+          f"(proposer {total('proposer_seconds'):.2f}, Z3 validity {total('validity_seconds'):.2f}, "
+          f"Z3 completeness {total('completeness_seconds'):.2f})"
+          + ("" if args.no_z3 else f"; pure Z3 {total('z3_seconds'):.2f} s"))
+    print(f"at or under P²'s time: certified {sum(r['certified_seconds'] <= r['p2_seconds'] for r in rows)}/{n}"
+          + ("" if args.no_z3 else f", pure Z3 {sum(r['z3_seconds'] <= r['p2_seconds'] for r in rows)}/{n}"))
+    print(f"every request certified: {all_certified}" + ("" if args.no_z3 else f"; pure Z3 sets equal: {all_same}"))
     print(f"machine: {describe_machine()}")
     if args.json:
-        Path(args.json).write_text(
-            json.dumps({"machine": machine_info(), "rows": rows, "totals": totals}, indent=2)
-        )
-    return 0 if all(r["same_programs"] for r in rows) else 1
+        Path(args.json).write_text(json.dumps({"machine": machine_info(), "rows": rows}, indent=2))
+    return 0 if all_certified and all_same else 1
 
 
 if __name__ == "__main__":

@@ -103,8 +103,11 @@ def add_plan_input(p: argparse.ArgumentParser, hlo: bool = False) -> None:
 
 
 def add_search(p: argparse.ArgumentParser, max_len: int = 5) -> None:
-    p.add_argument("--engine", default="enumerative",
-                   help="enumerative | pieces (compressed state, any size) | z3 | z3-cegis")
+    p.add_argument("--engine", default="certified",
+                   help="certified (default: a proposer's programs proved valid and complete by Z3) | enumerative | "
+                        "pieces (compressed state, any size) | z3 | z3-cegis | symmetric")
+    p.add_argument("--proposer", help="certified engine's proposer: enumerative | pieces (default: enumerative up "
+                                      "to 64 devices, pieces above)")
     p.add_argument("--max-len", type=int, default=max_len)
 
 
@@ -211,11 +214,13 @@ def engine_config(args: argparse.Namespace):
     from p2smt.synth.config import EngineConfig
 
     return EngineConfig(
-        engine=getattr(args, "engine", "enumerative"),
+        engine=getattr(args, "engine", "certified"),
         max_len=args.max_len,
         timeout_ms=timeout_ms(args),
         encoding=getattr(args, "encoding", None),
         encoding_options=json_object_option(getattr(args, "encoding_options", None), "--encoding-options"),
         emit_smt2=getattr(args, "emit_smt2", None),
         prune=getattr(args, "prune", "none"),
+        proposer=getattr(args, "proposer", None),
+        certificate=getattr(args, "certificate", None),
     )

@@ -28,6 +28,8 @@ def register(sub) -> None:
     p.add_argument("--encoding-options", help="JSON object of encoding options")
     p.add_argument("--timeout", type=seconds, help="seconds per solver call")
     p.add_argument("--emit-smt2", metavar="DIR", help="write each solver query as SMT-LIB2 into DIR")
+    p.add_argument("--certificate", metavar="DIR",
+                   help="certified engine: write Z3's validity and completeness queries as SMT-LIB2 into DIR")
     p.add_argument("--prune", default="none", help="named pruning of the complete set (see docs); default none")
     add_allow_noop(p)
     p.add_argument("--show", type=int, default=20, help="programs shown per matrix (human output)")
@@ -65,6 +67,17 @@ def next_steps(args: argparse.Namespace) -> str:
             "with Z3 and proves it optimal")
 
 
+def certification_line(result) -> str:
+    """Whether Z3 certified the programs, and how long the proofs took (or why there is no proof)."""
+    proofs = [m.stats["certificate"] for m in result.matrices if "certificate" in m.stats]
+    secs = sum(p["seconds"] for p in proofs)
+    if result.certified:
+        return (f"certified by Z3: every program proved valid and no other program of length ≤ {result.max_len} "
+                f"exists ({len(proofs)} proofs, {secs:.3f} s)")
+    why = sorted({m.stats["why_not"] for m in result.matrices if m.stats.get("why_not")})
+    return f"[yellow]NOT certified by Z3[/yellow]: {'; '.join(why)} (programs from the proposer, re-checked)"
+
+
 def run(args: argparse.Namespace) -> int:
     bounded, result = bounded_synthesis(args, request_of(args), engine_config(args), "synth: placements")
     payload = result.to_json()
@@ -94,6 +107,8 @@ def run(args: argparse.Namespace) -> int:
             c.print(t)
             if "rests_on" in m.stats:
                 c.print(f"  rests on: {m.stats['rests_on']}")
+        if result.certified is not None:
+            c.print(certification_line(result))
         if bounded.expired:
             c.print(f"[yellow]UNKNOWN[/yellow]: {payload['message']}")
         c.print(LEGEND)

@@ -192,7 +192,8 @@ def run_encoding(
         return ok
 
     for phase in strategy.phases(enc, max_len):
-        t0 = time.perf_counter()
+        t0, calls0 = time.perf_counter(), calls
+        conflicts0 = solver_figures(solver).get("conflicts", 0)
         per_length[phase.length or phase.name] = {"seconds": 0.0, "programs": 0}
         pending: list[Program] = []
         while True:
@@ -227,7 +228,11 @@ def run_encoding(
             record(program, verdict, phase)
         if not confirm(pending, phase):
             status = SolveStatus.UNKNOWN
-        per_length[phase.length or phase.name]["seconds"] = round(time.perf_counter() - t0, 6)
+        per_length[phase.length or phase.name] |= {
+            "seconds": round(time.perf_counter() - t0, 6),
+            "queries": calls - calls0,
+            "conflicts": solver_figures(solver).get("conflicts", 0) - conflicts0,
+        }
         if status is SolveStatus.UNKNOWN:
             break
     stats: dict[str, Any] = {

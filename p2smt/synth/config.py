@@ -20,6 +20,7 @@ class Engine(StrEnum):
     Z3 = "z3"
     Z3_CEGIS = "z3-cegis"
     SYMMETRIC = "symmetric"
+    CERTIFIED = "certified"
 
     @classmethod
     def parse(cls, value: Any) -> Engine:
@@ -29,27 +30,43 @@ class Engine(StrEnum):
             raise P2Error(f"unknown engine {value!r}; engines: {', '.join(e.value for e in cls)}") from None
 
 
+PROPOSERS = (Engine.ENUMERATIVE, Engine.PIECES)
+"""The explicit engines whose program sets the certified engine has Z3 prove valid and complete."""
+
+
 @dataclass(frozen=True)
 class EngineConfig:
     """How to search: engine, maximum program length, solver limits, encoding and pruning.
 
     >>> EngineConfig(engine="pieces", max_len=3).to_json()["engine"]
     'pieces'
+    >>> EngineConfig().engine
+    <Engine.CERTIFIED: 'certified'>
     >>> EngineConfig(engine="enumerative", encoding="bitvec")
     Traceback (most recent call last):
     p2smt.errors.P2Error: --encoding: only with --engine z3 (got --engine enumerative)
     """
 
-    engine: Engine = Engine.ENUMERATIVE
+    engine: Engine = Engine.CERTIFIED
     max_len: int = 5
     timeout_ms: int | None = None
     encoding: str | None = None
     encoding_options: Mapping[str, Any] | None = None
     emit_smt2: str | None = None
     prune: str = "none"
+    proposer: Engine | None = None
+    certificate: str | None = None
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "engine", Engine.parse(self.engine))
+        if self.proposer is not None:
+            object.__setattr__(self, "proposer", Engine.parse(self.proposer))
+            if self.proposer not in PROPOSERS:
+                raise P2Error(f"--proposer: one of {', '.join(PROPOSERS)} (got {self.proposer})")
+        cert_only = [flag for flag, value in (("--proposer", self.proposer), ("--certificate", self.certificate))
+                     if value]
+        if cert_only and self.engine != Engine.CERTIFIED:
+            raise P2Error(f"{', '.join(cert_only)}: only with --engine certified (got --engine {self.engine})")
         if isinstance(self.max_len, bool) or not isinstance(self.max_len, int):
             raise P2Error(f"--max-len must be an integer, got {self.max_len!r}")
         if not 1 <= self.max_len <= MAX_LEN_LIMIT:
@@ -71,6 +88,8 @@ class EngineConfig:
             "encoding_options": dict(self.encoding_options) if self.encoding_options is not None else None,
             "emit_smt2": self.emit_smt2,
             "prune": self.prune,
+            "proposer": self.proposer.value if self.proposer is not None else None,
+            "certificate": self.certificate,
         }
 
     @classmethod

@@ -76,6 +76,66 @@ def _symmetric(prob: SynthesisProblem, max_len: int, opts: EngineOptions,
     return EngineOutcome("complete", tuple(programs), stats)
 
 
+CERTIFY_LIMIT = 256  # devices; above this the Z3 encoding is out of reach and the result says so
+PIECES_PROPOSES_ABOVE = 64  # devices; the default proposer is the enumerative engine up to this, pieces above
+
+
+def proposer_of(opts: EngineOptions, k: int) -> Engine:
+    """The explicit engine whose programs the certified engine proves (``--proposer``, else by size)."""
+    if opts.proposer is not None:
+        return opts.proposer
+    return Engine.ENUMERATIVE if k <= PIECES_PROPOSES_ABOVE else Engine.PIECES
+
+
+def _certified(prob: SynthesisProblem, max_len: int, opts: EngineOptions,
+               h: SynthesisHierarchy | None = None) -> EngineOutcome:
+    """The proposer's programs, proved valid and complete by Z3; a disagreement is an InternalError."""
+    from dataclasses import replace
+    from pathlib import Path
+
+    from p2smt.smt.certify import certify
+
+    proposer = proposer_of(opts, prob.num_devices)
+    start = time.perf_counter()
+    proposed = run_engine(prob, replace(opts, engine=proposer, proposer=None, certificate=None), h)
+    stats: dict[str, Any] = {"proposer": proposer.value, "proposer_seconds": round(time.perf_counter() - start, 6)}
+    if prob.num_devices > CERTIFY_LIMIT:
+        reason = f"{prob.num_devices} devices: above the Z3 certificate's limit of {CERTIFY_LIMIT}"
+        return EngineOutcome(proposed.status, proposed.programs, stats | {"certified": False, "why_not": reason})
+    cert = certify(prob, max_len, proposed.programs, timeout_ms=opts.timeout_ms,
+                   certificate=Path(opts.certificate) if opts.certificate else None)
+    if cert.refuted or cert.missed:
+        raise InternalError(disagreement(prob, proposer, cert))
+    stats |= {"certified": cert.certified, "certificate": cert.stats}
+    if not cert.certified:
+        stats["why_not"] = cert.reason
+    else:
+        stats["rests_on"] = certified_words(prob.num_devices, max_len, cert.stats)
+    return EngineOutcome(proposed.status, proposed.programs, stats)
+
+
+def certified_words(k: int, max_len: int, stats: dict[str, Any]) -> str:
+    """What a certified result rests on, with the proof's size (its seconds are in the certificate)."""
+    queries = stats["validity"]["queries"] + sum(v["queries"] for v in stats["completeness"]["per_length"].values())
+    return (f"Z3-certified at the real size ({k} devices): every program proved valid and no other program "
+            f"of length ≤ {max_len} exists ({queries} Z3 queries)")
+
+
+def disagreement(prob: SynthesisProblem, proposer: Engine, cert) -> str:
+    """Each program Z3 and the proposer disagree on, with the rule each side names."""
+    lines = [f"Z3 refutes {prob.label(r.program)!r} from the {proposer.value} proposer: "
+             f"{'the goal' if r.step is None else f'step {r.step}'} breaks rule {r.rule}" for r in cert.refuted]
+    if cert.missed:
+        cands = prob.candidates
+        runs = execute_all(prob.num_devices, [[(cands[i].collective, cands[i].groups) for i in p] for p in cert.missed],
+                           prob.goal_groups, prob.require_progress)
+        for prog, run in zip(cert.missed, runs, strict=True):
+            why = run.violation.message if run.violation else ("valid" if run.valid else "the goal is not reached")
+            lines.append(f"Z3 proves {prob.label(prog)!r} valid, which the {proposer.value} proposer missed "
+                         f"(the interpreter says: {why})")
+    return "certified synthesis: Z3 and the proposer disagree: " + "; ".join(lines)
+
+
 EngineFn = Callable[[SynthesisProblem, int, EngineOptions, SynthesisHierarchy | None], EngineOutcome]
 """(problem, max_len, options, the synthesis hierarchy the problem was built from or None) -> outcome."""
 ENGINES: dict[Engine, tuple[str, EngineFn]] = {
@@ -83,9 +143,16 @@ ENGINES: dict[Engine, tuple[str, EngineFn]] = {
     Engine.PIECES: ("P²'s search on pieces.py's compressed state: exact at any number of devices", _pieces),
     Engine.Z3: ("Z3 over an SMT encoding of the Hoare rules (enumerates all models)", _z3),
     Engine.Z3_CEGIS: ("Z3 CEGIS over symbolic data values (the values encoding)", _z3_cegis),
+    Engine.CERTIFIED: (("a proposer's programs (enumerative up to 64 devices, pieces above) proved valid and "
+                       "complete by Z3 (the default)"), _certified),
     Engine.SYMMETRIC: (("P²'s search on the generic size-2 copy of the hierarchy (docs/symmetry.md: a tested "
                         "conjecture above the proved instruction-level theorem)"), _symmetric),
 }
+
+
+CERTIFICATE_KEYS = ("proposer", "certified", "why_not", "certificate")
+"""The certified engine's keys of a placement's JSON: its proposer, whether Z3 certified the set
+(else why not), and the per-length statistics of the proof."""
 
 
 @dataclass(frozen=True)
@@ -114,6 +181,12 @@ class SynthesisResult:
                 else SolveStatus.UNKNOWN)
 
     @property
+    def certified(self) -> bool | None:
+        """Whether Z3 certified every placement's set (None: not the certified engine)."""
+        flags = [m.stats.get("certified") for m in self.matrices]
+        return None if not flags or any(f is None for f in flags) else all(flags)
+
+    @property
     def total_programs(self) -> int:
         return sum(len(m.programs) for m in self.matrices)
 
@@ -126,6 +199,7 @@ class SynthesisResult:
             "engine": self.engine,
             "max_len": self.max_len,
             "total_programs": self.total_programs,
+            **({"certified": self.certified} if self.certified is not None else {}),
             "seconds": round(self.seconds, 6),
             "matrices": [
                 {
@@ -136,6 +210,7 @@ class SynthesisResult:
                     "programs": [str(p) for p in m.programs],
                     **({"same_problem_as": m.stats["same_problem_as"]} if "same_problem_as" in m.stats else {}),
                     **({"rests_on": m.stats["rests_on"]} if "rests_on" in m.stats else {}),
+                    **{key: m.stats[key] for key in CERTIFICATE_KEYS if key in m.stats},
                 }
                 for m in self.matrices
             ],
@@ -152,9 +227,12 @@ PIECES_ABOVE = 128  # devices; above this the compressed interpreter re-checks (
 RECHECK_LIMIT = 4096  # devices; above this no interpreter re-checks and the result says what it rests on
 
 
-def rechecked_by(engine: str, k: int) -> str | None:
+def rechecked_by(engine: str, k: int, proposer: str | None = None) -> str | None:
     """The interpreter that re-checks ``engine``'s programs on ``k`` devices ("numpy": the k×k×k one,
-    up to ``PIECES_ABOVE``; "pieces" above), or None for an engine that is that interpreter itself."""
+    up to ``PIECES_ABOVE``; "pieces" above), or None for an engine that is that interpreter itself
+    (the certified engine's programs are its proposer's)."""
+    if engine == Engine.CERTIFIED:
+        return rechecked_by(proposer or proposer_of(EngineConfig(), k), k)
     if engine == "enumerative":
         return None
     if k <= PIECES_ABOVE:
@@ -169,7 +247,13 @@ INTERPRETERS = {"numpy": "the dense interpreter", "pieces": "the compressed inte
 
 def rests_on(engine: str, k: int, outcome: EngineOutcome) -> str:
     """What a result rests on, in words: the re-check at the real size, the interpreter's own search,
-    or (symmetric) the engine's own statement of its conjecture."""
+    or (symmetric) the engine's own statement of its conjecture; a certified engine's Z3 certificate,
+    or why there is none."""
+    if engine == Engine.CERTIFIED:
+        proposer = outcome.stats["proposer"]
+        if outcome.stats["certified"]:
+            return outcome.stats["rests_on"]
+        return f"NOT certified ({outcome.stats['why_not']}); {rests_on(proposer, k, outcome)}"
     checked = rechecked_by(engine, k)
     if checked:
         validity = f"every program re-checked by {INTERPRETERS[checked]} at the real size ({k} devices)"
@@ -228,7 +312,7 @@ def _solve(prob: SynthesisProblem, config: EngineConfig, h: SynthesisHierarchy |
     """The engine's outcome and its programs (candidate indices) after the re-check and pruning."""
     outcome = run_engine(prob, config, h)
     programs = list(outcome.programs)
-    if rechecked_by(config.engine, prob.num_devices):
+    if rechecked_by(config.engine, prob.num_devices, outcome.stats.get("proposer")):
         recheck(prob, programs, config.engine)
     if config.prune != "none":
         from p2smt.synth.pruning import apply_pruning
@@ -276,6 +360,8 @@ def synthesize(request: Request, config: EngineConfig | None = None, *,
         if prob in solved:
             first, outcome, indices = solved[prob]
             stats: dict[str, Any] = {"same_problem_as": [list(r) for r in first]}
+            if "certified" in outcome.stats:
+                stats["certified"] = outcome.stats["certified"]
         else:
             outcome, indices = _solve(prob, config, h)
             solved[prob] = (placement.matrix, outcome, indices)

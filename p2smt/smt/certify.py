@@ -1,0 +1,200 @@
+"""Certified synthesis: Z3 proves a proposer's program set valid and complete (the ``certified`` engine).
+
+A proposer (an explicit search) supplies candidate programs. Z3 then proves (a) every candidate valid
+at the real size, in batches, with the encoding's exact checker, and (b) completeness: at every length
+up to ``max_len`` the counterexample-guided encoding with every candidate blocked (by a trie over the
+step choices: one literal per distinct prefix, not one clause per program) has no model the checker
+accepts, i.e. ends ``unsat``. Both sides are independent formalizations of the Hoare rules of the P²
+paper (§4), so a refuted candidate or a valid program the proposer missed is reported, never merged.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import time
+from collections.abc import Iterable, Iterator, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import z3
+
+from p2smt.errors import InternalError, P2Error
+from p2smt.model.problem import SynthesisProblem
+from p2smt.model.status import SolveStatus
+from p2smt.smt.base import Encoding, Program
+from p2smt.smt.check import Unknown
+from p2smt.smt.engine import DEFAULT_ENCODING, Smt2Sink, run_encoding, solver_figures
+from p2smt.smt.registry import load_encoding
+from p2smt.smt.strategy import Enumerate, Phase
+
+VALIDITY_BATCH = 512  # candidates proved per checker query (a failing batch is split by the checker)
+
+
+@dataclass(frozen=True)
+class Refuted:
+    """A proposed program Z3 proves invalid: the first failing ``step`` (None: the goal) and ``rule``."""
+
+    program: Program
+    step: int | None
+    rule: str
+
+
+@dataclass(frozen=True)
+class Certificate:
+    """Z3's verdict on a proposed set: ``status`` complete when every query was answered.
+
+    ``certified`` only when the set is proved valid and complete; ``refuted`` and ``missed`` name the
+    disagreements (each is an error of one of the two formalizations); ``reason`` says why a
+    certificate is missing."""
+
+    status: SolveStatus
+    refuted: tuple[Refuted, ...]
+    missed: tuple[Program, ...]
+    stats: dict[str, Any] = field(default_factory=dict)
+    reason: str | None = None
+
+    @property
+    def certified(self) -> bool:
+        return self.status is SolveStatus.COMPLETE and not self.refuted and not self.missed
+
+
+class Trie:
+    """The proposed programs as a prefix trie of Boolean literals: ``node[p]`` is forced true when the
+    model's first steps are ``p``; a program ending at ``p`` forbids STOP right after it."""
+
+    def __init__(self, programs: Sequence[Program]):
+        self.programs = list(programs)
+
+    def clauses(self, choices, ctx: z3.Context) -> Iterator[z3.BoolRef]:
+        node: dict[Program, z3.BoolRef] = {}
+        for prog in self.programs:
+            for t in range(1, len(prog) + 1):
+                p = prog[:t]
+                if p in node:
+                    continue
+                node[p] = lit = z3.Bool(f"cert_{'_'.join(map(str, p))}", ctx)
+                step = choices.select(t - 1, p[-1])
+                yield z3.Implies(step if t == 1 else z3.And(node[p[:-1]], step), lit)
+            end = node[prog] if prog else z3.BoolVal(True, ctx)
+            if len(prog) < choices.steps:
+                yield z3.Not(z3.And(end, choices.stop(len(prog))))
+            else:
+                yield z3.Not(end)
+
+
+class Complete(Enumerate):
+    """Enumerate with the proposed programs blocked up front: every accepted program is one the
+    proposer missed (collected, not merged); per-length queries, conflicts and seconds are kept."""
+
+    def __init__(self, proposed: Sequence[Program]):
+        self.trie = Trie(proposed)
+        self.missed: list[Program] = []
+        self.blocks = 0
+
+    def begin(self, enc: Encoding, solver: z3.Solver) -> None:
+        clauses = list(self.trie.clauses(enc.choices, enc.context))
+        self.blocks = len(clauses)
+        solver.add(*clauses)
+
+    def phases(self, enc: Encoding, max_len: int) -> Iterator[Phase]:
+        yield from super().phases(enc, max_len)
+
+    def accepted(self, solver: z3.Solver, program: Program) -> None:
+        self.missed.append(program)
+
+    def statistics(self) -> dict[str, Any]:
+        return {"trie_clauses": self.blocks}
+
+
+class CertificateSink(Smt2Sink):
+    """Writes each query as standard SMT-LIB2 (``set-logic ALL``, cardinality constraints as clauses,
+    assumptions asserted, ``check-sat``) with Z3's answer as its expected ``:status``, for a second
+    solver to re-check."""
+
+    def scoped(self, prefix: str) -> CertificateSink:
+        return CertificateSink(self.folder, self.tag, f"{self.prefix}{prefix}-", self._counter)
+
+    def write(self, kind: str, solver: z3.Solver, assumptions: Iterable[z3.ExprRef]) -> None:
+        if self.folder is not None:
+            source = getattr(solver, "mirror", solver)
+            self._standard(kind, [*source.assertions(), *assumptions])
+
+    def write_text(self, kind: str, text: str) -> None:
+        if self.folder is not None:
+            ctx = z3.Context()
+            self._standard(kind, list(z3.parse_smt2_string(text, ctx=ctx)))
+
+    def _standard(self, kind: str, formulas: list[z3.BoolRef]) -> None:
+        ctx = formulas[0].ctx
+        goal = z3.Goal(ctx=ctx)
+        goal.add(*formulas)
+        plain = z3.Solver(ctx=ctx)
+        for sub in z3.Tactic("card2bv", ctx)(goal):
+            plain.add(sub.as_expr())
+        body = plain.sexpr()  # before the check, which adds Z3's own model-conversion commands
+        answer = plain.check()
+        if answer == z3.unknown:
+            raise P2Error(f"--certificate: Z3 gives no answer on the standard form of a {kind} query")
+        if "(_ at-most" in body or "(_ pbeq" in body or "(_ pble" in body or "(_ pbge" in body:
+            raise InternalError(f"--certificate: a {kind} query keeps a Z3-only cardinality constraint")
+        super().write_text(kind, f"(set-info :smt-lib-version 2.6)\n(set-logic ALL)\n(set-info :status {answer})\n"
+                                 f"{body}(check-sat)\n(exit)\n")
+
+
+def prove_valid(enc, programs: Sequence[Program], timeout_ms: int | None, sink: Smt2Sink
+                ) -> tuple[list[Refuted], dict[str, Any], bool]:
+    """The encoding's exact checker on every candidate (batches); (refuted, stats, answered)."""
+    start = time.perf_counter()
+    chk = enc.checker()
+    chk.record = sink.active
+    if timeout_ms is not None:
+        chk.solver.set("timeout", int(timeout_ms))
+    refuted: list[Refuted] = []
+    answered = True
+    for i in range(0, len(programs), VALIDITY_BATCH):
+        batch = list(programs[i: i + VALIDITY_BATCH])
+        try:
+            fails = chk.failures(batch, terminal_goal=enc.terminal)
+        except Unknown:
+            answered = False
+            break
+        for kind, text in chk.log:
+            sink.write_text(f"validity-{kind}", text)
+        refuted += [Refuted(p, f.step, f.rule) for p, f in zip(batch, fails) if f is not None]
+    stats = {"programs": len(programs), "queries": chk.calls, "seconds": round(time.perf_counter() - start, 6),
+             **{k: v for k, v in solver_figures(chk.solver).items() if k == "conflicts"}}
+    return refuted, stats, answered
+
+
+def certify(
+    problem: SynthesisProblem,
+    max_len: int,
+    proposed: Sequence[Program],
+    *,
+    timeout_ms: int | None = None,
+    certificate: Path | None = None,
+    encoding: str = DEFAULT_ENCODING,
+) -> Certificate:
+    """Z3's proof that ``proposed`` is exactly the set of valid programs of 1..max_len steps."""
+    start = time.perf_counter()
+    spec = load_encoding(encoding)
+    digest = hashlib.sha256(repr((problem, max_len)).encode()).hexdigest()[:10]
+    sink = CertificateSink(certificate, f"certificate-{digest}")
+    enc = spec.create(problem, max_len, None)
+    refuted, validity, answered = prove_valid(enc, proposed, timeout_ms, sink)
+    stats: dict[str, Any] = {"validity": validity}
+    if not answered:
+        stats["seconds"] = round(time.perf_counter() - start, 6)
+        return Certificate(SolveStatus.UNKNOWN, tuple(refuted), (), stats, "a validity query timed out")
+    strategy = Complete(proposed)
+    res = run_encoding(enc, max_len, timeout_ms=timeout_ms, strategy=strategy, sink=sink.scoped("completeness"))
+    stats["completeness"] = {
+        "seconds": res.stats["seconds"],
+        "trie_clauses": strategy.blocks,
+        "spurious": res.stats.get("refinements", {}),
+        "per_length": res.stats["per_length"],
+    }
+    stats["seconds"] = round(time.perf_counter() - start, 6)
+    reason = None if res.status is SolveStatus.COMPLETE else "a completeness query timed out"
+    return Certificate(res.status, tuple(refuted), tuple(strategy.missed), stats, reason)

@@ -1,0 +1,128 @@
+"""The certified engine: Z3 proves a proposer's set valid and complete, and reports any disagreement."""
+
+from __future__ import annotations
+
+import json
+import math
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from p2smt.cli.main import main
+from p2smt.model.dsl import problem
+from p2smt.model.hierarchy import synthesis_hierarchy
+from p2smt.model.placement import Placement
+from p2smt.model.request import Request
+from p2smt.model.system import load_system
+from p2smt.runs.grid import paper_grid
+from p2smt.smt.certify import certify
+from p2smt.synth import driver
+from p2smt.synth.config import Engine, EngineConfig
+from p2smt.synth.driver import EngineOutcome, synthesize
+from p2smt.synth.enumerative import enumerate_programs
+from p2smt.synth.pieces import enumerate_programs as pieces_programs
+
+
+def _texts(result):
+    return [[str(p) for p in m.programs] for m in result.matrices]
+
+
+def _hierarchy(sizes):
+    placement = Placement(tuple(sizes), (math.prod(sizes),), (tuple(sizes),))
+    return synthesis_hierarchy(placement, (0,), tuple(f"l{i}" for i in range(len(sizes))))
+
+
+@pytest.mark.parametrize("config", paper_grid(), ids=lambda c: c.label.replace(" ", "_"))
+def test_grid_certified_set_equals_explicit_sets(config):
+    req = Request.for_system(load_system(config.system), config.axes, config.reduction_axes)
+    cert = synthesize(req, EngineConfig())
+    assert cert.engine == Engine.CERTIFIED and cert.status == "complete" and cert.certified is True
+    assert _texts(cert) == _texts(synthesize(req, EngineConfig(engine="enumerative")))
+    first = cert.to_json()["matrices"][0]
+    assert first["certified"] is True
+    assert sorted(first["certificate"]["completeness"]["per_length"]) == [1, 2, 3, 4, 5]
+
+
+@settings(max_examples=10, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.lists(st.integers(2, 6), min_size=1, max_size=3))
+def test_random_hierarchies_certify_both_proposers(sizes):
+    max_len = 5 if len(sizes) < 3 and math.prod(sizes) <= 16 else 3
+    prob = problem(_hierarchy(sizes))
+    programs = enumerate_programs(prob, max_len)
+    assert list(pieces_programs(prob, max_len)) == programs
+    cert = certify(prob, max_len, programs)
+    assert cert.certified, (cert.refuted, cert.missed, cert.reason)
+
+
+def test_certify_names_a_dropped_and_an_invalid_program():
+    prob = problem(_hierarchy((2, 4)))
+    programs = enumerate_programs(prob, 3)
+    invalid = next((c,) for c in range(len(prob.candidates)) if (c,) not in programs)
+    cert = certify(prob, 3, [*programs[1:], invalid])
+    assert not cert.certified
+    assert [r.program for r in cert.refuted] == [invalid]
+    assert list(cert.missed) == [programs[0]]
+
+
+def test_wrong_proposer_is_an_internal_error_naming_both(monkeypatch, capsys):
+    args = ["synth", "--system", "v100-2x8", "--axes", "16", "--reduce", "0", "--max-len", "3"]
+    system = load_system("v100-2x8")
+    prob = problem(synthesis_hierarchy(Placement(system.sizes, (16,), ((2, 8),)), (0,), system.level_names))
+    programs = enumerate_programs(prob, 3)
+    invalid = next((c,) for c in range(len(prob.candidates)) if (c,) not in programs)
+
+    def wrong(p, max_len, opts, h=None):
+        return EngineOutcome("complete", (*enumerate_programs(p, max_len)[1:], invalid))
+
+    monkeypatch.setitem(driver.ENGINES, Engine.ENUMERATIVE, ("wrong", wrong))
+    assert main(args) == 3
+    err = capsys.readouterr().err
+    assert prob.label(programs[0]) in err and "missed" in err
+    assert prob.label(invalid) in err and "refutes" in err and "rule" in err
+
+
+def test_main_command_says_certified_and_how_long(capsys):
+    assert main(["synth", "--system", "a100-4x16", "--axes", "4,16", "--reduce", "1"]) == 0
+    out = " ".join(capsys.readouterr().out.split())
+    assert "certified by Z3" in out and "NOT certified" not in out and " s)" in out
+
+
+def test_json_has_certificate_statistics(capsys):
+    assert main(["synth", "--system", "v100-2x8", "--axes", "2,8", "--reduce", "1", "--json"]) == 0
+    data = json.loads(capsys.readouterr().out)
+    assert data["engine"] == "certified" and data["certified"] is True and data["status"] == "complete"
+    solved = [m for m in data["matrices"] if "certificate" in m]
+    assert solved and all(m["rests_on"].startswith("Z3-certified") for m in solved)
+    for m in solved:
+        per_length = m["certificate"]["completeness"]["per_length"]
+        assert sorted(per_length) == ["1", "2", "3", "4", "5"]
+        assert all({"queries", "conflicts", "seconds"} <= set(v) for v in per_length.values())
+
+
+def test_out_of_reach_says_not_certified(monkeypatch):
+    monkeypatch.setattr(driver, "CERTIFY_LIMIT", 4)
+    res = synthesize(Request("v100-2x8", axes=(2, 8), reduce=(1,)), EngineConfig(max_len=3))
+    assert res.status == "complete" and res.certified is False
+    m = res.to_json()["matrices"][0]
+    assert m["certified"] is False and "limit" in m["why_not"] and m["rests_on"].startswith("NOT certified")
+    assert _texts(res) == _texts(synthesize(Request("v100-2x8", axes=(2, 8), reduce=(1,)),
+                                            EngineConfig(engine="enumerative", max_len=3)))
+
+
+def test_solver_timeout_is_not_a_claim_of_proof():
+    res = synthesize(Request("a100-4x16", axes=(64,), reduce=(0,)), EngineConfig(timeout_ms=1))
+    m = res.to_json()["matrices"][0]
+    assert res.status == "complete"
+    if not m["certified"]:
+        assert "timed out" in m["why_not"] and res.certified is False
+
+
+def test_proposer_option_only_with_certified():
+    from p2smt.errors import P2Error
+
+    with pytest.raises(P2Error, match="only with --engine certified"):
+        EngineConfig(engine="z3", proposer="pieces")
+    with pytest.raises(P2Error, match="--proposer"):
+        EngineConfig(proposer="z3")
+    assert EngineConfig(proposer="pieces").proposer is Engine.PIECES
