@@ -2,10 +2,23 @@
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
 import pytest
+
+SLOW = bool(os.environ.get("P2SMT_SLOW"))
+
+
+def pytest_collection_modifyitems(config, items):
+    """The one slow mechanism: tests marked ``slow`` run only with ``P2SMT_SLOW=1`` (minutes each)."""
+    if SLOW:
+        return
+    skip = pytest.mark.skip(reason="slow: set P2SMT_SLOW=1 to run it")
+    for item in items:
+        if "slow" in item.keywords:
+            item.add_marker(skip)
 
 from p2smt.cli.main import main
 from p2smt.model.hierarchy import SynthesisHierarchy, synthesis_hierarchy

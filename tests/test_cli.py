@@ -233,7 +233,7 @@ MORE_BAD_INPUT = [
      "--matrix", "[[1,4]]", "--plan", str(DATA / "plan_rs_ag.json")],
     ["no-such-command"],
     [],
-    ["synth", "--system", "h100-superpod", "--axes", "1024", "--reduce", "0"],  # too large for k^3 state
+    ["synth", "--system", "h100-superpod", "--axes", "1024", "--reduce", "0", "--engine", "enumerative"],  # k^3 state
 ]
 
 

@@ -16,7 +16,6 @@ marked ``slow`` and runs only on request:
 from __future__ import annotations
 
 import json
-import os
 import typing
 from functools import cache
 from math import prod
@@ -38,8 +37,6 @@ from p2smt.smt.registry import available_encodings, load_encoding
 from p2smt.synth.enumerative import enumerate_programs
 
 GRID_MAX_LEN = 5
-SLOW = bool(os.environ.get("P2SMT_SLOW"))
-slow_only = pytest.mark.skipif(not SLOW, reason="slow: set P2SMT_SLOW=1 (see the module docstring)")
 
 # Option sets worth testing beyond the derived ones (combinations a variant's owner cares about).
 EXTRA_OPTIONS: dict[str, list[dict]] = {
@@ -124,7 +121,7 @@ def _grid_params():
     out = []
     for (name, opts), case_id in zip(CASES, CASE_IDS):
         for i, prob in enumerate(grid_problems()):
-            marks = () if _in_ci(name, opts, prob) else (pytest.mark.slow, slow_only)
+            marks = () if _in_ci(name, opts, prob) else (pytest.mark.slow,)
             out.append(pytest.param(name, opts, i, id=f"{case_id}-{_grid_label(prob)}", marks=marks))
     return out
 

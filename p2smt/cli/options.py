@@ -102,10 +102,11 @@ def add_plan_input(p: argparse.ArgumentParser, hlo: bool = False) -> None:
                                               "--json, or a list); XLA id i is system device order[i]")
 
 
-def add_search(p: argparse.ArgumentParser, max_len: int = 5) -> None:
-    p.add_argument("--engine", default="certified",
-                   help="certified (default: a proposer's programs proved valid and complete by Z3) | enumerative | "
-                        "pieces (compressed state, any size) | z3 | z3-cegis | symmetric")
+def add_search(p: argparse.ArgumentParser, max_len: int = 5, engine: str = "certified") -> None:
+    p.add_argument("--engine", default=engine,
+                   help=f"default {engine}. certified: a proposer's programs proved valid and complete by Z3 | auto: "
+                        "the exact explicit engine for the size (enumerative up to 64 devices, pieces above) | "
+                        "enumerative | pieces (compressed state, any size) | z3 | z3-cegis | symmetric")
     p.add_argument("--proposer", help="certified engine's proposer: enumerative | pieces (default: enumerative up "
                                       "to 64 devices, pieces above)")
     p.add_argument("--max-len", type=int, default=max_len)

@@ -20,7 +20,7 @@ def register(sub) -> None:
     p.add_argument("--profile", required=True, help="shipped profile name or path to a YAML file")
     add_system(p)
     add_algo(p)
-    add_search(p)
+    add_search(p, engine="auto")  # certification costs seconds per placement: see docs/results
     p.add_argument("--png", help="write a stacked-bar chart of per-placement time")
     p.add_argument("--export-dir", help="write the best placement's mesh order and lowered programs here")
     add_bounds(p)

@@ -24,7 +24,7 @@ def register(sub) -> None:
     add_request(p)
     add_cost(p)
     p.add_argument("--top", type=int, help="keep the N fastest programs per placement")
-    add_search(p)
+    add_search(p, engine="auto")  # certification costs seconds per placement: see docs/results
     add_bounds(p)
     add_json(p)
     p.set_defaults(func=run)

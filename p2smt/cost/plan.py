@@ -24,7 +24,7 @@ from p2smt.model.profile import Communication, Profile
 from p2smt.model.request import Request
 from p2smt.model.system import System
 from p2smt.model.topology import build_topology
-from p2smt.synth.config import EngineConfig
+from p2smt.synth.config import Engine, EngineConfig
 from p2smt.synth.driver import synthesize
 
 
@@ -104,7 +104,7 @@ def plan(profile: Profile, system: System, *, algo: str = "ring", config: Engine
     >>> report["best"]["matrix"]
     [[2, 8]]
     """
-    config = config or EngineConfig()
+    config = config or EngineConfig(engine=Engine.AUTO)
     axes = profile.sizes_for(system.num_devices)
     mats: list[Matrix] = matrices(system.sizes, axes)
     per_comm: list[list[CommChoice]] = []

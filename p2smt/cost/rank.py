@@ -19,7 +19,7 @@ from p2smt.model.placement import Matrix, Placement
 from p2smt.model.request import Request
 from p2smt.model.system import System
 from p2smt.model.topology import build_topology
-from p2smt.synth.config import EngineConfig
+from p2smt.synth.config import Engine, EngineConfig
 from p2smt.synth.driver import SynthesisResult, synthesize
 
 ALGO_SCOPE = {"tree": " for AllReduce steps, ring for the others",
@@ -91,13 +91,15 @@ def rank(request: Request, config: EngineConfig | None = None, *, algo: str = "r
 
     Returns ``{"bytes_per_device", "algo", "matrices": [{"matrix", "allreduce_seconds",
     "programs": [{"program", "seconds"}]}], "best": {"matrix", "program", "seconds"}}``; programs are
-    sorted by predicted seconds, ties by program text; ``top`` keeps the first N per matrix.
+    sorted by predicted seconds, ties by program text; ``top`` keeps the first N per matrix. The default
+    engine is ``auto`` (exact, re-checked); pass ``EngineConfig()`` to have Z3 certify every set.
     """
     system = request.load_system()
     check_request(system, algo, bytes_per_device, top)
     result = synthesize(Request.for_system(system, request.axes, request.reduce, matrix=request.matrix,
                                            hierarchy=request.hierarchy, master_scope=request.master_scope,
-                                           require_progress=request.require_progress), config)
+                                           require_progress=request.require_progress),
+                        config or EngineConfig(engine=Engine.AUTO))
     return rank_result(system, result, algo=algo, bytes_per_device=bytes_per_device, top=top)
 
 

@@ -21,6 +21,7 @@ class Engine(StrEnum):
     Z3_CEGIS = "z3-cegis"
     SYMMETRIC = "symmetric"
     CERTIFIED = "certified"
+    AUTO = "auto"
 
     @classmethod
     def parse(cls, value: Any) -> Engine:

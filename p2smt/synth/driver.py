@@ -87,6 +87,20 @@ def proposer_of(opts: EngineOptions, k: int) -> Engine:
     return Engine.ENUMERATIVE if k <= PIECES_PROPOSES_ABOVE else Engine.PIECES
 
 
+def resolved(config: EngineConfig, k: int) -> EngineConfig:
+    """``auto`` is the exact explicit engine for ``k`` devices (the certified engine's default proposer)."""
+    if config.engine != Engine.AUTO:
+        return config
+    from dataclasses import replace
+
+    return replace(config, engine=proposer_of(config, k))
+
+
+def _auto(prob: SynthesisProblem, max_len: int, opts: EngineOptions,
+          h: SynthesisHierarchy | None = None) -> EngineOutcome:
+    return run_engine(prob, resolved(opts, prob.num_devices), h)
+
+
 def _certified(prob: SynthesisProblem, max_len: int, opts: EngineOptions,
                h: SynthesisHierarchy | None = None) -> EngineOutcome:
     """The proposer's programs, proved valid and complete by Z3; a disagreement is an InternalError."""
@@ -139,6 +153,7 @@ def disagreement(prob: SynthesisProblem, proposer: Engine, cert) -> str:
 EngineFn = Callable[[SynthesisProblem, int, EngineOptions, SynthesisHierarchy | None], EngineOutcome]
 """(problem, max_len, options, the synthesis hierarchy the problem was built from or None) -> outcome."""
 ENGINES: dict[Engine, tuple[str, EngineFn]] = {
+    Engine.AUTO: ("the exact explicit engine for the size: enumerative up to 64 devices, pieces above", _auto),
     Engine.ENUMERATIVE: ("P²'s enumerative search pruned by the preconditions", _enumerative),
     Engine.PIECES: ("P²'s search on pieces.py's compressed state: exact at any number of devices", _pieces),
     Engine.Z3: ("Z3 over an SMT encoding of the Hoare rules (enumerates all models)", _z3),
@@ -310,6 +325,7 @@ def synthesize_hierarchy(
 def _solve(prob: SynthesisProblem, config: EngineConfig, h: SynthesisHierarchy | None = None
            ) -> tuple[EngineOutcome, tuple[tuple[int, ...], ...]]:
     """The engine's outcome and its programs (candidate indices) after the re-check and pruning."""
+    config = resolved(config, prob.num_devices)
     outcome = run_engine(prob, config, h)
     programs = list(outcome.programs)
     if rechecked_by(config.engine, prob.num_devices, outcome.stats.get("proposer")):
@@ -365,7 +381,8 @@ def synthesize(request: Request, config: EngineConfig | None = None, *,
         else:
             outcome, indices = _solve(prob, config, h)
             solved[prob] = (placement.matrix, outcome, indices)
-            stats = dict(outcome.stats) | {"rests_on": rests_on(config.engine, prob.num_devices, outcome)}
+            engine = resolved(config, prob.num_devices).engine
+            stats = dict(outcome.stats) | {"rests_on": rests_on(engine, prob.num_devices, outcome)}
         progs = _programs(h, indices)
         secs = time.perf_counter() - t0
         results.append(MatrixResult(placement.matrix, h, progs, outcome.status, secs, stats))
