@@ -73,3 +73,26 @@ def test_nvls_is_refused_where_no_nvlink_sharp_switch_exists(run_cli):
     rc, out, _ = run_cli("rank", "--system", "dgx-h100", "--nodes", "2", "--axes", "16", "--reduce", "0",
                          "--algo", "nvls", "--top", "1")
     assert rc == 0 and "nvls for AllReduce steps, ring for the others" in out
+
+
+RANK_ONE = ["rank", "--system", "a100-4x16", "--axes", "4,16", "--reduce", "1", "--matrix", "[[1,4],[4,4]]"]
+
+
+def test_rank_prices_a_users_program_beside_the_synthesized_ones(run_cli):
+    rc, out, _ = run_cli(*RANK_ONE, "--json", "--program", "(root, InsideGroup, AllReduce)")
+    assert rc == 0
+    report = json.loads(out)
+    yours = report["yours"]
+    (m,) = report["matrices"]
+    assert yours["synthesized"] and yours["of"] == len(m["programs"]) == 93
+    same = [p for p in m["programs"] if p["program"] == yours["program"]]
+    assert same and same[0]["seconds"] == yours["seconds"]
+    assert yours["rank"] == 1 + sum(p["seconds"] < yours["seconds"] for p in m["programs"])
+    assert abs(yours["seconds"] - m["allreduce_seconds"]) <= 1e-9 * yours["seconds"]
+
+
+def test_rank_refuses_an_invalid_users_program_and_a_missing_matrix(run_cli):
+    rc, out, err = run_cli(*RANK_ONE, "--program", "(node, InsideGroup, ReduceScatter)")
+    assert rc == 2 and out == "" and "goal is not reached" in err
+    rc, _, err = run_cli(*RANK_ONE[:-2], "--program", "(root, InsideGroup, AllReduce)")
+    assert rc == 2 and "needs --matrix" in err

@@ -17,6 +17,7 @@ from p2smt.cli.options import (
 )
 from p2smt.cli.output import ExitCode, emit
 from p2smt.cli.synth import bounded_synthesis
+from p2smt.errors import P2Error
 
 
 def register(sub) -> None:
@@ -24,6 +25,9 @@ def register(sub) -> None:
     add_request(p)
     add_cost(p)
     p.add_argument("--top", type=int, help="keep the N fastest programs per placement")
+    p.add_argument("--program", help="a hand-written DSL program (or @FILE) to price beside the synthesized ones "
+                                     "(needs --matrix); it is checked first")
+    p.add_argument("--plan", help="an explicit JSON plan: not priced by rank (give the DSL --program)")
     add_search(p, engine="auto")  # certification costs seconds per placement: see docs/results
     add_bounds(p)
     add_json(p)
@@ -35,15 +39,68 @@ def run(args: argparse.Namespace) -> int:
 
     req = request_of(args)
     check_request(req.load_system(), args.algo, args.bytes, args.top)
+    yours = users_program(args, req)
     bounded, result = bounded_synthesis(args, req, engine_config(args), "rank: placements")
     report = rank_result(req.load_system(), result, algo=args.algo, bytes_per_device=args.bytes, top=args.top)
     if bounded.expired:
         report |= {"status": "unknown", "message": bounded.message("placements")}
+    if yours is not None:
+        report |= {"yours": price_users_program(req, yours, result, args.algo, report["bytes_per_device"])}
 
     def render(c: Console) -> None:
         c.print(render_rank(report))
+        if yours is not None:
+            y = report["yours"]
+            c.print(f"yours: {y['program']}  {y['seconds']:.6g} s — rank {y['rank']} of {y['of']} "
+                    f"({y['vs_best']:.3f}x the best synthesized program's time)")
         if bounded.expired:
             c.print(f"[yellow]UNKNOWN[/yellow]: {report['message']}")
 
     emit(args, report, render)
     return ExitCode.UNKNOWN if bounded.expired else ExitCode.OK
+
+
+def users_program(args: argparse.Namespace, req):
+    """The hand-written ``--program`` on the request's one ``--matrix``, refused unless the interpreter
+    accepts it (pricing a wrong reduction would rank a wrong answer)."""
+    if args.plan:
+        raise P2Error("rank --plan: explicit plans are not priced; give the program in the DSL with --program")
+    if not args.program:
+        return None
+    if req.matrix is None:
+        raise P2Error("rank --program needs --matrix (a program is written for one placement)")
+    from p2smt.api import hierarchy_of
+    from p2smt.cli.inputs import read_arg_text
+    from p2smt.model.dsl import lower_program, parse_program
+    from p2smt.semantics.verdict import judge
+
+    placement, h = hierarchy_of(req)
+    text, source = read_arg_text(args.program)
+    program = parse_program(text, h, source)
+    plan = lower_program(h, program)
+    goal = placement.reduction_groups(placement.check_axes(req.reduce))
+    verdict = judge(placement.num_devices, [(s.collective, s.groups) for s in plan], goal, len(goal[0]),
+                    req.require_progress, layout=False)
+    if not verdict.valid:
+        raise P2Error(f"rank --program: {verdict.message()}")
+    return program
+
+
+def price_users_program(req, program, result, algo: str, nbytes: float) -> dict:
+    """The hand-written program's predicted time and where it falls among the synthesized ones."""
+    from p2smt.api import hierarchy_of
+    from p2smt.cost.model import program_time
+    from p2smt.cost.rank import sort_key
+    from p2smt.model.dsl import format_program
+
+    system = req.load_system()
+    _, h = hierarchy_of(req)
+    seconds = program_time(system, h, program, algo=algo, bytes_per_device=nbytes).seconds
+    text = format_program(program)
+    (m,) = result.matrices
+    times = sorted(sort_key(program_time(system, m.hierarchy, p, algo=algo, bytes_per_device=nbytes).seconds,
+                            format_program(p)) for p in m.programs)
+    mine = sort_key(seconds, text)
+    return {"program": text, "seconds": seconds, "rank": 1 + sum(t < mine for t in times),
+            "of": len(times), "synthesized": any(t == mine for t in times),
+            "vs_best": seconds / times[0][0] if times else 1.0}
