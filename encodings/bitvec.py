@@ -1,4 +1,4 @@
-"""bitvec: the literal unrolled device-state matrix of P2.md §4, one k-bit vector per state row.
+"""bitvec: the literal unrolled device-state matrix of docs/semantics.md §4, one k-bit vector per state row.
 
 Row ``(d, r)`` after ``t`` steps is a bit-vector over contributions (bit c: device c's chunk r is
 summed in). Per step one candidate or STOP is chosen; each candidate's Hoare preconditions and
@@ -348,7 +348,7 @@ State = list[list[int]]  # state[d][r]: handle of device d's chunk-r row
 
 
 class Unroller:
-    """Builds steps of P2.md §4 on row handles: each candidate's validity and new rows."""
+    """Builds steps of docs/semantics.md §4 on row handles: each candidate's validity and new rows."""
 
     def __init__(self, dag: Dag, problem: SynthesisProblem):
         self.dag, self.problem = dag, problem

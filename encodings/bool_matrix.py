@@ -1,4 +1,4 @@
-"""bool-matrix: the device-state matrix of Booleans (P2.md §4), the default encoding.
+"""bool-matrix: the device-state matrix of Booleans (docs/semantics.md §4), the default encoding.
 
 Cell ``s[t][d][r][c]`` — device d's chunk r holds device c's contribution after t steps — is a
 Boolean term of the step choices. The synthesizer (one incremental solver) keeps, per cell of the

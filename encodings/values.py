@@ -1,6 +1,6 @@
 """values: every device chunk holds a symbolic integer; correct iff every device ends with its group's sum.
 
-Data movement follows P2.md §4 chunk by chunk. An *empty* chunk (one a rule left without
+Data movement follows docs/semantics.md §4 chunk by chunk. An *empty* chunk (one a rule left without
 contributions) holds an arbitrary value — whatever its buffer happens to contain — and a program is
 correct iff for all inputs *and all contents of empty chunks* every device ends holding every chunk
 with the sum of its goal group's inputs for that chunk:

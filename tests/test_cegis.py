@@ -1,4 +1,4 @@
-"""CEGIS over data values (issue 3 item 5): concrete counterexample inputs for P2.md §4's double
+"""CEGIS over data values (issue 3 item 5): concrete counterexample inputs for docs/semantics.md §4's double
 counting, the same program set as the Boolean encoding, and iteration counts."""
 
 from __future__ import annotations

@@ -1,5 +1,5 @@
 """Cost model sanity: locality, hierarchy, linearity in bytes, NCCL's Ring/Tree formulas, contention,
-volumes that follow the state, and calibration against COSTS.md's measurements."""
+volumes that follow the state, and calibration against docs/cost-model.md's measurements."""
 
 from __future__ import annotations
 
@@ -73,7 +73,7 @@ def test_rs_ar_ag_beats_flat_allreduce_on_p2_a100():
      ("v100-2x8", "reduce", "ring")],
 )
 def test_doubling_bytes_roughly_doubles_bandwidth_bound_time(name, collective, algo):
-    # At P²'s message size (2^29 x nodes float32, the bandwidth-bound regime of P2.md §6) and twice it.
+    # At P²'s message size (2^29 x nodes float32, the bandwidth-bound regime of docs/cost-model.md) and twice it.
     system = load_system(name)
     size = default_bytes_per_device(system)
     one = flat_collective_time(system, collective, size, algo)
@@ -90,7 +90,7 @@ def _plateau(alpha, beta):
 
 
 def _ring_formula(p, nbytes, bw, hop_lat, base):
-    """COSTS.md / NCCL: base + 2(p-1) intra-node hop latencies + 2(p-1)/p · S / busBw, with the plateau."""
+    """docs/cost-model.md / NCCL: base + 2(p-1) intra-node hop latencies + 2(p-1)/p · S / busBw, with the plateau."""
     return _plateau(base + 2 * (p - 1) * hop_lat, 2 * (p - 1) / p * nbytes / bw)
 
 
@@ -259,7 +259,7 @@ def test_dgx1_packs_several_nvlink_rings():
     chans = group_channels(topo, AR, tuple(range(8)), "ring")
     assert len(chans) == 4  # double-link cycle both ways, single-link cycle both ways
     busbw = 2 * 7 / 8 * GIB / flat_collective_time(load_system("dgx1-v100", nodes=1), "allreduce", GIB) / 1e9
-    assert 120 < busbw < 135  # COSTS.md: 8-GPU AllReduce busbw ≈ 130 GB/s
+    assert 120 < busbw < 135  # docs/cost-model.md: 8-GPU AllReduce busbw ≈ 130 GB/s
 
 
 def test_bad_inputs_are_one_line_errors():

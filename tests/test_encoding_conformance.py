@@ -2,7 +2,7 @@
 
 Every variant found by ``available_encodings()`` (a new file in ``encodings/`` is picked up
 automatically) must return exactly the enumerative engine's program set, in canonical order, with
-status "complete": (a) on the distinct synthesis problems of P2.md §7's grid (max length 5) and (b) on
+status "complete": (a) on the distinct synthesis problems of docs/evaluation-grid.md's grid (max length 5) and (b) on
 random hierarchies (hypothesis). Option sets: the defaults plus each non-default value of each option
 once (derived from the variant's typed options), plus ``EXTRA_OPTIONS``.
 

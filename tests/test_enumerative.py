@@ -1,4 +1,4 @@
-"""P²'s enumerative search (P2.md §5) against the interpreter and a test-side brute force."""
+"""P²'s enumerative search (docs/semantics.md §5) against the interpreter and a test-side brute force."""
 
 from __future__ import annotations
 

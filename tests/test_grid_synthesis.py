@@ -1,6 +1,6 @@
-"""The whole evaluation grid of P2.md §7 synthesizes with the enumerative engine (run with -s to see it).
+"""The whole evaluation grid of docs/evaluation-grid.md synthesizes with the enumerative engine (run with -s to see it).
 
-P2.md §7: 2-axis cases reduce axis 0 and, separately, axis 1; 1-axis cases reduce axis 0; 3-axis cases
+docs/evaluation-grid.md: 2-axis cases reduce axis 0 and, separately, axis 1; 1-axis cases reduce axis 0; 3-axis cases
 "reduce axes 0 and 2". Read as one joint request {0, 2} this gives exactly P²'s 200
 (matrix, reduction, algorithm) units (§6) and its largest configuration, [8,2,4] on [4,16], has
 5 two-level matrices = 5 × 47 = 235 programs, P²'s "up to 235 programs" (§5). The separate readings

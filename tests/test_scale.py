@@ -183,7 +183,7 @@ def _grid_problems():
 
 
 def test_pieces_search_equals_enumerative_on_the_grid():
-    """All 12 distinct problems of P2.md §7's grid, max length 5: the same programs, same order."""
+    """All 12 distinct problems of docs/evaluation-grid.md's grid, max length 5: the same programs, same order."""
     from p2smt.synth.pieces import enumerate_programs as pieces_programs
 
     probs = _grid_problems()

@@ -1,4 +1,4 @@
-"""System files: the shipped topologies match P2.md §1/§6, and bad files fail with one clear P2Error."""
+"""System files: the shipped topologies match docs/semantics.md §1 and docs/cost-model.md, and bad files fail with one clear P2Error."""
 
 from __future__ import annotations
 

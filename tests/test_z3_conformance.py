@@ -121,7 +121,7 @@ def test_verify_proves_the_four_examples_on_every_applicable_placement():
 
 
 def test_verify_refutes_p2s_invalid_examples_with_details():
-    # P2.md §4: ReduceScatter then AllReduce over the same pair adds different halves.
+    # docs/semantics.md §4: ReduceScatter then AllReduce over the same pair adds different halves.
     proof = prove_plan(2, [(RS, ((0, 1),)), (AR, ((0, 1),))], ((0, 1),))
     assert proof.status == "counterexample"
     assert proof.failing_step == 1 and set(proof.devices) <= {0, 1} and proof.rule

@@ -164,7 +164,7 @@ def test_encoding_options_agree(flat_hierarchy, options):
 
 
 def grid_problems():
-    """Every distinct synthesis problem of P2.md §7's grid (problems depend only on level sizes)."""
+    """Every distinct synthesis problem of docs/evaluation-grid.md's grid (problems depend only on level sizes)."""
     seen = {}
     for cfg in paper_grid():
         system = load_system(cfg.system)

@@ -21,7 +21,7 @@ calls, but each is much slower (see ``benchmarks/best.py``).
 
 ``lookahead`` (default) strengthens the clauses with a lower bound on completing the program: the
 step's time plus the cheapest path, in the abstraction that keeps only each cell's chunk count and
-contributions per chunk (P2.md §4's count rules, necessary conditions of validity), from the counts
+contributions per chunk (docs/semantics.md §4's count rules, necessary conditions of validity), from the counts
 after the step to the goal's counts within the remaining steps, pricing only (candidate, counts)
 pairs already priced (0 otherwise: step times are non-negative). Every valid program's counts follow
 such a path, so the bound never exceeds a valid completion's time; it halves the solver calls on the
@@ -180,7 +180,7 @@ class CostBound(Strategy):
     # ------------------------------------------------------------------ lower bound (lookahead)
 
     def _abstract_step(self, c: int, state: tuple) -> tuple | None:
-        """Per-cell (chunks, contributions per chunk or None if unknown) after ``c``, by P2.md §4's
+        """Per-cell (chunks, contributions per chunk or None if unknown) after ``c``, by docs/semantics.md §4's
         count rules; None when a count rule rules ``c`` out (a necessary condition of validity)."""
         key = (c, state)
         if key not in self._transitions:

@@ -28,7 +28,7 @@ every precondition); above, from its row abstraction (k² state, ``apply_rows``)
 
 
 def default_bytes_per_device(system: System) -> int:
-    """P²'s message size: 2^29 × nodes float32 values per GPU (P2.md §6)."""
+    """P²'s message size: 2^29 × nodes float32 values per GPU (docs/cost-model.md)."""
     nodes = build_topology(system).num_nodes
     return FLOAT32_BYTES * 2**29 * nodes
 

@@ -2,7 +2,7 @@
 
 ``check.PlanChecker`` proves a program with a symbolic cell, but its formulas hold a term per device
 and step, and Z3's time grows with them (≈1.5 s per 3-step program at 256 devices, see
-``benchmarks/scale.py``). This module decides P2.md §4's Hoare rules exactly on a compressed state:
+``benchmarks/scale.py``). This module decides docs/semantics.md §4's Hoare rules exactly on a compressed state:
 a device's state is a few *pieces* (a bit set of chunks and the bit set of contributions every one
 of those chunks holds), so its size is O(pieces · k) bits instead of the interpreter's k² per device;
 in valid executions a device has one piece, or a few after an AllGather of unequal members.
