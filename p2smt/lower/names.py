@@ -54,12 +54,12 @@ def py(value: object) -> str:
     return repr(as_int(value, "generated constant"))
 
 
-def wrap_groups(name: str, groups: Sequence[Sequence[int]], width: int = 100) -> list[str]:
-    """``NAME = (...)`` over several lines, one or more groups per line, within ``width``."""
+def _wrapped(name: str, items: list[str], width: int) -> list[str]:
+    """``NAME = (item, item, ...)`` on one line if it fits in ``width``, else one or more items per line."""
     check_identifier(name, "constant name")
-    items = [py(tuple(g)) for g in groups]
-    if len(name) + 5 + sum(len(i) + 2 for i in items) <= width:
-        return [f"{name} = ({', '.join(items)}{',' if len(items) == 1 else ''})"]
+    one = f"{name} = ({', '.join(items)}{',' if len(items) == 1 else ''})"
+    if len(one) <= width:
+        return [one]
     lines, cur = [f"{name} = ("], "   "
     for it in items:
         if len(cur) + len(it) + 2 > width and cur.strip():
@@ -71,19 +71,11 @@ def wrap_groups(name: str, groups: Sequence[Sequence[int]], width: int = 100) ->
     return lines
 
 
+def wrap_groups(name: str, groups: Sequence[Sequence[int]], width: int = 100) -> list[str]:
+    """``NAME = (...)`` over several lines, one or more groups per line, within ``width``."""
+    return _wrapped(name, [py(tuple(g)) for g in groups], width)
+
+
 def wrap_ints(name: str, values: Sequence[int], width: int = 100) -> list[str]:
     """``NAME = (1, 2, ...)`` wrapped within ``width``."""
-    check_identifier(name, "constant name")
-    items = [repr(as_int(v, "generated constant")) for v in values]
-    one = f"{name} = ({', '.join(items)}{',' if len(items) == 1 else ''})"
-    if len(one) <= width:
-        return [one]
-    lines, cur = [f"{name} = ("], "   "
-    for it in items:
-        if len(cur) + len(it) + 2 > width:
-            lines.append(cur.rstrip())
-            cur = "   "
-        cur += f" {it},"
-    lines.append(cur.rstrip())
-    lines.append(")")
-    return lines
+    return _wrapped(name, [repr(as_int(v, "generated constant")) for v in values], width)
