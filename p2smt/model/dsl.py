@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
+from functools import lru_cache
 from typing import Literal
 
 import numpy as np
@@ -223,11 +224,15 @@ def instruction_groups(h: SynthesisHierarchy, instr: Instruction | tuple[str, Fo
     rows = moved.reshape(-1, width)
     if width < 2:
         return ()
-    return tuple(sorted(tuple(int(v) for v in r) for r in rows))
+    return tuple(sorted(map(tuple, rows.tolist())))
 
 
+@lru_cache(maxsize=8)
 def candidate_instructions(h: SynthesisHierarchy) -> tuple[tuple[Instruction, tuple[Group, ...]], ...]:
     """Every instruction with at least one group, deduplicated by (collective, groups).
+
+    Memoized (a few hierarchies): the driver, the cost model and the lowering ask for the same
+    hierarchy's candidates, whose groups cost O(devices) each to build.
 
     Order: slices outermost first; forms InsideGroup, Parallel(e'), Master(e') with e' outermost
     first; collectives in DSL order. The first instruction with given groups represents them.
