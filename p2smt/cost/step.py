@@ -101,12 +101,23 @@ def _best(topo: Topology, collective: Collective, group: Group, flows, size: flo
 
 
 def _solo(topo: Topology, collective: Collective, group: Group, algo: str, size: float) -> Choice:
-    """A group's best protocol on the idle topology; translates by ``topo.period`` share it (an automorphism)."""
-    shift = min(group) // topo.period * topo.period
+    """A group's best protocol on the idle topology, priced once per orbit of groups: translates by
+    ``topo.period`` share it (an automorphism), and so do translates by whole nodes of a group inside one
+    node (its routes never leave the node). Node translates across nodes are not automorphisms of a
+    leaf/spine fabric (destination-mod-k picks the spine by the node's port), and a derived topology
+    has no translation at all (``period`` is every device)."""
+    period = topo.period
+    if not topo.derived and min(group) // topo.gpus_per_node == max(group) // topo.gpus_per_node:
+        period = topo.gpus_per_node
+    shift = min(group) // period * period
     canon = tuple(d - shift for d in group)
-    flows = topo.memo(("solo", algo, collective, canon),
-                      lambda: _flow_times(topo, [group_channels(topo, collective, canon, algo)], [1.0]))
-    return _best(topo, collective, canon, flows, size)
+
+    def price() -> Choice:
+        flows = topo.memo(("solo", algo, collective, canon),
+                          lambda: _flow_times(topo, [group_channels(topo, collective, canon, algo)], [1.0]))
+        return _best(topo, collective, canon, flows, size)
+
+    return topo.memo(("solo-choice", algo, collective, canon, size), price)
 
 
 def choose(topo: Topology, collective: Collective, group: Group, algo: str, size: float) -> Choice:
@@ -122,7 +133,12 @@ def step_choices(topo: Topology, collective: Collective, groups: Sequence[Group]
     live group's (algorithm, protocol), under contention between the groups."""
     if algo not in ALGOS:
         raise P2Error(f"unknown algorithm {algo!r}; choose one of {', '.join(ALGOS)}")
-    live = [(tuple(g), s) for g, s in zip(groups, sizes) if len(g) > 1 and s > 0]
+    live = tuple((tuple(g), s) for g, s in zip(groups, sizes) if len(g) > 1 and s > 0)
+    return topo.memo(("step-choices", algo, collective, live), lambda: _step_choices(topo, collective, live, algo))
+
+
+def _step_choices(topo: Topology, collective: Collective, live: tuple[tuple[Group, float], ...],
+                  algo: str) -> tuple[float, tuple[Choice, ...]]:
     if not live:
         return 0.0, ()
     top = max(s for _, s in live)

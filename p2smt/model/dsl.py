@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
-from functools import lru_cache
+from functools import cached_property, lru_cache
 from typing import Literal
 
 import numpy as np
@@ -51,7 +51,18 @@ class Instruction:
     collective: Collective
 
     def __str__(self) -> str:
+        return self._text
+
+    def __hash__(self) -> int:
+        return self._hash
+
+    @cached_property
+    def _text(self) -> str:  # computed once: programs are sorted and priced by their text
         return f"({self.slice}, {self.form}, {self.collective.value})"
+
+    @cached_property
+    def _hash(self) -> int:  # computed once: programs and their steps key the pricing caches
+        return hash((self.slice, self.form, self.collective))
 
 
 @dataclass(frozen=True)
@@ -62,6 +73,13 @@ class Program:
 
     def __str__(self) -> str:
         return format_program(self)
+
+    def __hash__(self) -> int:
+        return self._hash
+
+    @cached_property
+    def _hash(self) -> int:  # computed once, as Instruction's
+        return hash(self.instructions)
 
     def __len__(self) -> int:
         return len(self.instructions)

@@ -7,6 +7,7 @@ its coordinates over the hierarchy's levels; ``replicas`` maps synthesis indices
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import cached_property
 from math import prod
 from typing import Literal
 
@@ -40,6 +41,15 @@ class SynthesisHierarchy:
     replicas: tuple[tuple[int, ...], ...]
     goal_groups: tuple[Group, ...]
     master_scope: MasterScope = "per-ancestor"
+
+    def __hash__(self) -> int:
+        return self._hash
+
+    @cached_property
+    def _hash(self) -> int:
+        """Computed once: hierarchies key the caches of synthesis and pricing, and their replicas and goal
+        groups list every device."""
+        return hash((self.kind, self.levels, self.replicas, self.goal_groups, self.master_scope))
 
     @property
     def num_devices(self) -> int:
