@@ -37,7 +37,7 @@ def program_time(system: System, hierarchy: SynthesisHierarchy, program: Program
     b = default_bytes_per_device(system) if bytes_per_device is None else bytes_per_device
     if fractions is None:
         fractions = held_fractions_of_programs(hierarchy, [program])[program]
-    steps = [_step_seconds(topo, hierarchy, ins, frac * b, algo) for ins, frac in zip(program.instructions, fractions)]
+    steps = [step_seconds(topo, hierarchy, ins, frac * b, algo) for ins, frac in zip(program.instructions, fractions)]
     return ProgramCost(sum(steps), tuple(steps))
 
 
@@ -69,14 +69,14 @@ def programs_seconds(system: System, hierarchy: SynthesisHierarchy, programs: Se
             key = (ins[t], held[t].tobytes())
             step = priced.get(key)
             if step is None:
-                step = priced[key] = _step_seconds(topo, hierarchy, ins[t], held[t] * b, algo)
+                step = priced[key] = step_seconds(topo, hierarchy, ins[t], held[t] * b, algo)
             prefix.append(ins[t])
             sums.append(sums[-1] + step)
         out.append(sums[len(ins)])
     return out
 
 
-def _step_seconds(topo: Topology, hierarchy: SynthesisHierarchy, ins: Instruction, held: np.ndarray,
+def step_seconds(topo: Topology, hierarchy: SynthesisHierarchy, ins: Instruction, held: np.ndarray,
                   algo: str) -> float:
     """One step's seconds from the bytes each synthesis device holds before it (memoized on ``topo``)."""
     lowered, members = _lowered(hierarchy, ins)
