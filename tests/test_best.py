@@ -152,3 +152,17 @@ def test_branch_and_bound_refuses_large_hierarchies_and_unknown_methods():
         best(system, (1024,), (0,), max_len=2, method="search")
     with pytest.raises(P2Error, match="unknown method"):
         best(system, (1024,), (0,), max_len=2, method="fastest")
+
+
+def test_programs_seconds_are_program_time_s_floats():
+    """The scoring path (prefix sums, steps priced once per holdings) gives program_time's floats exactly."""
+    from p2smt.cost.model import program_time, programs_seconds
+
+    system = load_system("h100-superpod")
+    result = synthesize(Request.for_system(system, (8, 128), (0,), matrix=((2, 2, 2, 1), (2, 16, 2, 2))),
+                        EngineConfig(engine="symmetric", max_len=4))
+    (m,) = result.matrices
+    for algo in ("ring", "auto"):
+        scored = programs_seconds(system, m.hierarchy, m.programs, algo=algo)
+        assert scored == [program_time(system, m.hierarchy, p, algo=algo).seconds for p in m.programs], algo
+        assert programs_seconds(system, m.hierarchy, m.programs, algo=algo) == scored  # warm: looked up

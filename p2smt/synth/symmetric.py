@@ -33,7 +33,8 @@ def search(prob: SynthesisProblem, max_len: int) -> list[tuple[int, ...]]:
     """Every valid program of ``prob`` up to ``max_len`` (canonical order) on the bitmatrix state.
 
     P²'s search (as ``problem.search_programs``: prune a step whose precondition fails, stop at the
-    goal, memoize the suffixes of a state and remaining length) with two shortcuts that skip only
+    goal, memoize the suffixes of a state and remaining length; a state's valid steps are computed
+    once for every remaining length) with two shortcuts that skip only
     failing steps: the last step of a program is only tried with candidates that can end in the goal
     (an AllReduce, AllGather or Broadcast whose groups cover every device not yet in its goal
     state), and AllReduce, ReduceScatter and Reduce over the same groups share one check of their
