@@ -1,7 +1,7 @@
 """Cost-guided search (``p2smt best``) vs enumerate-then-rank, at max length 5, 6, 7, 8.
 
     python benchmarks/best.py [--lengths 5,6,7,8] [--limit 600] [--cases a100,superpod] [--top 1]
-                              [--engine pieces|enumerative] [--json FILE]
+                              [--engine pieces|enumerative] [--method search|z3] [--json FILE]
 
 Cases: the 4 × A100 system (``a100-4x16``, axes 4,16 reducing axis 1: every placement) and the
 1,024-GPU ``h100-superpod`` (su 4 > node 32 > pcie 4 > gpu 2; axes 16,64 reducing axis 0 with the
@@ -10,7 +10,9 @@ in its own process under a wall-clock limit, both sides of a point one after the
 run (the machine is shared, so only ratios measured side by side mean much); a side that exceeds
 the limit is reported as such. speedup = enumerate-then-rank seconds / best seconds; "same": equal
 top-N lists (programs, seconds, order) per placement and equal overall best. The enumerating side
-uses ``--engine`` (default ``pieces``, the fastest exact enumeration; ``enumerative`` is P²'s).
+uses ``--engine`` (default ``pieces``, the fastest exact enumeration; ``enumerative`` is P²'s); the
+cost-guided side ``--method`` (default ``search``: the branch and bound of ``cost.branch`` on the
+bitmatrix state; ``z3``: the Z3 bound strategy of ``cost.bound``).
 """
 
 from __future__ import annotations
@@ -33,13 +35,13 @@ CASES = {
 }
 
 
-def point_spec(case: str, side: str, max_len: int, top: int, engine: str) -> dict:
-    """One side of one point as JSON: the case's request and the engine configuration."""
+def point_spec(case: str, side: str, max_len: int, top: int, engine: str, method: str = "search") -> dict:
+    """One side of one point as JSON: the case's request, the engine configuration and ``best``'s method."""
     c = CASES[case]
     matrix = tuple(tuple(r) for r in c["matrix"]) if c["matrix"] else None
     request = Request(c["system"], tuple(c["axes"]), tuple(c["reduce"]), matrix=matrix)
     config = EngineConfig(engine=engine, max_len=max_len)
-    return {"request": request.to_json(), "config": config.to_json(), "side": side, "top": top}
+    return {"request": request.to_json(), "config": config.to_json(), "side": side, "top": top, "method": method}
 
 
 def run_point(spec: dict) -> dict:
@@ -62,7 +64,7 @@ def run_point(spec: dict) -> dict:
     from p2smt.cost.best import best
 
     found = best(system, request.axes, request.reduce, matrix=request.matrix, max_len=config.max_len,
-                 top=spec["top"])
+                 top=spec["top"], method=spec.get("method", "z3"))
     report = found.to_json()
     calls = sum(m.stats.get("solver_calls", 0) for m in found.matrices)
     clauses = sum(m.stats.get("cost_clauses", 0) for m in found.matrices)
@@ -95,19 +97,21 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--cases", default="a100,superpod")
     parser.add_argument("--top", type=int, default=1)
     parser.add_argument("--engine", default="pieces", help="engine of the enumerate-then-rank side")
+    parser.add_argument("--method", default="search", help="best's method: search (branch and bound) or z3")
     parser.add_argument("--json", help="also write the rows here")
     args = parser.parse_args(argv)
     info = machine_info()
     print(f"machine: {describe_machine(info)}")
-    print(f"per-side wall limit {args.limit:.0f} s, top {args.top}, enumerating engine {args.engine}")
-    header = f"{'case':<9} {'len':>3}  {'enumerate+rank':>18}  {'programs':>8}  {'best (Z3)':>18}  " \
+    print(f"per-side wall limit {args.limit:.0f} s, top {args.top}, enumerating engine {args.engine}, "
+          f"best's method {args.method}")
+    header = f"{'case':<9} {'len':>3}  {'enumerate+rank':>18}  {'programs':>8}  {'best (' + args.method + ')':>18}  " \
              f"{'calls':>6}  {'speedup':>7}  same  best program"
     print(header)
     rows = []
     for case in args.cases.split(","):
         for length in [int(v) for v in args.lengths.split(",")]:
             ranked = measure(point_spec(case, "rank", length, args.top, args.engine), args.limit)
-            found = measure(point_spec(case, "best", length, args.top, args.engine), args.limit)
+            found = measure(point_spec(case, "best", length, args.top, args.engine, args.method), args.limit)
             both = "best" in ranked and "best" in found
             same = ("yes" if ranked["top"] == found["top"] and ranked["best"] == found["best"] else "NO") if both \
                 else "-"

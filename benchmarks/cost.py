@@ -11,8 +11,9 @@ Run: ``python benchmarks/cost.py [--json]``. Prints
    fit (log predicted/measured over the points >= 64 MB), the error of every point with P = 1 (NCCL's
    constants only), and leave-one-out errors: P fitted on the other points, the held-out point predicted
    by the model run with that P;
-4. (program, matrix) pairs scored per second (cold caches and warm) on P²'s 4×A100 grid requests, and
-   the machine (CPU, cores, Python).
+4. (program, matrix) pairs scored per second (cold caches and warm) on P²'s 4×A100 grid requests, the
+   pairs priced per second on the 1,024-GPU h100-superpod (``scoring_throughput``), and the machine
+   (CPU, cores, Python).
 The algorithm is ``auto`` (per collective the fastest of ring/tree/nvls), as NCCL's tuner picks one.
 """
 
@@ -26,10 +27,12 @@ import time
 
 from p2smt.cost import calibration
 from p2smt.cost.calibration import BANDWIDTH_BOUND, fit_launch_us, launch_us_per_gpu, summarize
+from p2smt.cost.model import programs_seconds
 from p2smt.cost.rank import rank_result
 from p2smt.model.request import Request
 from p2smt.model.system import System, load_system
 from p2smt.runs.machine import describe_machine, machine_info
+from p2smt.synth.config import EngineConfig
 from p2smt.synth.driver import synthesize
 
 
@@ -128,6 +131,30 @@ def throughput() -> dict:
     return out
 
 
+SUPERPOD_REQUESTS = (((1024,), (0,)), ((32, 32), (1,)))
+"""1,024 GPUs: one reduction group over all four levels (7,636 programs of length <= 5), and the 18
+placements of a 32 x 32 grid reducing the second axis."""
+
+
+def scoring_throughput(max_len: int = 5) -> dict:
+    """(program, matrix) pairs priced per second by ``programs_seconds`` on the 1,024-GPU
+    ``h100-superpod`` (cold: every step priced; warm: the steps looked up). Synthesis by the
+    ``symmetric`` engine, not timed."""
+    system = load_system("h100-superpod")
+    config = EngineConfig(engine="symmetric", max_len=max_len)
+    results = [synthesize(Request.for_system(system, axes, red), config) for axes, red in SUPERPOD_REQUESTS]
+    pairs = sum(r.total_programs for r in results)
+    out: dict = {"system": system.name, "max_len": max_len, "pairs": pairs,
+                 "matrices": sum(len(r.matrices) for r in results)}
+    for label in ("cold", "warm"):
+        start = time.perf_counter()
+        for r in results:
+            for m in r.matrices:
+                programs_seconds(system, m.hierarchy, m.programs, algo="ring")
+        out[f"{label}_pairs_per_second"] = pairs / (time.perf_counter() - start)
+    return out
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--json", action="store_true", help="print one JSON document")
@@ -135,7 +162,7 @@ def main(argv: list[str] | None = None) -> int:
     points = calibration_points()
     report = {"calibration": points, "summary": summarize(points),
               "summary_all_sizes": summarize(points, 0), "launch": launch_fit(), "plateau": plateau_fit(),
-              "throughput": throughput(), "machine": machine_info()}
+              "throughput": throughput(), "scoring_at_scale": scoring_throughput(), "machine": machine_info()}
     if args.json:
         json.dump(report, sys.stdout, indent=1)
         print()
@@ -179,6 +206,10 @@ def main(argv: list[str] | None = None) -> int:
     t = report["throughput"]
     print(f"\nthroughput: {t['pairs']} (program, matrix) pairs, {t['cold_pairs_per_second']:.0f}/s cold, "
           f"{t['warm_pairs_per_second']:.0f}/s warm")
+    sc = report["scoring_at_scale"]
+    print(f"scoring on {sc['system']} (1,024 GPUs, length <= {sc['max_len']}): {sc['pairs']} (program, matrix) pairs "
+          f"over {sc['matrices']} matrices, {sc['cold_pairs_per_second']:.0f}/s cold, "
+          f"{sc['warm_pairs_per_second']:.0f}/s warm")
     print(f"machine: {describe_machine(report['machine'])}")
     return 0
 

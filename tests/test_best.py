@@ -124,3 +124,45 @@ def test_other_encodings_and_the_sum_bound_give_the_same_answer():
         other = best(system, (16,), (0,), max_len=4, top=2, **kwargs).to_json()
         assert other["status"] == "optimal", kwargs
         assert other["matrices"][0]["programs"] == reference["matrices"][0]["programs"], kwargs
+
+
+def test_branch_and_bound_search_gives_rank_s_lists_on_every_case(outcomes):
+    """``method="search"`` (cost.branch, no solver) returns the same lists, seconds, order and best."""
+    for (name, axes, reduce, matrix, max_len, top, algo), (_, _, ranked) in zip(CASES, outcomes):
+        found = best(load_system(name), axes, reduce, matrix=matrix, max_len=max_len, top=top, algo=algo,
+                     method="search").to_json()
+        assert found["status"] == "optimal", name
+        assert [m["programs"] for m in found["matrices"]] == [m["programs"] for m in ranked["matrices"]], name
+        assert found["best"] == ranked["best"], name
+
+
+def test_branch_and_bound_keeps_every_tie_of_the_last_place():
+    """top larger than the program set lists them all; a top that cuts inside a tie keeps rank's text order."""
+    system = load_system("a100-4x16")
+    matrix = ((4, 1), (1, 16))
+    for top in (1, 2, 10):
+        found = best(system, (4, 16), (1,), matrix=matrix, max_len=3, top=top, method="search")
+        ranked = _enumerate_then_rank(system, (4, 16), (1,), matrix, 3, top, "ring")
+        assert [p.to_json() for p in found.matrices[0].programs] == ranked["matrices"][0]["programs"], top
+
+
+def test_branch_and_bound_refuses_large_hierarchies_and_unknown_methods():
+    system = load_system("h100-superpod")
+    with pytest.raises(P2Error, match="at most"):
+        best(system, (1024,), (0,), max_len=2, method="search")
+    with pytest.raises(P2Error, match="unknown method"):
+        best(system, (1024,), (0,), max_len=2, method="fastest")
+
+
+def test_programs_seconds_are_program_time_s_floats():
+    """The scoring path (prefix sums, steps priced once per holdings) gives program_time's floats exactly."""
+    from p2smt.cost.model import program_time, programs_seconds
+
+    system = load_system("h100-superpod")
+    result = synthesize(Request.for_system(system, (8, 128), (0,), matrix=((2, 2, 2, 1), (2, 16, 2, 2))),
+                        EngineConfig(engine="symmetric", max_len=4))
+    (m,) = result.matrices
+    for algo in ("ring", "auto"):
+        scored = programs_seconds(system, m.hierarchy, m.programs, algo=algo)
+        assert scored == [program_time(system, m.hierarchy, p, algo=algo).seconds for p in m.programs], algo
+        assert programs_seconds(system, m.hierarchy, m.programs, algo=algo) == scored  # warm: looked up

@@ -21,9 +21,12 @@ from p2smt.model.system import System
 from p2smt.synth.config import MAX_LEN_LIMIT
 from p2smt.synth.driver import placements_for
 
-__all__ = ["BOUNDS", "TIE_TOLERANCE", "BestResult", "MatrixBest", "RankedProgram", "best", "best_on_hierarchy"]
+__all__ = ["BOUNDS", "METHODS", "TIE_TOLERANCE", "BestResult", "MatrixBest", "RankedProgram", "best", "best_on_hierarchy"]
 
 BOUNDS = ("clauses", "sum")
+METHODS = ("z3", "search")
+"""``z3``: the bound strategy of ``cost.bound`` (proved by Z3); ``search``: the branch and bound of
+``cost.branch`` on the bitmatrix state (exhaustive, no solver; up to ``branch.MAX_DEVICES``)."""
 
 
 @dataclass(frozen=True)
@@ -96,24 +99,33 @@ class BestResult:
         }
 
 
-def _check_options(max_len: int, timeout_ms: int | None, bound: str) -> None:
+def _check_options(max_len: int, timeout_ms: int | None, bound: str, method: str = "z3") -> None:
     if not 1 <= max_len <= MAX_LEN_LIMIT:
         raise P2Error(f"--max-len must be between 1 and {MAX_LEN_LIMIT}, got {max_len}")
     if timeout_ms is not None and timeout_ms <= 0:
         raise P2Error(f"--timeout must be positive, got {timeout_ms} ms")
     if bound not in BOUNDS:
         raise P2Error(f"unknown bound {bound!r}; choose one of {', '.join(BOUNDS)}")
+    if method not in METHODS:
+        raise P2Error(f"unknown method {method!r}; choose one of {', '.join(METHODS)}")
 
 
 def best_on_hierarchy(system: System, h: SynthesisHierarchy, *, max_len: int = 8, top: int = 1, algo: str = "ring",
                       bytes_per_device: float | None = None, timeout_ms: int | None = None,
                       encoding: str = "bool-matrix", encoding_options: dict[str, Any] | None = None,
                       require_progress: bool = True, bound: str = "clauses", matrix: Matrix = (),
-                      lookahead: bool = True) -> MatrixBest:
+                      lookahead: bool = True, method: str = "z3") -> MatrixBest:
     """The ``top`` cheapest valid programs of at most ``max_len`` steps on one synthesis hierarchy."""
     b = check_request(system, algo, bytes_per_device, top)
-    _check_options(max_len, timeout_ms, bound)
+    _check_options(max_len, timeout_ms, bound, method)
     start = time.perf_counter()
+    if method == "search":
+        from p2smt.cost.branch import BranchAndBound
+
+        ranked, stats = BranchAndBound(system, h, algo=algo, bytes_per_device=b, max_len=max_len, top=top,
+                                       require_progress=require_progress).run()
+        status = SolveStatus.OPTIMAL if ranked else SolveStatus.INFEASIBLE
+        return MatrixBest(matrix, h, tuple(ranked), status, time.perf_counter() - start, stats)
     search = CostBound(system, h, algo=algo, bytes_per_device=b, max_len=max_len, top=top, timeout_ms=timeout_ms,
                      encoding=encoding, options=encoding_options, require_progress=require_progress, bound=bound,
                      lookahead=lookahead)
@@ -126,14 +138,15 @@ def best(system: System, axes: Sequence[int], reduction_axes: Sequence[int], *, 
          timeout_ms: int | None = None, encoding: str = "bool-matrix",
          encoding_options: dict[str, Any] | None = None, hierarchy_kind: HierarchyKind = "d",
          master_scope: MasterScope = "per-ancestor", require_progress: bool = True,
-         bound: str = "clauses", lookahead: bool = True) -> BestResult:
+         bound: str = "clauses", lookahead: bool = True, method: str = "z3") -> BestResult:
     """The ``top`` cheapest programs per placement (or one ``matrix``) and overall, proved with Z3.
 
     Same order, ties and seconds as ``rank.rank_result`` over the complete program set up to
     ``max_len``; ``timeout_ms`` bounds each solver call (a placement whose call gives up is "unknown").
+    ``method="search"`` finds the same list by ``cost.branch``'s branch and bound instead of Z3.
     """
     b = check_request(system, algo, bytes_per_device, top)
-    _check_options(max_len, timeout_ms, bound)
+    _check_options(max_len, timeout_ms, bound, method)
     start = time.perf_counter()
     placements = placements_for(system, tuple(axes), matrix)
     red = placements[0].check_axes(tuple(reduction_axes))
@@ -143,6 +156,7 @@ def best(system: System, axes: Sequence[int], reduction_axes: Sequence[int], *, 
         results.append(best_on_hierarchy(system, h, max_len=max_len, top=top, algo=algo, bytes_per_device=b,
                                          timeout_ms=timeout_ms, encoding=encoding,
                                          encoding_options=encoding_options, require_progress=require_progress,
-                                         bound=bound, matrix=placement.matrix, lookahead=lookahead))
+                                         bound=bound, matrix=placement.matrix, lookahead=lookahead,
+                                         method=method))
     return BestResult(system.name, tuple(axes), tuple(red), algo, float(b), max_len, top, tuple(results),
                       time.perf_counter() - start)

@@ -55,7 +55,7 @@ from typing import Literal
 
 from p2smt.cost.channels import ALGOS, Channel, EdgeKey, group_channels
 from p2smt.cost.fluid import fluid_finish_times
-from p2smt.cost.program import ProgramCost, program_time
+from p2smt.cost.program import ProgramCost, program_time, programs_seconds
 from p2smt.cost.step import (
     Choice,
     bus_bandwidth_gbps,
@@ -108,6 +108,7 @@ __all__ = [
     "plateau_latency",
     "program_time",
     "program_volumes",
+    "programs_seconds",
     "step_choices",
     "step_time",
 ]

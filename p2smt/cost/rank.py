@@ -8,8 +8,7 @@ from typing import Any
 from p2smt.cost.model import (
     ALGOS,
     default_bytes_per_device,
-    held_fractions_of_programs,
-    program_time,
+    programs_seconds,
     step_time,
 )
 from p2smt.errors import P2Error
@@ -63,11 +62,8 @@ def rank_result(system: System, result: SynthesisResult, *, algo: str = "ring",
     matrices = []
     best = None
     for m in result.matrices:
-        scored = []
-        fractions = held_fractions_of_programs(m.hierarchy, m.programs)
-        for prog in m.programs:
-            cost = program_time(system, m.hierarchy, prog, algo=algo, bytes_per_device=b, fractions=fractions[prog])
-            scored.append((cost.seconds, format_program(prog)))
+        seconds = programs_seconds(system, m.hierarchy, m.programs, algo=algo, bytes_per_device=b)
+        scored = [(t, format_program(prog)) for t, prog in zip(seconds, m.programs)]
         scored.sort(key=lambda st: sort_key(*st))
         matrix = [list(r) for r in m.matrix]
         matrices.append({

@@ -100,13 +100,29 @@ def _best(topo: Topology, collective: Collective, group: Group, flows, size: flo
                   _group_seconds(topo, collective, group, flows, size, proto, ramp=False))
 
 
+def _orbit(topo: Topology, group: Group) -> Group:
+    """The representative of a group's orbit under the translations ``_solo`` describes."""
+    period = topo.period
+    if not topo.derived and min(group) // topo.gpus_per_node == max(group) // topo.gpus_per_node:
+        period = topo.gpus_per_node
+    shift = min(group) // period * period
+    return tuple(d - shift for d in group)
+
+
 def _solo(topo: Topology, collective: Collective, group: Group, algo: str, size: float) -> Choice:
-    """A group's best protocol on the idle topology; translates by ``topo.period`` share it (an automorphism)."""
-    shift = min(group) // topo.period * topo.period
-    canon = tuple(d - shift for d in group)
-    flows = topo.memo(("solo", algo, collective, canon),
-                      lambda: _flow_times(topo, [group_channels(topo, collective, canon, algo)], [1.0]))
-    return _best(topo, collective, canon, flows, size)
+    """A group's best protocol on the idle topology, priced once per orbit of groups: translates by
+    ``topo.period`` share it (an automorphism), and so do translates by whole nodes of a group inside one
+    node (its routes never leave the node). Node translates across nodes are not automorphisms of a
+    leaf/spine fabric (destination-mod-k picks the spine by the node's port), and a derived topology
+    has no translation at all (``period`` is every device)."""
+    canon = _orbit(topo, group)
+
+    def price() -> Choice:
+        flows = topo.memo(("solo", algo, collective, canon),
+                          lambda: _flow_times(topo, [group_channels(topo, collective, canon, algo)], [1.0]))
+        return _best(topo, collective, canon, flows, size)
+
+    return topo.memo(("solo-choice", algo, collective, canon, size), price)
 
 
 def choose(topo: Topology, collective: Collective, group: Group, algo: str, size: float) -> Choice:
@@ -122,11 +138,21 @@ def step_choices(topo: Topology, collective: Collective, groups: Sequence[Group]
     live group's (algorithm, protocol), under contention between the groups."""
     if algo not in ALGOS:
         raise P2Error(f"unknown algorithm {algo!r}; choose one of {', '.join(ALGOS)}")
-    live = [(tuple(g), s) for g, s in zip(groups, sizes) if len(g) > 1 and s > 0]
+    live = tuple((tuple(g), s) for g, s in zip(groups, sizes) if len(g) > 1 and s > 0)
+    return topo.memo(("step-choices", algo, collective, live), lambda: _step_choices(topo, collective, live, algo))
+
+
+def _step_choices(topo: Topology, collective: Collective, live: tuple[tuple[Group, float], ...],
+                  algo: str) -> tuple[float, tuple[Choice, ...]]:
     if not live:
         return 0.0, ()
     top = max(s for _, s in live)
-    picks = tuple(choose(topo, collective, g, algo, s) for g, s in live)
+    if algo == "auto":
+        picks = tuple(choose(topo, collective, g, algo, s) for g, s in live)
+    else:  # a forced algorithm's choice depends on the group's orbit and size only (``_solo``)
+        by_orbit: dict[tuple[Group, float], Choice] = {}
+        picks = tuple(by_orbit.get((o := _orbit(topo, g), s)) or by_orbit.setdefault((o, s), _solo(topo, collective, g, algo, s))
+                      for g, s in live)
     algos = tuple(c.algo for c in picks)
     key = ("step", algos, collective, tuple(g for g, _ in live), tuple(round(s / top, 12) for _, s in live))
 
@@ -142,9 +168,17 @@ def step_choices(topo: Topology, collective: Collective, groups: Sequence[Group]
 
     per_group = topo.memo(key, make)
     # A finish time f is per byte of the largest message; per byte of group g's own message it is f·top/s.
-    seconds = max(_group_seconds(topo, collective, g, tuple((ch, f * top / s) for ch, f in flows), s, c.protocol)
-                  for (g, s), flows, c in zip(live, per_group, picks))
-    return seconds, picks
+    # A group's time depends only on the key below, so groups of one orbit under contention that left
+    # them equal flows are priced once; wherever the fabric or the contention breaks the symmetry the
+    # keys differ and each group is priced on its own.
+    priced: dict[tuple, float] = {}
+    for (g, s), flows, c in zip(live, per_group, picks):
+        scaled = tuple((ch, f * top / s) for ch, f in flows)
+        key = (s, c.protocol, len(g), len({topo.node_of(d) for d in g}),
+               tuple((ch.algo, ch.hops, ch.fixed_us, ch.plateau_scale, ch.plateau_volume, f) for ch, f in scaled))
+        if key not in priced:
+            priced[key] = _group_seconds(topo, collective, g, scaled, s, c.protocol)
+    return max(priced.values()), picks
 
 
 def step_time(topo: Topology, collective: Collective, groups: Sequence[Group], sizes: Sequence[float],

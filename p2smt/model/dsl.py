@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
+from functools import cached_property, lru_cache
 from typing import Literal
 
 import numpy as np
@@ -50,7 +51,18 @@ class Instruction:
     collective: Collective
 
     def __str__(self) -> str:
+        return self._text
+
+    def __hash__(self) -> int:
+        return self._hash
+
+    @cached_property
+    def _text(self) -> str:  # computed once: programs are sorted and priced by their text
         return f"({self.slice}, {self.form}, {self.collective.value})"
+
+    @cached_property
+    def _hash(self) -> int:  # computed once: programs and their steps key the pricing caches
+        return hash((self.slice, self.form, self.collective))
 
 
 @dataclass(frozen=True)
@@ -61,6 +73,13 @@ class Program:
 
     def __str__(self) -> str:
         return format_program(self)
+
+    def __hash__(self) -> int:
+        return self._hash
+
+    @cached_property
+    def _hash(self) -> int:  # computed once, as Instruction's
+        return hash(self.instructions)
 
     def __len__(self) -> int:
         return len(self.instructions)
@@ -227,11 +246,15 @@ def instruction_groups(h: SynthesisHierarchy, instr: Instruction | tuple[str, Fo
     rows = moved.reshape(-1, width)
     if width < 2:
         return ()
-    return tuple(sorted(tuple(int(v) for v in r) for r in rows))
+    return tuple(sorted(map(tuple, rows.tolist())))
 
 
+@lru_cache(maxsize=8)
 def candidate_instructions(h: SynthesisHierarchy) -> tuple[tuple[Instruction, tuple[Group, ...]], ...]:
     """Every instruction with at least one group, deduplicated by (collective, groups).
+
+    Memoized (a few hierarchies): the driver, the cost model and the lowering ask for the same
+    hierarchy's candidates, whose groups cost O(devices) each to build.
 
     Order: slices outermost first; forms InsideGroup, Parallel(e'), Master(e') with e' outermost
     first; collectives in DSL order. The first instruction with given groups represents them.

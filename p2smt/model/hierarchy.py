@@ -7,6 +7,7 @@ its coordinates over the hierarchy's levels; ``replicas`` maps synthesis indices
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import cached_property
 from math import prod
 from typing import Literal
 
@@ -40,6 +41,15 @@ class SynthesisHierarchy:
     replicas: tuple[tuple[int, ...], ...]
     goal_groups: tuple[Group, ...]
     master_scope: MasterScope = "per-ancestor"
+
+    def __hash__(self) -> int:
+        return self._hash
+
+    @cached_property
+    def _hash(self) -> int:
+        """Computed once: hierarchies key the caches of synthesis and pricing, and their replicas and goal
+        groups list every device."""
+        return hash((self.kind, self.levels, self.replicas, self.goal_groups, self.master_scope))
 
     @property
     def num_devices(self) -> int:
@@ -84,12 +94,8 @@ def synthesis_hierarchy(
         per_level = [mixed_radix(digits[:, red, j], tuple(x[i][j] for i in red)) for j in range(n_levels)]
         synth_index = mixed_radix(np.stack(per_level, axis=1), tuple(s for _, s in levels))
         rest = [i for i in range(n_axes) if i not in red]
-        keys = [tuple(int(v) for v in digits[d][rest].ravel()) for d in range(placement.num_devices)]
         k = prod(s for _, s in levels)
-        by_key: dict[tuple[int, ...], list[int]] = {}
-        for d in range(placement.num_devices):
-            by_key.setdefault(keys[d], [0] * k)[int(synth_index[d])] = d
-        replicas = tuple(sorted((tuple(r) for r in by_key.values()), key=lambda r: min(r)))
+        replicas = _replicas(digits[:, rest, :].reshape(placement.num_devices, -1), synth_index, k)
         return SynthesisHierarchy(
             kind, ((ROOT, 1), *levels), replicas, (tuple(range(k)),), master_scope
         )
@@ -121,3 +127,17 @@ def synthesis_hierarchy(
         tuple(sorted(goal)),
         master_scope,
     )
+
+
+def _replicas(keys: np.ndarray, synth_index: np.ndarray, k: int) -> tuple[tuple[int, ...], ...]:
+    """Devices grouped by their non-reduced digits (``keys`` rows), each group listed by synthesis
+    index (entry ``synth_index[d]`` is device ``d``), groups ordered by their smallest device."""
+    n = keys.shape[0]
+    if keys.shape[1] == 0:
+        which = np.zeros(n, dtype=np.int64)
+    else:
+        which = np.unique(keys, axis=0, return_inverse=True)[1].reshape(n)
+    table = np.zeros((int(which.max()) + 1 if n else 0, k), dtype=np.int64)
+    table[which, synth_index] = np.arange(n)
+    table = table[np.argsort(table.min(axis=1), kind="stable")]
+    return tuple(map(tuple, table.tolist()))

@@ -83,6 +83,13 @@ def _rows(s: State) -> int:
 
 def _union(group: tuple[int, ...], states: Sequence[State], coll: Collective) -> State:
     """⊎ of members holding the same chunks; every chunk's contributions must be disjoint."""
+    if all(len(s) == 1 for s in states):  # the usual case: one piece each, the same chunks
+        contrib = 0
+        for ((_, c),) in states:
+            if contrib & c:
+                raise _Fail(group, f"{coll.value}.disjoint")
+            contrib |= c
+        return ((states[0][0][0], contrib),)
     acc: dict[int, int] = {c: r for r, c in states[0]}  # contributions -> chunks (one refinement)
     for s in states[1:]:
         nxt: dict[int, int] = {}
@@ -128,6 +135,9 @@ def _restrict(s: State, mask: int) -> State:
 
 def _below(member: State, root: State) -> bool:
     """Every chunk of ``member`` is non-empty on the root with a superset of its contributions."""
+    if len(root) == 1:  # the usual case (pieces are never empty)
+        r0, c0 = root[0]
+        return not any(r & ~r0 or c & ~c0 for r, c in member)
     for r, c in member:
         for r0, c0 in root:
             if r & r0 and c & ~c0:
@@ -179,20 +189,29 @@ def apply_group(coll: Collective, group: tuple[int, ...], states: list[State]) -
 
 
 class _Runner:
-    """The states along the current prefix (a stack), for programs taken in lexicographic order."""
+    """The states along the current prefix (a stack of state ids), for programs taken in lexicographic
+    order; every distinct state is kept once and each (state, candidate) step is computed once, so
+    programs that reach one state by different prefixes share its suffixes' work."""
 
     def __init__(self, problem: SynthesisProblem):
         k = problem.num_devices
         self.problem = problem
         full = (1 << k) - 1
-        self.stack: list[list[State]] = [[((full, 1 << d),) for d in range(k)]]
+        self.initial: tuple[State, ...] = tuple(((full, 1 << d),) for d in range(k))
+        self.states: list[tuple[State, ...]] = [self.initial]
+        self.ids: dict[tuple[State, ...], int] = {self.initial: 0}
+        self.successor: dict[tuple[int, int], int | _Fail] = {}
+        self.stack: list[int] = [0]
         self.prefix: list[int] = []
         goal: list[State] = [()] * k
         for g in problem.goal_groups:
             mask = sum(1 << d for d in g)
             for d in g:
                 goal[d] = ((full, mask),)
-        self.goal = goal
+        self.goal = tuple(goal)
+        self.goal_id = self.ids.setdefault(self.goal, len(self.states))
+        if self.goal_id == len(self.states):
+            self.states.append(self.goal)
         self.failed_at: int | None = None  # prefix length whose last step failed
         self.failure: _Fail | None = None
 
@@ -207,16 +226,29 @@ class _Runner:
         del self.stack[common + 1 :]
         self.failed_at, self.failure = None, None
         for t in range(common, len(program)):
-            cand = self.problem.candidates[program[t]]
-            try:
-                new = self._step(self.stack[-1], cand.collective, cand.groups)
-            except _Fail as fail:
-                self.prefix.append(program[t])
-                self.failed_at, self.failure = t + 1, fail
-                return t, fail
+            nxt = self._successor(self.stack[-1], program[t])
             self.prefix.append(program[t])
-            self.stack.append(new)
+            if isinstance(nxt, _Fail):
+                self.failed_at, self.failure = t + 1, nxt
+                return t, nxt
+            self.stack.append(nxt)
         return None, None
+
+    def _successor(self, sid: int, i: int) -> int | _Fail:
+        """The id of the state after candidate ``i`` from state ``sid`` (computed once), or its failure."""
+        found = self.successor.get((sid, i))
+        if found is None:
+            cand = self.problem.candidates[i]
+            try:
+                new = tuple(self._step(list(self.states[sid]), cand.collective, cand.groups))
+            except _Fail as fail:
+                found = fail
+            else:
+                found = self.ids.setdefault(new, len(self.states))
+                if found == len(self.states):
+                    self.states.append(new)
+            self.successor[sid, i] = found
+        return found
 
     def _step(self, states: list[State], coll: Collective, groups) -> list[State]:
         new = list(states)
@@ -232,7 +264,7 @@ class _Runner:
         return new
 
     def reached_goal(self) -> bool:
-        return self.stack[-1] == self.goal
+        return self.stack[-1] == self.goal_id
 
 
 def check_programs(
@@ -271,8 +303,8 @@ class Stepper:
 
     def __init__(self, problem: SynthesisProblem):
         self._runner = _Runner(problem)
-        self.initial: tuple[State, ...] = tuple(self._runner.stack[0])
-        self.goal: tuple[State, ...] = tuple(self._runner.goal)
+        self.initial: tuple[State, ...] = self._runner.initial
+        self.goal: tuple[State, ...] = self._runner.goal
 
     def step(self, states: tuple[State, ...], i: int) -> tuple[State, ...] | None:
         cand = self._runner.problem.candidates[i]

@@ -33,7 +33,8 @@ def search(prob: SynthesisProblem, max_len: int) -> list[tuple[int, ...]]:
     """Every valid program of ``prob`` up to ``max_len`` (canonical order) on the bitmatrix state.
 
     P²'s search (as ``problem.search_programs``: prune a step whose precondition fails, stop at the
-    goal, memoize the suffixes of a state and remaining length) with two shortcuts that skip only
+    goal, memoize the suffixes of a state and remaining length; a state's valid steps are computed
+    once for every remaining length) with two shortcuts that skip only
     failing steps: the last step of a program is only tried with candidates that can end in the goal
     (an AllReduce, AllGather or Broadcast whose groups cover every device not yet in its goal
     state), and AllReduce, ReduceScatter and Reduce over the same groups share one check of their
@@ -45,21 +46,47 @@ def search(prob: SynthesisProblem, max_len: int) -> list[tuple[int, ...]]:
     progress = prob.require_progress
     covers = [sum(1 << d for g in c.groups for d in g) for c in cands]
     finishing = [c.collective in (AR, AG, BC) for c in cands]
-    unfinished: dict[State, int] = {}
     group_ids: dict[tuple, int] = {}
     reducing = [group_ids.setdefault(c.groups, len(group_ids)) if c.collective in (AR, RS, RED) else None
                 for c in cands]
 
+    def checked(state: State, i: int, shared: dict[int, bool]) -> bool:
+        gid = reducing[i]
+        if gid is None:
+            return True
+        ok = shared.get(gid)
+        if ok is None:
+            ok = shared[gid] = all(machine.reducible([state[d] for d in g]) for g in cands[i].groups)
+        return ok
+
     def step(state: State, i: int) -> State | None:
         return machine.step(state, cands[i].collective, cands[i].groups, progress)
 
-    def last_step(state: State, i: int) -> State | None:
-        todo = unfinished.get(state)
-        if todo is None:
-            todo = unfinished[state] = sum(1 << d for d, (s, g) in enumerate(zip(state, goal)) if s != g)
-        if not finishing[i] or todo & ~covers[i]:
-            return None
-        return step(state, i)
+    successors: dict[State, list[tuple[int, State]]] = {}
+
+    def valid_steps(state: State) -> list[tuple[int, State]]:
+        found = successors.get(state)
+        if found is None:
+            shared: dict[int, bool] = {}
+            found = successors[state] = [
+                (i, nxt) for i in range(len(cands)) if checked(state, i, shared) and (nxt := step(state, i)) is not None
+            ]
+        return found
+
+    finishers: dict[State, list[int]] = {}
+
+    def finishing_steps(state: State) -> list[int]:
+        found = finishers.get(state)
+        if found is None:
+            if state in successors:
+                found = [i for i, nxt in successors[state] if nxt == goal]
+            else:
+                todo = sum(1 << d for d, (s, g) in enumerate(zip(state, goal)) if s != g)
+                shared: dict[int, bool] = {}
+                found = [i for i in range(len(cands))
+                         if finishing[i] and not todo & ~covers[i] and checked(state, i, shared) and step(state, i) == goal]
+            finishers[state] = found
+        return found
 
     memo: dict[tuple[State, int], list[tuple[int, ...]]] = {}
 
@@ -67,24 +94,15 @@ def search(prob: SynthesisProblem, max_len: int) -> list[tuple[int, ...]]:
         found = memo.get((state, remaining))
         if found is not None:
             return found
-        out: list[tuple[int, ...]] = []
-        advance = step if remaining > 1 else last_step
-        shared: dict[int, bool] = {}
-        for i in range(len(cands)):
-            gid = reducing[i]
-            if gid is not None:
-                ok = shared.get(gid)
-                if ok is None:
-                    ok = shared[gid] = all(machine.reducible([state[d] for d in g]) for g in cands[i].groups)
-                if not ok:
-                    continue
-            nxt = advance(state, i)
-            if nxt is None:
-                continue
-            if nxt == goal:
-                out.append((i,))
-            elif remaining > 1:
-                out.extend((i, *rest) for rest in suffixes(nxt, remaining - 1))
+        if remaining == 1:
+            out = [(i,) for i in finishing_steps(state)]
+        else:
+            out = []
+            for i, nxt in valid_steps(state):
+                if nxt == goal:
+                    out.append((i,))
+                else:
+                    out.extend((i, *rest) for rest in suffixes(nxt, remaining - 1))
         memo[state, remaining] = out
         return out
 
