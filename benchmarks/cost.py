@@ -1,4 +1,4 @@
-"""Cost-model benchmark: scoring throughput and accuracy against COSTS.md's calibration measurements.
+"""Cost-model benchmark: scoring throughput and accuracy against docs/cost-model.md's calibration measurements.
 
 Run: ``python benchmarks/cost.py [--json]``. Prints
 1. predicted vs measured for C1 (8×A100 AllReduce busbw, NCCL 2.18) and C2 (8×H100 AllReduce and
