@@ -96,3 +96,26 @@ def test_rank_refuses_an_invalid_users_program_and_a_missing_matrix(run_cli):
     assert rc == 2 and out == "" and "goal is not reached" in err
     rc, _, err = run_cli(*RANK_ONE[:-2], "--program", "(root, InsideGroup, AllReduce)")
     assert rc == 2 and "needs --matrix" in err
+
+
+def test_rank_prices_an_explicit_plan_like_the_same_program_and_refuses_a_permuted_one(run_cli, tmp_path):
+    import p2smt
+    from p2smt.api import hierarchy_of
+    from p2smt.model.dsl import explicit_plan_json, lower_program, parse_program
+
+    program = "(node, InsideGroup, ReduceScatter); (node, Parallel(root), AllReduce); (node, InsideGroup, AllGather)"
+    _, h = hierarchy_of(p2smt.Request("a100-4x16", (4, 16), (1,), matrix=((1, 4), (4, 4))))
+    steps = explicit_plan_json(lower_program(h, parse_program(program, h)))
+    plan = tmp_path / "plan.json"
+    plan.write_text(json.dumps(steps))
+    rc, out, _ = run_cli(*RANK_ONE, "--json", "--plan", plan)
+    assert rc == 0
+    explicit = json.loads(out)["yours"]
+    rc, out, _ = run_cli(*RANK_ONE, "--json", "--program", program)
+    assert rc == 0
+    dsl = json.loads(out)["yours"]
+    assert explicit["seconds"] == dsl["seconds"] and explicit["rank"] == dsl["rank"]
+    steps[2]["replica_groups"] = [list(reversed(g)) for g in steps[2]["replica_groups"]]
+    plan.write_text(json.dumps(steps))
+    rc, out, err = run_cli(*RANK_ONE, "--plan", plan)
+    assert rc == 2 and out == "" and "permuted" in err

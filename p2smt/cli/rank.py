@@ -27,7 +27,8 @@ def register(sub) -> None:
     p.add_argument("--top", type=int, help="keep the N fastest programs per placement")
     p.add_argument("--program", help="a hand-written DSL program (or @FILE) to price beside the synthesized ones "
                                      "(needs --matrix); it is checked first")
-    p.add_argument("--plan", help="an explicit JSON plan: not priced by rank (give the DSL --program)")
+    p.add_argument("--plan", help="an explicit JSON plan on physical device ids (XLA replica-group forms) to price "
+                                  "beside the synthesized ones (needs --matrix); it is checked first")
     add_search(p, engine="auto")  # certification costs seconds per placement: see docs/results
     add_bounds(p)
     add_json(p)
@@ -63,12 +64,15 @@ def run(args: argparse.Namespace) -> int:
 def users_program(args: argparse.Namespace, req):
     """The hand-written ``--program`` on the request's one ``--matrix``, refused unless the interpreter
     accepts it (pricing a wrong reduction would rank a wrong answer)."""
-    if args.plan:
-        raise P2Error("rank --plan: explicit plans are not priced; give the program in the DSL with --program")
-    if not args.program:
+    if args.plan and args.program:
+        raise P2Error("give at most one of --program and --plan")
+    if not args.program and not args.plan:
         return None
     if req.matrix is None:
-        raise P2Error("rank --program needs --matrix (a program is written for one placement)")
+        flag = "--program" if args.program else "--plan"
+        raise P2Error(f"rank {flag} needs --matrix (a plan is written for one placement)")
+    if args.plan:
+        return users_plan(args, req)
     from p2smt.api import hierarchy_of
     from p2smt.cli.inputs import read_arg_text
     from p2smt.model.dsl import lower_program, parse_program
@@ -86,21 +90,46 @@ def users_program(args: argparse.Namespace, req):
     return program
 
 
+def users_plan(args: argparse.Namespace, req):
+    """An explicit ``--plan`` on the request's placement, refused unless both semantics accept it (P²'s
+    chunks and XLA/NCCL positions)."""
+    from pathlib import Path
+
+    from p2smt.api import hierarchy_of
+    from p2smt.cli.inputs import plan_from_args
+    from p2smt.semantics.verdict import judge
+
+    placement, h = hierarchy_of(req)
+    plan, _ = plan_from_args(argparse.Namespace(program=None, plan=args.plan), h, placement.num_devices)
+    goal = placement.reduction_groups(placement.check_axes(req.reduce))
+    verdict = judge(placement.num_devices, [(s.collective, s.groups) for s in plan], goal, len(goal[0]),
+                    req.require_progress, layout=True)
+    if not verdict.valid:
+        raise P2Error(f"rank --plan {Path(args.plan).name}: {verdict.message()}")
+    return plan
+
+
 def price_users_program(req, program, result, algo: str, nbytes: float) -> dict:
-    """The hand-written program's predicted time and where it falls among the synthesized ones."""
+    """The hand-written program's (or explicit plan's) predicted time and where it falls among the
+    synthesized ones."""
     from p2smt.api import hierarchy_of
     from p2smt.cost.model import program_time
-    from p2smt.cost.rank import sort_key
-    from p2smt.model.dsl import format_program
+    from p2smt.cost.rank import explicit_plan_seconds, sort_key
+    from p2smt.model.dsl import Program, format_program
 
     system = req.load_system()
-    _, h = hierarchy_of(req)
-    seconds = program_time(system, h, program, algo=algo, bytes_per_device=nbytes).seconds
-    text = format_program(program)
+    placement, h = hierarchy_of(req)
+    if isinstance(program, Program):
+        seconds = program_time(system, h, program, algo=algo, bytes_per_device=nbytes).seconds
+        text = format_program(program)
+    else:
+        blocks = len(placement.reduction_groups(placement.check_axes(req.reduce))[0])
+        seconds = explicit_plan_seconds(system, program, blocks, nbytes, algo)
+        text = "; ".join(f"{s.collective.value} over {[list(g) for g in s.groups]}" for s in program)
     (m,) = result.matrices
     times = sorted(sort_key(program_time(system, m.hierarchy, p, algo=algo, bytes_per_device=nbytes).seconds,
                             format_program(p)) for p in m.programs)
     mine = sort_key(seconds, text)
-    return {"program": text, "seconds": seconds, "rank": 1 + sum(t < mine for t in times),
+    return {"program": text, "seconds": seconds, "rank": 1 + sum(t[0] < mine[0] for t in times),
             "of": len(times), "synthesized": any(t == mine for t in times),
             "vs_best": seconds / times[0][0] if times else 1.0}

@@ -124,3 +124,26 @@ def render_rank(report: dict[str, Any]):
         t.add_row(str(best["matrix"]), f"{best['seconds']:.6g}", best["program"])
         tables.append(t)
     return RichGroup(*tables)
+
+
+def explicit_plan_seconds(system: System, plan, blocks: int, bytes_per_device: float, algo: str = "ring") -> float:
+    """Predicted time of an explicit plan: each step priced with the bytes every device holds before it,
+    replayed on XLA/NCCL buffer positions (a device's share is its non-empty blocks out of ``blocks``)."""
+    from p2smt.cost.model import plan_time
+    from p2smt.semantics.positions import apply_group, initial_buffers
+
+    topo = build_topology(system)
+    buffers = initial_buffers(topo.num_devices, blocks)
+    volumes = []
+    for t, step in enumerate(plan, start=1):
+        volumes.append({d: bytes_per_device * sum(c is not None for c in buf) / blocks
+                        for d, buf in enumerate(buffers)})
+        new = list(buffers)
+        for group in step.groups:
+            out = apply_group(t, step.collective, tuple(group), [buffers[d] for d in group])
+            if not isinstance(out, list):
+                raise P2Error(f"step {t}: {out.message}")
+            for d, b in zip(group, out):
+                new[d] = b
+        buffers = new
+    return sum(plan_time(topo, plan, volumes, algo))
