@@ -85,7 +85,8 @@ def run_bounded(args: argparse.Namespace, label: str, work: Callable[[Report], T
     ctx = multiprocessing.get_context("fork")
     recv, send = ctx.Pipe(duplex=False)
     child = ctx.Process(target=_child, args=(work, send), daemon=True)
-    end = time.monotonic() + deadline
+    # The deadline bounds the whole command: it counts from main()'s start, not from the long part.
+    end = getattr(args, "started", time.monotonic()) + deadline
     child.start()
     send.close()
     pieces = []

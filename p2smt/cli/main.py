@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import os
 import sys
+import time
 
 from p2smt import __version__
 from p2smt.cli import (
@@ -56,8 +57,10 @@ def one_line(message: str) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
+    started = time.monotonic()
     try:
         args = build_parser().parse_args(argv)
+        args.started = started
         return int(args.func(args))
     except P2Error as err:
         print(f"p2smt: error: {one_line(str(err))}", file=sys.stderr)
