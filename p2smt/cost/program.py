@@ -53,7 +53,7 @@ def programs_seconds(system: System, hierarchy: SynthesisHierarchy, programs: Se
     topo = build_topology(system)
     b = default_bytes_per_device(system) if bytes_per_device is None else bytes_per_device
     if fractions is None:
-        fractions = held_fractions_of_programs(hierarchy, programs)
+        fractions = _fractions(hierarchy, tuple(programs))
     priced: dict[tuple[Instruction, bytes], float] = topo.memo(("priced", hierarchy, algo, b), dict)
     prefix: list[Instruction] = []
     sums: list[float] = [0]
@@ -84,6 +84,12 @@ def step_seconds(topo: Topology, hierarchy: SynthesisHierarchy, ins: Instruction
     key = ("instruction", hierarchy, ins, algo, sizes.tobytes())
     return topo.memo(key, lambda: step_time(topo, ins.collective, lowered,
                                             tuple(sizes.tolist()) * len(hierarchy.replicas), algo))
+
+
+@lru_cache(maxsize=64)
+def _fractions(hierarchy: SynthesisHierarchy, programs: tuple[Program, ...]) -> dict[Program, list[np.ndarray]]:
+    """``held_fractions_of_programs`` per listed programs (its own cache key sorts them by text first)."""
+    return held_fractions_of_programs(hierarchy, programs)
 
 
 def _message_sizes(collective: Collective, held: np.ndarray) -> np.ndarray:

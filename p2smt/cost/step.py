@@ -150,9 +150,12 @@ def _step_choices(topo: Topology, collective: Collective, live: tuple[tuple[Grou
     if algo == "auto":
         picks = tuple(choose(topo, collective, g, algo, s) for g, s in live)
     else:  # a forced algorithm's choice depends on the group's orbit and size only (``_solo``)
+        orbits = [(_orbit(topo, g), s) for g, s in live]
         by_orbit: dict[tuple[Group, float], Choice] = {}
-        picks = tuple(by_orbit.get((o := _orbit(topo, g), s)) or by_orbit.setdefault((o, s), _solo(topo, collective, g, algo, s))
-                      for g, s in live)
+        for (g, s), key in zip(live, orbits):
+            if key not in by_orbit:
+                by_orbit[key] = _solo(topo, collective, g, algo, s)
+        picks = tuple(by_orbit[key] for key in orbits)
     algos = tuple(c.algo for c in picks)
     key = ("step", algos, collective, tuple(g for g, _ in live), tuple(round(s / top, 12) for _, s in live))
 
