@@ -166,3 +166,16 @@ def test_programs_seconds_are_program_time_s_floats():
         scored = programs_seconds(system, m.hierarchy, m.programs, algo=algo)
         assert scored == [program_time(system, m.hierarchy, p, algo=algo).seconds for p in m.programs], algo
         assert programs_seconds(system, m.hierarchy, m.programs, algo=algo) == scored  # warm: looked up
+
+
+def test_cli_method_search_gives_the_z3_answer(run_cli):
+    import json
+
+    argv = ["best", "--system", "a100-4x16", "--axes", "4,16", "--reduce", "1", "--max-len", "5", "--top", "2",
+            "--json"]
+    rc, z3_out, _ = run_cli(*argv)
+    rc2, search_out, _ = run_cli(*argv, "--method", "search")
+    assert rc == rc2 == 0
+    z3_best, search_best = json.loads(z3_out), json.loads(search_out)
+    assert search_best["best"] == z3_best["best"]
+    assert [m["programs"] for m in search_best["matrices"]] == [m["programs"] for m in z3_best["matrices"]]

@@ -34,6 +34,9 @@ def register(sub) -> None:
     p.add_argument("--bound", default="clauses", choices=["clauses", "sum"],
                    help="how cost <= U reaches the solver: prefix clauses (default) or also a bit-vector sum")
     add_allow_noop(p)
+    p.add_argument("--method", default="z3", choices=["z3", "search"],
+                   help="z3: Z3 proves nothing cheaper exists (default); search: exact branch and bound on the "
+                        "interpreter's state (docs/symmetry.md), much faster on large hierarchies")
     p.add_argument("--no-lookahead", action="store_true",
                    help="bound a prefix by the next step alone, not by the count abstraction's cheapest completion")
     add_bounds(p)
@@ -52,7 +55,8 @@ def run(args: argparse.Namespace) -> int:
                   algo=args.algo, bytes_per_device=args.bytes, timeout_ms=config.timeout_ms,
                   encoding=config.encoding or "bool-matrix", encoding_options=config.encoding_options,
                   hierarchy_kind=req.hierarchy, master_scope=req.master_scope,
-                  require_progress=req.require_progress, bound=args.bound, lookahead=not args.no_lookahead))
+                  require_progress=req.require_progress, bound=args.bound, lookahead=not args.no_lookahead,
+                  method=args.method))
     if bounded.expired:
         return report_expired(args, bounded, "placements")
     result = bounded.result
