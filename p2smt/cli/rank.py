@@ -76,18 +76,25 @@ def users_program(args: argparse.Namespace, req):
     from p2smt.api import hierarchy_of
     from p2smt.cli.inputs import read_arg_text
     from p2smt.model.dsl import lower_program, parse_program
-    from p2smt.semantics.verdict import judge
 
-    placement, h = hierarchy_of(req)
+    _, h = hierarchy_of(req)
     text, source = read_arg_text(args.program)
     program = parse_program(text, h, source)
-    plan = lower_program(h, program)
+    _refuse_invalid(req, lower_program(h, program), layout=False, what="rank --program")
+    return program
+
+
+def _refuse_invalid(req, plan, layout: bool, what: str) -> None:
+    """A plan the interpreter rejects (``layout``: also under XLA/NCCL positions) is not priced."""
+    from p2smt.api import hierarchy_of
+    from p2smt.semantics.verdict import judge
+
+    placement, _ = hierarchy_of(req)
     goal = placement.reduction_groups(placement.check_axes(req.reduce))
     verdict = judge(placement.num_devices, [(s.collective, s.groups) for s in plan], goal, len(goal[0]),
-                    req.require_progress, layout=False)
+                    req.require_progress, layout=layout)
     if not verdict.valid:
-        raise P2Error(f"rank --program: {verdict.message()}")
-    return program
+        raise P2Error(f"{what}: {verdict.message()}")
 
 
 def users_plan(args: argparse.Namespace, req):
@@ -97,15 +104,10 @@ def users_plan(args: argparse.Namespace, req):
 
     from p2smt.api import hierarchy_of
     from p2smt.cli.inputs import plan_from_args
-    from p2smt.semantics.verdict import judge
 
     placement, h = hierarchy_of(req)
     plan, _ = plan_from_args(argparse.Namespace(program=None, plan=args.plan), h, placement.num_devices)
-    goal = placement.reduction_groups(placement.check_axes(req.reduce))
-    verdict = judge(placement.num_devices, [(s.collective, s.groups) for s in plan], goal, len(goal[0]),
-                    req.require_progress, layout=True)
-    if not verdict.valid:
-        raise P2Error(f"rank --plan {Path(args.plan).name}: {verdict.message()}")
+    _refuse_invalid(req, plan, layout=True, what=f"rank --plan {Path(args.plan).name}")
     return plan
 
 
