@@ -122,14 +122,15 @@ def test_verify_proves_the_four_examples_on_every_applicable_placement():
 
 def test_verify_refutes_p2s_invalid_examples_with_details():
     # docs/semantics.md §4: ReduceScatter then AllReduce over the same pair adds different halves.
+    # Steps are numbered from 1: the second step fails.
     proof = prove_plan(2, [(RS, ((0, 1),)), (AR, ((0, 1),))], ((0, 1),))
     assert proof.status == "counterexample"
-    assert proof.failing_step == 1 and set(proof.devices) <= {0, 1} and proof.rule
+    assert proof.failing_step == 2 and set(proof.violation.devices) <= {0, 1} and proof.violation.rule
     # Two AllReduces whose groups overlap in contributions count data twice.
     proof = prove_plan(4, [(AR, ((0, 1), (2, 3))), (AR, ((0, 1, 2, 3),))], ((0, 1, 2, 3),))
-    assert proof.status == "counterexample" and proof.failing_step == 1
+    assert proof.status == "counterexample" and proof.failing_step == 2
     assert "twice" in proof.message
-    assert proof.to_json()["defects"]
+    assert proof.violation.facts and not proof.to_json()["defects"]  # facts of the failed rule, not goal defects
 
 
 def test_cegis_catches_double_counting_with_a_concrete_input():
