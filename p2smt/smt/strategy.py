@@ -8,6 +8,7 @@ default, ``Enumerate``, asks for every valid program, length by length.
 
 from __future__ import annotations
 
+from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
@@ -27,13 +28,14 @@ class Phase:
     assumptions: Callable[[], list[z3.BoolRef]]
 
 
-class Strategy:
+class Strategy(ABC):
     """The default hooks: every phase's models are all confirmed, accepted programs are only reported."""
 
     batch = True  # candidates may be confirmed in batches when the encoding supports it
 
+    @abstractmethod
     def phases(self, enc: Encoding, max_len: int) -> Iterator[Phase]:
-        raise NotImplementedError
+        """The solver phases to run (e.g. one per program length), in order."""
 
     def begin(self, enc: Encoding, solver: z3.Solver) -> None:
         """Called once the problem is declared, before the first check."""
