@@ -97,7 +97,9 @@ def test_json_has_certificate_statistics(capsys):
     for m in solved:
         per_length = m["certificate"]["completeness"]["per_length"]
         assert sorted(per_length) == ["1", "2", "3", "4", "5"]
-        assert all({"queries", "conflicts", "seconds"} <= set(v) for v in per_length.values())
+        assert all({"queries", "conflicts"} <= set(v) and "seconds" not in v for v in per_length.values())
+        timed = m["stats"]["certificate"]["completeness"]["per_length"]
+        assert sorted(timed) == sorted(per_length) and all(v["seconds"] >= 0 for v in timed.values())
 
 
 def test_out_of_reach_says_not_certified(monkeypatch):

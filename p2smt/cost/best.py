@@ -51,8 +51,8 @@ class MatrixBest:
             "synthesis_hierarchy": [[n, s] for n, s in self.hierarchy.levels],
             "programs": [p.to_json() for p in self.programs],
             "status": self.status,
-            "seconds": round(self.seconds, 6),
-            "stats": self.stats,
+            "stats": {**{"search_seconds" if k == "seconds" else k: v for k, v in self.stats.items()},
+                      "seconds": round(self.seconds, 6)},
         }
 
 
@@ -93,9 +93,9 @@ class BestResult:
             "algo": self.algo,
             "max_len": self.max_len,
             "top": self.top,
-            "seconds": round(self.seconds, 6),
             "matrices": [m.to_json() for m in self.matrices],
             "best": None if best is None else {"matrix": [list(r) for r in best[0].matrix], **best[1].to_json()},
+            "stats": {"seconds": round(self.seconds, 6)},
         }
 
 
