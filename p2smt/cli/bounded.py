@@ -126,11 +126,12 @@ def _child(work: Callable[[Report], Any], send) -> None:
 
 
 def report_expired(args: argparse.Namespace, bounded: Bounded[Any], what: str,
-                   payload: dict[str, Any] | None = None) -> int:
-    """Print the ``unknown`` outcome of a run stopped at its deadline (with ``payload``: what was found)."""
+                   payload: dict[str, Any] | None = None, message: str | None = None) -> int:
+    """Print the ``unknown`` outcome of a run stopped at its deadline (with ``payload``: what was found;
+    ``message``: instead of counting the ``what`` done)."""
     from p2smt.cli.output import ExitCode, emit
 
-    message = bounded.message(what)
+    message = message or bounded.message(what)
     out = (payload or {}) | {"status": "unknown", "message": message}
     emit(args, out, lambda c: c.print(f"[yellow]UNKNOWN[/yellow]: {message}"))
     return ExitCode.UNKNOWN

@@ -207,7 +207,7 @@ def json_object_option(text: str | None, flag: str) -> dict[str, Any] | None:
 def timeout_ms(args: argparse.Namespace) -> int | None:
     """``--timeout`` seconds as the engines' milliseconds (None: no limit)."""
     timeout = getattr(args, "timeout", None)
-    return int(timeout * 1000) if timeout else None
+    return None if timeout is None else max(1, int(timeout * 1000))  # 0.0001 s is 1 ms, not "no limit"
 
 
 def engine_config(args: argparse.Namespace):

@@ -52,6 +52,17 @@ def _agree(proof, verdict, labels):
     return replace(proof, violation=replace(v, steps=oracle.steps, instruction=oracle.instruction))
 
 
+def expired(args: argparse.Namespace, bounded, pr) -> int:
+    """The deadline's ``unknown``: which steps were proved to apply and which one was under way."""
+    from p2smt.smt.verify import undecided_words
+
+    proved = max(bounded.pieces, default=0)
+    words = undecided_words(proved, len(pr.steps))
+    return report_expired(args, bounded, "steps",
+                          {"program": pr.program_text(), "steps": len(pr.steps), "steps_proved": proved},
+                          f"deadline of {bounded.deadline:g} s reached: {words}")
+
+
 def run(args: argparse.Namespace) -> int:
     """Prove a plan with Z3 (Boolean state, or ∀ data values with --values) or give a counterexample."""
     from p2smt.semantics.verdict import judge
@@ -61,20 +72,22 @@ def run(args: argparse.Namespace) -> int:
     progress = not args.allow_noop
     verdict = judge(n, pr.steps, pr.goal_groups, pr.chunks, progress, layout=False, labels=pr.labels)
     common = {"require_progress": progress, "timeout_ms": timeout_ms(args), "chunks": pr.chunks}
+    failing = verdict.violation.step if verdict.violation else None
     if args.values:
         from p2smt.smt.cegis import verify_values
 
-        bounded = run_bounded(args, "verify: proving",
-                              lambda report: verify_values(n, pr.steps, pr.goal_groups, **common))
+        def work(report):
+            return verify_values(n, pr.steps, pr.goal_groups, suspect=failing, report=report, **common)
     else:
         from p2smt.smt.verify import prove_plan
 
-        failing = verdict.violation.step if verdict.violation else None
         prefix = pr.steps if failing is None else pr.steps[:failing]
-        bounded = run_bounded(args, "verify: proving", lambda report: prove_plan(
-            n, prefix, pr.goal_groups, encoding=args.encoding, **common))
+
+        def work(report):
+            return prove_plan(n, prefix, pr.goal_groups, encoding=args.encoding, report=report, **common)
+    bounded = run_bounded(args, "verify: steps proved", work, total=len(pr.steps))
     if bounded.expired:
-        return report_expired(args, bounded, "proofs", {"program": pr.program_text(), "steps": len(pr.steps)})
+        return expired(args, bounded, pr)
     proof = bounded.result if args.values else _agree(bounded.result, verdict, pr.labels)
     payload = proof.to_json() | {"program": pr.program_text(), "steps": len(pr.steps)}
     status = proof.status

@@ -21,7 +21,17 @@ from p2smt.model.status import ProofStatus
 from p2smt.smt import terms as T
 from p2smt.smt.check import Unknown
 from p2smt.smt.unroll import Semantics
-from p2smt.smt.verify import Step, concrete_quotients, plan_checker, wall_clock
+from p2smt.smt.verify import (
+    ProofClock,
+    Step,
+    StepReport,
+    concrete_quotients,
+    encode_steps,
+    plan_checker,
+    proof_stats,
+    unknown_message,
+    wall_clock,
+)
 
 ENCODING = "values"
 
@@ -46,6 +56,7 @@ class ValueProof:
     message: str = ""
     stats: dict[str, Any] = field(default_factory=dict)
     blanks: tuple[tuple[int, int, int, int], ...] = ()
+    steps_proved: int | None = None
 
     @property
     def proved(self) -> bool:
@@ -66,6 +77,8 @@ class ValueProof:
                 expected=self.expected,
                 actual=self.actual,
             )
+        elif self.status is ProofStatus.UNKNOWN:
+            out["steps_proved"] = self.steps_proved
         out["stats"] = dict(self.stats)
         return out
 
@@ -79,19 +92,48 @@ def verify_values(
     timeout_ms: int | None = None,
     chunks: int | None = None,
     extra_dirs: Iterable[str | Path] = (),
+    suspect: int | None = None,
+    report: StepReport | None = None,
 ) -> ValueProof:
-    """Prove a plan for all integer inputs, or give a concrete input on which it computes a wrong sum."""
+    """Prove a plan for all integer inputs, or give a concrete input on which it computes a wrong sum.
+
+    ``suspect``: the step another semantics rejects (1-based: the interpreter's failing step). Steps
+    1..suspect are proved first, and a failing one among them is the whole plan's first failing step,
+    found without encoding the rest (a long plan that fails early costs what its prefix costs); else the
+    whole plan is proved. ``timeout_ms`` bounds everything, formula building included; ``report(t)``:
+    steps 1..t proved to apply.
+    """
     start = time.perf_counter()
+    clock = ProofClock(timeout_ms, report)
+    run = (num_devices, goal_groups, require_progress, chunks, extra_dirs, clock, start, len(steps))
+    if suspect is not None and 0 < suspect < len(steps):
+        early = _verify(steps[:suspect], *run, prefix=True)
+        if early is not None:
+            return early
+    proof = _verify(steps, *run, prefix=False)
+    if proof is None:
+        raise InternalError("the whole plan's proof ended without a verdict")
+    return proof
+
+
+def _verify(steps, num_devices, goal_groups, require_progress, chunks, extra_dirs, clock: ProofClock,
+            start: float, total: int, *, prefix: bool) -> ValueProof | None:
+    """``verify_values`` on ``steps`` (the first of ``total``); with ``prefix``, None when no step fails."""
     problem, plan, enc, checker = plan_checker(
-        num_devices, steps, goal_groups, require_progress, timeout_ms, chunks, ENCODING, extra_dirs
+        num_devices, steps, goal_groups, require_progress, clock.solver_ms(), chunks, ENCODING, extra_dirs
     )
-    stats = lambda: {"solver_calls": checker.calls, "seconds": round(time.perf_counter() - start, 6)}
     try:
-        with wall_clock(checker, timeout_ms):
-            fail = checker.first_failure(plan, terminal_goal=True, detail=True)
+        encode_steps(checker, plan, clock)
+        with wall_clock(checker, clock):
+            fail = checker.first_failure(plan, terminal_goal=True, detail=True, on_step=clock.step_proved)
+            if prefix and (fail is None or fail.step is None):
+                clock.earlier_calls += checker.calls
+                return None
             witness = None if fail is None or fail.step is not None else _telling_witness(enc, checker, problem, plan, fail)
     except Unknown as err:
-        return ValueProof(ProofStatus.UNKNOWN, message=f"the solver gave up: {err}", stats=stats())
+        return ValueProof(ProofStatus.UNKNOWN, message=unknown_message(err, clock, total),
+                          stats=proof_stats(checker, start, clock), steps_proved=clock.proved)
+    stats = lambda: proof_stats(checker, start, clock)
     if fail is None:
         return ValueProof(
             ProofStatus.PROVED, message="every device ends with its group's sum for every input", stats=stats()
@@ -101,7 +143,7 @@ def verify_values(
         rule = Rule.of(cand.collective, fail.rule)
         step = fail.step + 1
         return ValueProof(ProofStatus.COUNTEREXAMPLE, step, rule,
-                          message=f"failing step {step} of {len(plan)}: {cand.label}: {rule} fails", stats=stats())
+                          message=f"failing step {step} of {total}: {cand.label}: {rule} fails", stats=stats())
     row, xs, contents = _decode(witness, num_devices, len(plan))
     found = _wrong_device(enc, checker, problem, plan, witness)
     if found is None:

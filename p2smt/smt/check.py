@@ -210,11 +210,13 @@ class PlanChecker:
 
     # ------------------------------------------------------------------ programs
 
-    def first_failure(self, program: Sequence[int], *, terminal_goal: bool = True, detail: bool = False):
+    def first_failure(self, program: Sequence[int], *, terminal_goal: bool = True, detail: bool = False,
+                      on_step: Callable[[int], None] | None = None):
         """None when ``program`` is valid, else the first Failure (Hoare semantics order).
 
         Each prefix's last step is checked once (cached on its node); ``detail`` also finds the first
-        failing group and rule of a failing step, as the interpreter reports them.
+        failing group and rule of a failing step, as the interpreter reports them, and calls ``on_step(t)``
+        once steps 1..t are proved to apply.
         """
         program = tuple(program)
         self.log = []
@@ -239,6 +241,8 @@ class PlanChecker:
             fail = self._node_failure(t, nd, detail)
             if fail is not None:
                 return fail
+            if on_step is not None:
+                on_step(t + 1)
             if not terminal_goal and t + 1 < len(nodes) and not self.sat(self.goal_fails(nd), "exists"):
                 return Failure(t + 1, None, "progress", early_goal=True)
         if self.sat(self.goal_fails(last), "forall"):

@@ -7,14 +7,16 @@ first failing step (in the interpreter's order: steps, then groups, then rules) 
 Z3 witness cell, and the states of the affected devices are read off the same encoding evaluated on
 concrete chunks. The failure is a ``model.failure.Violation`` (steps 1-based) whose facts come from those
 states and whose sentence is worded once, in ``model.failure``; the goal's missing and foreign
-contributions are listed only when the goal is what fails. ``timeout_ms`` bounds the whole proof.
+contributions are listed only when the goal is what fails. ``timeout_ms`` bounds the whole proof, the
+building of its formulas (checked between steps) as well as the solver calls; a proof stopped by it says
+which steps were proved to apply first.
 """
 
 from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -33,8 +35,61 @@ from p2smt.smt.registry import load_encoding
 from p2smt.smt.unroll import Semantics
 
 Step = tuple[Collective, Sequence[Group]]
+StepReport = Callable[[int], None]
 MAX_DEFECTS = 256
 MAX_STATES = 16
+
+
+@dataclass
+class ProofClock:
+    """A proof's one wall-clock bound (``timeout_ms``; None: none) and the steps proved to apply so far."""
+
+    timeout_ms: int | None
+    report: StepReport | None = None
+    proved: int = 0
+    earlier_calls: int = 0  # solver calls of the proof's earlier checkers (a prefix proved first)
+    start: float = field(default_factory=time.monotonic)
+
+    def left_ms(self) -> float | None:
+        return None if self.timeout_ms is None else self.timeout_ms - (time.monotonic() - self.start) * 1000
+
+    def solver_ms(self) -> int | None:
+        """The per-call solver limit: what is left of the bound (at least 1 ms)."""
+        left = self.left_ms()
+        return None if left is None else max(1, int(left))
+
+    def check(self, doing: str) -> None:
+        """Raise Unknown once the bound is spent (``doing``: what was under way)."""
+        left = self.left_ms()
+        if left is not None and left <= 0:
+            raise Unknown(f"the proof's {self.timeout_ms / 1000:g} s ran out {doing}")
+
+    def step_proved(self, t: int) -> None:
+        """Steps 1..t apply (reported once each, though a prefix proved first proves them again)."""
+        if t > self.proved:
+            self.proved = t
+            if self.report is not None:
+                self.report(t)
+
+    def undecided(self, steps: int) -> str:
+        """Which steps were proved to apply before the proof stopped."""
+        return undecided_words(self.proved, steps)
+
+
+def undecided_words(proved: int, steps: int) -> str:
+    """"steps 1..n proved valid, step n+1 undecided" (steps proved to apply before a proof stopped)."""
+    if proved >= steps:
+        return f"steps 1..{steps} proved valid, the goal undecided"
+    done = {0: "no step proved valid", 1: "step 1 proved valid"}.get(proved, f"steps 1..{proved} proved valid")
+    return f"{done}, step {proved + 1} undecided"
+
+
+def encode_steps(checker: PlanChecker, plan: Sequence[int], clock: ProofClock) -> None:
+    """Build the formulas of each prefix of ``plan`` in order (cached on the checker), within ``clock``."""
+    plan = tuple(plan)
+    for t in range(1, len(plan) + 1):
+        clock.check(f"while encoding step {t} of {len(plan)}")
+        checker.node(plan[:t])
 
 
 @dataclass(frozen=True)
@@ -52,6 +107,7 @@ class PlanProof:
     states_after: int | None = None
     witness: dict[str, Any] = field(default_factory=dict)
     stats: dict[str, Any] = field(default_factory=dict)
+    steps_proved: int | None = None
 
     @property
     def proved(self) -> bool:
@@ -78,17 +134,19 @@ class PlanProof:
             )
         elif self.status is ProofStatus.UNKNOWN:
             out["message"] = self.message
+            out["steps_proved"] = self.steps_proved
         out["stats"] = dict(self.stats)
         return out
 
 
 @contextmanager
-def wall_clock(checker: PlanChecker, timeout_ms: int | None) -> Iterator[None]:
-    """Interrupt ``checker``'s solver once ``timeout_ms`` of wall clock have passed (one bound for the proof)."""
-    if timeout_ms is None:
+def wall_clock(checker: PlanChecker, clock: ProofClock) -> Iterator[None]:
+    """Interrupt ``checker``'s solver once ``clock``'s time is spent (one bound for the whole proof)."""
+    left = clock.left_ms()
+    if left is None:
         yield
         return
-    timer = threading.Timer(timeout_ms / 1000, checker.ctx.interrupt)
+    timer = threading.Timer(max(left, 0) / 1000, checker.ctx.interrupt)
     timer.daemon = True
     timer.start()
     try:
@@ -96,9 +154,15 @@ def wall_clock(checker: PlanChecker, timeout_ms: int | None) -> Iterator[None]:
     except z3.Z3Exception as err:
         if "cancel" not in str(err):
             raise
-        raise Unknown(f"the proof's {timeout_ms / 1000:g} s ran out") from None
+        raise Unknown(f"the proof's {clock.timeout_ms / 1000:g} s ran out") from None
     finally:
         timer.cancel()
+
+
+def unknown_message(err: Unknown, clock: ProofClock, steps: int) -> str:
+    """Why a proof stopped (its time, or the solver's own limit) and how far it got."""
+    why = str(err) if str(err).startswith("the proof's") else f"the solver gave up: {err}"
+    return f"{why}; {clock.undecided(steps)}"
 
 
 def plan_problem(
@@ -162,30 +226,37 @@ def prove_plan(
     chunks: int | None = None,
     encoding: str = "bool-matrix",
     extra_dirs: Iterable[str | Path] = (),
+    report: StepReport | None = None,
 ) -> PlanProof:
     """PROVED, COUNTEREXAMPLE (first failing step, group, devices, rule, defects) or unknown.
 
     ``chunks``: rows of the state matrix (default ``num_devices``; the size of one reduction group for
-    a lowered plan, as ``p2smt.semantics.dense.execute`` takes it).
+    a lowered plan, as ``p2smt.semantics.dense.execute`` takes it). ``report(t)``: steps 1..t proved to apply.
     """
     start = time.perf_counter()
+    clock = ProofClock(timeout_ms, report)
     problem, plan, enc, checker = plan_checker(
-        num_devices, steps, goal_groups, require_progress, timeout_ms, chunks, encoding, extra_dirs
+        num_devices, steps, goal_groups, require_progress, clock.solver_ms(), chunks, encoding, extra_dirs
     )
     if not hasattr(enc, "mask_payload"):
         raise P2Error(f"encoding {encoding!r} cannot prove plans (it has no mask payload to report states with)")
     try:
-        with wall_clock(checker, timeout_ms):
-            failure = checker.first_failure(plan, terminal_goal=True, detail=True)
+        encode_steps(checker, plan, clock)
+        with wall_clock(checker, clock):
+            failure = checker.first_failure(plan, terminal_goal=True, detail=True, on_step=clock.step_proved)
     except Unknown as err:
-        return PlanProof(ProofStatus.UNKNOWN, message=f"the solver gave up: {err}", stats=_stats(checker, start))
+        return PlanProof(ProofStatus.UNKNOWN, message=unknown_message(err, clock, len(plan)),
+                         stats=proof_stats(checker, start), steps_proved=clock.proved)
     if failure is None:
-        return PlanProof(ProofStatus.PROVED, stats=_stats(checker, start))
+        return PlanProof(ProofStatus.PROVED, stats=proof_stats(checker, start))
     return _counterexample(enc, checker, problem, plan, failure, start)
 
 
-def _stats(checker: PlanChecker, start: float) -> dict[str, Any]:
-    return {"solver_calls": checker.calls, "seconds": round(time.perf_counter() - start, 6)}
+def proof_stats(checker: PlanChecker, start: float, clock: ProofClock | None = None) -> dict[str, Any]:
+    """Solver calls, steps whose formulas were built, and wall-clock seconds of a proof."""
+    earlier = clock.earlier_calls if clock is not None else 0
+    return {"solver_calls": earlier + checker.calls, "steps_encoded": len(checker.nodes) - 1,
+            "seconds": round(time.perf_counter() - start, 6)}
 
 
 def mask_states(enc, checker: PlanChecker, plan: Sequence[int]) -> list[list[list[int]]]:
@@ -248,7 +319,7 @@ def _counterexample(enc, checker, problem, plan, failure: Failure, start: float)
     shown = list(dict.fromkeys((*v.devices, *(v.group or ()))))[:MAX_STATES]
     states = {d: [_bits(state[d][r]) for r in range(checker.chunks)] for d in shown}
     return PlanProof(ProofStatus.COUNTEREXAMPLE, v, v.message, tuple(defects), truncated, states, after,
-                     dict(failure.witness), _stats(checker, start))
+                     dict(failure.witness), proof_stats(checker, start))
 
 
 def _first_mixing(cands, masks, goal_mask, goal_groups, last: int, chunks: int) -> Violation | None:

@@ -1,0 +1,95 @@
+"""Long commands stopped early keep what they proved: verify's steps (``--timeout``, ``--deadline``), the
+fail-fast prefix of ``verify --values``, and the placements ``best`` and ``plan`` finished.
+
+No assertion reads a clock: what was proved, encoded and reported is counted instead.
+"""
+
+from __future__ import annotations
+
+import json
+
+from p2smt.model.collectives import AG, AR, RS
+
+V100 = ["--system", "v100-2x8", "--axes", "2,8", "--reduce", "1", "--matrix", "[[2,1],[1,8]]"]
+A100 = ["--system", "a100-4x16", "--axes", "4,16", "--reduce", "1", "--matrix", "[[1,4],[4,4]]"]
+RS_AR_AG = "(node, InsideGroup, ReduceScatter); (node, Parallel(root), AllReduce); (node, InsideGroup, AllGather)"
+MAX_STEPS = 4096
+
+
+def long_invalid(tmp_path, steps: int = MAX_STEPS):
+    """A plan whose step 2 gathers chunks every member already holds, then thousands more steps."""
+    body = ["(node, InsideGroup, AllReduce)", "(node, InsideGroup, AllGather)"]
+    body += ["(node, InsideGroup, AllReduce)"] * (steps - 2)
+    path = tmp_path / "long.p2"
+    path.write_text("; ".join(body))
+    return f"@{path}"
+
+
+def test_values_refutes_a_long_plan_at_step_2_encoding_only_its_prefix(run_cli, tmp_path):
+    rc, out, _ = run_cli("verify", *V100, "--program", long_invalid(tmp_path), "--values", "--json")
+    payload = json.loads(out)
+    assert rc == 1 and payload["status"] == "counterexample"
+    assert payload["failing_step"] == 2 and payload["steps"] == MAX_STEPS
+    assert payload["message"].startswith(f"failing step 2 of {MAX_STEPS}: AllGather")
+    assert payload["stats"]["steps_encoded"] == 2 and payload["stats"]["solver_calls"] <= 4
+
+
+def test_boolean_verify_also_encodes_only_the_prefix(run_cli, tmp_path):
+    rc, out, _ = run_cli("verify", *V100, "--program", long_invalid(tmp_path), "--json")
+    payload = json.loads(out)
+    assert rc == 1 and payload["failing_step"] == 2 and payload["stats"]["steps_encoded"] == 2
+
+
+def test_values_prefix_is_only_a_shortcut_when_the_values_semantics_fails_there(run_cli):
+    """The interpreter rejects step 2 (AllReduce twice sums the group twice); the value semantics has no step
+    rule for that, so the whole plan is proved and refuted at its goal, not at the prefix's."""
+    twice = "; ".join(["(node, InsideGroup, AllReduce)"] * 3)
+    rc, out, _ = run_cli("verify", *V100, "--program", twice, "--values", "--json")
+    payload = json.loads(out)
+    assert rc == 1 and payload["rule"] == "goal" and payload["failing_step"] is None
+    assert payload["stats"]["steps_encoded"] == 3
+    assert payload["expected"] == 36 and payload["actual"] == 36 * 8 * 8
+
+
+def test_tiny_timeout_stops_the_encoding_of_a_valid_plan(run_cli):
+    for extra in ([], ["--values"]):
+        rc, out, _ = run_cli("verify", *A100, "--program", RS_AR_AG, "--timeout", "0.001", *extra, "--json")
+        payload = json.loads(out)
+        assert rc == 4 and payload["status"] == "unknown", extra
+        assert "ran out while encoding step 1 of 3" in payload["message"], extra
+        assert payload["steps_proved"] == 0 and payload["stats"]["steps_encoded"] == 0, extra
+        assert "no step proved valid, step 1 undecided" in payload["message"], extra
+
+
+def test_prove_plan_reports_each_step_proved():
+    from p2smt.smt.cegis import verify_values
+    from p2smt.smt.verify import prove_plan
+
+    steps = [(RS, [(0, 1), (2, 3)]), (AR, [(0, 2), (1, 3)]), (AG, [(0, 1), (2, 3)])]
+    for prove in (prove_plan, verify_values):
+        seen: list[int] = []
+        proof = prove(4, steps, [(0, 1, 2, 3)], chunks=4, report=seen.append)
+        assert proof.proved and seen == [1, 2, 3], prove.__name__
+    seen = []
+    bad = [(AR, [(0, 1), (2, 3)]), (AR, [(0, 1), (2, 3)]), (AR, [(0, 2), (1, 3)])]
+    proof = prove_plan(4, bad, [(0, 1, 2, 3)], report=seen.append)
+    assert proof.failing_step == 2 and seen == [1]
+
+
+def test_verify_deadline_says_which_steps_were_proved(run_cli, monkeypatch):
+    from p2smt.smt import check
+
+    real = check.PlanChecker._node_failure
+
+    def hang_on_step_3(self, t, nd, detail):
+        if t == 2:
+            __import__("time").sleep(600)
+        return real(self, t, nd, detail)
+
+    monkeypatch.setattr(check.PlanChecker, "_node_failure", hang_on_step_3)
+    rc, out, _ = run_cli("verify", *A100, "--program", RS_AR_AG, "--deadline", "2", "--json")
+    payload = json.loads(out)
+    assert rc == 4 and payload["status"] == "unknown" and payload["steps_proved"] == 2
+    assert payload["message"] == "deadline of 2 s reached: steps 1..2 proved valid, step 3 undecided"
+    rc, out, _ = run_cli("verify", *A100, "--program", RS_AR_AG, "--deadline", "2")
+    assert rc == 4 and "steps 1..2 proved valid, step 3 undecided" in " ".join(out.split())
