@@ -93,3 +93,34 @@ def test_verify_deadline_says_which_steps_were_proved(run_cli, monkeypatch):
     assert payload["message"] == "deadline of 2 s reached: steps 1..2 proved valid, step 3 undecided"
     rc, out, _ = run_cli("verify", *A100, "--program", RS_AR_AG, "--deadline", "2")
     assert rc == 4 and "steps 1..2 proved valid, step 3 undecided" in " ".join(out.split())
+
+
+def first_then_hang(real):
+    """``real`` for its first call, then a sleep far past any test deadline."""
+    calls = []
+
+    def wrapped(*args, **kwargs):
+        calls.append(1)
+        if len(calls) > 1:
+            __import__("time").sleep(600)
+        return real(*args, **kwargs)
+
+    return wrapped
+
+
+def test_best_deadline_keeps_the_finished_placements(run_cli, monkeypatch):
+    from p2smt.cost import best as best_module
+
+    monkeypatch.setattr(best_module, "best_on_hierarchy", first_then_hang(best_module.best_on_hierarchy))
+    argv = ["best", "--system", "a100-4x16", "--axes", "4,16", "--reduce", "1", "--max-len", "2", "--deadline", "1.5"]
+    rc, out, _ = run_cli(*argv, "--json")
+    payload = json.loads(out)
+    assert rc == 4 and payload["status"] == "unknown"
+    assert payload["message"] == "deadline of 1.5 s reached with 1 of 3 placements finished"
+    (done,) = payload["matrices"]
+    assert done["status"] == "optimal" and done["programs"] and payload["best"]["matrix"] == done["matrix"]
+    assert len(payload["unfinished"]) == 2 and done["matrix"] not in payload["unfinished"]
+    rc, out, _ = run_cli(*argv)
+    text = " ".join(out.split())
+    assert rc == 4 and "best of the finished placements: matrix" in text and "not finished: [[" in text
+    assert "UNKNOWN: deadline of 1.5 s reached with 1 of 3 placements finished" in text

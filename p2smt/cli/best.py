@@ -7,7 +7,7 @@ import argparse
 from rich.console import Console
 from rich.table import Table
 
-from p2smt.cli.bounded import add_bounds, report_expired, run_bounded
+from p2smt.cli.bounded import add_bounds, run_bounded
 from p2smt.cli.options import (
     add_allow_noop,
     add_cost,
@@ -47,25 +47,36 @@ def register(sub) -> None:
 def run(args: argparse.Namespace) -> int:
     """The N cheapest programs per placement under the cost model, found and proved optimal with Z3."""
     from p2smt.cost.best import best
+    from p2smt.synth.driver import placements_for
 
     req = request_of(args)
     config = engine_config(args)
     system = req.load_system()
-    bounded = run_bounded(args, "best: proving", lambda report: best(system, req.axes, req.reduce, matrix=req.matrix, max_len=config.max_len, top=args.top,
-                  algo=args.algo, bytes_per_device=args.bytes, timeout_ms=config.timeout_ms,
-                  encoding=config.encoding or "bool-matrix", encoding_options=config.encoding_options,
-                  hierarchy_kind=req.hierarchy, master_scope=req.master_scope,
-                  require_progress=req.require_progress, bound=args.bound, lookahead=not args.no_lookahead,
-                  method=args.method))
-    if bounded.expired:
-        return report_expired(args, bounded, "placements")
-    result = bounded.result
+    placements = placements_for(system, req.axes, req.matrix)
+
+    def work(report):
+        return best(system, req.axes, req.reduce, matrix=req.matrix, max_len=config.max_len, top=args.top,
+                    algo=args.algo, bytes_per_device=args.bytes, timeout_ms=config.timeout_ms,
+                    encoding=config.encoding or "bool-matrix", encoding_options=config.encoding_options,
+                    hierarchy_kind=req.hierarchy, master_scope=req.master_scope,
+                    require_progress=req.require_progress, bound=args.bound, lookahead=not args.no_lookahead,
+                    method=args.method, report=report)
+
+    bounded = run_bounded(args, "best: placements proved", work, total=len(placements))
+    result = bounded.result if not bounded.expired else partial_result(args, req, system, placements, bounded)
     payload = result.to_json()
+    finished = {tuple(m.matrix) for m in result.matrices}
+    unfinished = [[list(r) for r in p.matrix] for p in placements if tuple(p.matrix) not in finished]
+    if bounded.expired:
+        message = f"deadline of {bounded.deadline:g} s reached with {len(result.matrices)} of {len(placements)} " \
+                  "placements finished"
+        payload |= {"status": "unknown", "message": message, "unfinished": unfinished}
 
     def render(c: Console) -> None:
+        status = "unknown" if bounded.expired else result.status
         c.print(f"{system.name}: axes {list(req.axes)}, reduce {list(result.reduction_axes)}, max length "
                 f"{config.max_len}, {args.algo}, {result.bytes_per_device:.4g} bytes per device: "
-                f"[bold]{result.status}[/bold] ({len(result.matrices)} placements, {result.seconds:.3f} s)")
+                f"[bold]{status}[/bold] ({len(result.matrices)} placements, {result.seconds:.3f} s)")
         for m in result.matrices:
             levels = " > ".join(f"{n} {s}" for n, s in m.hierarchy.levels)
             t = Table(title=f"matrix {[list(r) for r in m.matrix]}  hierarchy {levels}  "
@@ -78,7 +89,24 @@ def run(args: argparse.Namespace) -> int:
             c.print(t)
         if payload["best"]:
             b = payload["best"]
-            c.print(f"best: matrix {b['matrix']}  {b['seconds']:.6g} s  {b['program']}")
+            what = "best of the finished placements" if bounded.expired else "best"
+            c.print(f"{what}: matrix {b['matrix']}  {b['seconds']:.6g} s  {b['program']}")
+        if bounded.expired:
+            c.print(f"not finished: {', '.join(str(m) for m in unfinished)}")
+            c.print(f"[yellow]UNKNOWN[/yellow]: {payload['message']}")
 
     emit(args, payload, render)
+    if bounded.expired:
+        return ExitCode.UNKNOWN
     return ExitCode.OK if result.status == "optimal" else ExitCode.UNKNOWN
+
+
+def partial_result(args: argparse.Namespace, req, system, placements, bounded):
+    """The placements ``best`` finished before the deadline, each with its proved-cheapest programs."""
+    from p2smt.cost.best import BestResult
+    from p2smt.cost.rank import check_request
+
+    nbytes = check_request(system, args.algo, args.bytes, args.top)
+    reduce = placements[0].check_axes(req.reduce)
+    return BestResult(system.name, tuple(req.axes), reduce, args.algo, float(nbytes), args.max_len, args.top,
+                      tuple(bounded.pieces), float(bounded.deadline or 0))

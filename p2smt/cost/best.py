@@ -6,7 +6,7 @@ order of ties: ``rank``'s, so ``best`` returns what ranking the complete program
 from __future__ import annotations
 
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -138,12 +138,14 @@ def best(system: System, axes: Sequence[int], reduction_axes: Sequence[int], *, 
          timeout_ms: int | None = None, encoding: str = "bool-matrix",
          encoding_options: dict[str, Any] | None = None, hierarchy_kind: HierarchyKind = "d",
          master_scope: MasterScope = "per-ancestor", require_progress: bool = True,
-         bound: str = "clauses", lookahead: bool = True, method: str = "z3") -> BestResult:
+         bound: str = "clauses", lookahead: bool = True, method: str = "z3",
+         report: Callable[[MatrixBest], None] | None = None) -> BestResult:
     """The ``top`` cheapest programs per placement (or one ``matrix``) and overall, proved with Z3.
 
     Same order, ties and seconds as ``rank.rank_result`` over the complete program set up to
     ``max_len``; ``timeout_ms`` bounds each solver call (a placement whose call gives up is "unknown").
     ``method="search"`` finds the same list by ``cost.branch``'s branch and bound instead of Z3.
+    ``report`` receives each placement's result as it is finished (progress, partial results).
     """
     b = check_request(system, algo, bytes_per_device, top)
     _check_options(max_len, timeout_ms, bound, method)
@@ -158,5 +160,7 @@ def best(system: System, axes: Sequence[int], reduction_axes: Sequence[int], *, 
                                          encoding_options=encoding_options, require_progress=require_progress,
                                          bound=bound, matrix=placement.matrix, lookahead=lookahead,
                                          method=method))
+        if report is not None:
+            report(results[-1])
     return BestResult(system.name, tuple(axes), tuple(red), algo, float(b), max_len, top, tuple(results),
                       time.perf_counter() - start)
