@@ -124,3 +124,22 @@ def test_best_deadline_keeps_the_finished_placements(run_cli, monkeypatch):
     text = " ".join(out.split())
     assert rc == 4 and "best of the finished placements: matrix" in text and "not finished: [[" in text
     assert "UNKNOWN: deadline of 1.5 s reached with 1 of 3 placements finished" in text
+
+
+def test_plan_deadline_keeps_the_finished_units(run_cli, monkeypatch):
+    from p2smt.cost import plan as plan_module
+
+    monkeypatch.setattr(plan_module, "_reduction_choice", first_then_hang(plan_module._reduction_choice))
+    argv = ["plan", "--profile", "gpt3-13b-tp-dp", "--system", "dgx-a100", "--nodes", "4", "--deadline", "1.5"]
+    rc, out, _ = run_cli(*argv, "--json")
+    payload = json.loads(out)
+    assert rc == 4 and payload["status"] == "unknown"
+    (done,) = payload["finished"]
+    assert done["program"] and done["seconds_each"] > 0
+    waiting = {u["communication"]: u["matrices"] for u in payload["unfinished"]}
+    assert done["matrix"] not in waiting[done["communication"]]
+    units = 1 + sum(len(m) for m in waiting.values())
+    assert payload["message"] == f"deadline of 1.5 s reached with 1 of {units} (placement, communication) units finished"
+    rc, out, _ = run_cli(*argv)
+    text = " ".join(out.split())
+    assert rc == 4 and f"not finished: {done['communication']} on" in text and done["program"][:20] in text

@@ -9,8 +9,9 @@ from pathlib import Path
 from typing import Any
 
 from rich.console import Console
+from rich.table import Table
 
-from p2smt.cli.bounded import add_bounds, report_expired, run_bounded
+from p2smt.cli.bounded import add_bounds, run_bounded
 from p2smt.cli.options import add_algo, add_json, add_search, add_system, engine_config, system_of
 from p2smt.cli.output import ExitCode, emit, folder_path, output_file, output_folder, write_text
 
@@ -30,6 +31,7 @@ def register(sub) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from p2smt.cost.plan import plan, plot_plan, render_plan
+    from p2smt.model.placement import matrices
     from p2smt.model.profile import load_profile
 
     profile = load_profile(args.profile)
@@ -37,10 +39,12 @@ def run(args: argparse.Namespace) -> int:
     png = output_file(args.png, "--png") if args.png else nullcontext()
     export = folder_path(args.export_dir, "--export-dir") if args.export_dir else None
     config = engine_config(args)
-    bounded = run_bounded(args, "plan: synthesizing and ranking",
-                          lambda report: plan(profile, system, algo=args.algo, config=config))
+    units = len(matrices(system.sizes, profile.sizes_for(system.num_devices))) * len(profile.communication)
+    bounded = run_bounded(args, "plan: placement × communication units",
+                          lambda report: plan(profile, system, algo=args.algo, config=config, report=report),
+                          total=units)
     if bounded.expired:
-        return report_expired(args, bounded, "reports")
+        return expired(args, bounded, profile, system)
     report = bounded.result
     with png as tmp:
         if tmp is not None:
@@ -60,6 +64,38 @@ def run(args: argparse.Namespace) -> int:
 
     emit(args, report, render)
     return ExitCode.OK
+
+
+def expired(args: argparse.Namespace, bounded, profile, system) -> int:
+    """The deadline's ``unknown``: each finished (placement, communication) unit's choice, and what is not."""
+    from p2smt.model.placement import matrices
+
+    mats = matrices(system.sizes, profile.sizes_for(system.num_devices))
+    done = {(u.choice.name, u.matrix) for u in bounded.pieces}
+    finished = [{"communication": u.choice.name, "matrix": [list(r) for r in u.matrix], "kind": u.choice.kind,
+                 "seconds_each": u.choice.seconds_each, "seconds_total": u.choice.seconds_total,
+                 "program": u.choice.program} for u in bounded.pieces]
+    unfinished = [{"communication": c.name, "matrices": [[list(r) for r in m] for m in mats if (c.name, m) not in done]}
+                  for c in profile.communication]
+    unfinished = [u for u in unfinished if u["matrices"]]
+    message = (f"deadline of {bounded.deadline:g} s reached with {len(finished)} of "
+               f"{len(mats) * len(profile.communication)} (placement, communication) units finished")
+    payload = {"profile": profile.name, "system": system.name, "finished": finished, "unfinished": unfinished}
+
+    def render(c: Console) -> None:
+        t = Table(title=f"{profile.name} on {system.name}: finished before the deadline")
+        for column in ("communication", "matrix", "s each", "program"):
+            t.add_column(column, overflow="fold")
+        for u in finished:
+            t.add_row(u["communication"], str(u["matrix"]), f"{u['seconds_each']:.4g}", u["program"] or "")
+        c.print(t)
+        for u in unfinished:
+            c.print(f"not finished: {u['communication']} on {len(u['matrices'])} placements: "
+                    f"{', '.join(str(m) for m in u['matrices'])}")
+        c.print(f"[yellow]UNKNOWN[/yellow]: {message}")
+
+    emit(args, payload | {"status": "unknown", "message": message}, render)
+    return ExitCode.UNKNOWN
 
 
 def export_plan(report: dict[str, Any], profile, system, out: Path) -> list[str]:

@@ -9,6 +9,7 @@ communication at once.
 from __future__ import annotations
 
 import statistics
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -25,7 +26,7 @@ from p2smt.model.request import Request
 from p2smt.model.system import System
 from p2smt.model.topology import build_topology
 from p2smt.synth.config import Engine, EngineConfig
-from p2smt.synth.driver import synthesize
+from p2smt.synth.driver import MatrixResult, SynthesisResult, synthesize
 
 
 @dataclass(frozen=True)
@@ -44,6 +45,17 @@ class CommChoice:
     @property
     def seconds_total(self) -> float:
         return self.count * self.seconds_each
+
+
+@dataclass(frozen=True)
+class PlanUnit:
+    """One communication's best way on one placement, reported as soon as it is known."""
+
+    matrix: Matrix
+    choice: CommChoice
+
+
+UnitReport = Callable[[PlanUnit], None]
 
 
 def pipeline_pairs(placement: Placement, axis: int) -> tuple[tuple[tuple[int, int], ...], tuple[tuple[int, int], ...]]:
@@ -78,25 +90,43 @@ def link_class(system: System, groups: tuple[Group, ...]) -> str:
 
 
 def _reduction_choices(system: System, axes: tuple[int, ...], comm: Communication, red: tuple[int, ...],
-                       algo: str, config: EngineConfig) -> list[CommChoice]:
-    result = synthesize(Request.for_system(system, axes, red), config)
-    max_len = config.max_len
-    report = rank_result(system, result, algo=algo, bytes_per_device=comm.bytes_per_device, top=1)
-    out = []
-    for m, found in zip(report["matrices"], result.matrices):
-        best = m["programs"][0] if m["programs"] else None
-        if best is None:
-            raise P2Error(f"no program reduces {comm.name!r} on matrix {m['matrix']} within length {max_len}")
-        (prog,) = [p for p in found.programs if format_program(p) == best["program"]]
-        links = tuple(link_class(system, step.groups) for step in lower_program(found.hierarchy, prog))
-        baseline = Placement(system.sizes, axes, found.matrix).reduction_groups(red)
-        out.append(CommChoice(comm.name, "reduce", comm.count, best["seconds"], m["allreduce_seconds"], best["program"],
-                              links, link_class(system, tuple(baseline))))
-    return out
+                       algo: str, config: EngineConfig, report: UnitReport | None = None) -> list[CommChoice]:
+    chosen: dict[Matrix, CommChoice] = {}
+
+    def choose(found: MatrixResult) -> CommChoice:
+        if found.matrix not in chosen:
+            chosen[found.matrix] = _reduction_choice(system, axes, comm, red, algo, config, found)
+        return chosen[found.matrix]
+
+    def finished(found: MatrixResult) -> None:
+        if report is not None:
+            report(PlanUnit(found.matrix, choose(found)))
+
+    result = synthesize(Request.for_system(system, axes, red), config, on_matrix=finished)
+    return [choose(found) for found in result.matrices]
 
 
-def plan(profile: Profile, system: System, *, algo: str = "ring", config: EngineConfig | None = None) -> dict[str, Any]:
+def _reduction_choice(system: System, axes: tuple[int, ...], comm: Communication, red: tuple[int, ...],
+                      algo: str, config: EngineConfig, found: MatrixResult) -> CommChoice:
+    """The cheapest of one placement's synthesized programs for one reduction."""
+    one = SynthesisResult(system.name, axes, red, str(config.engine), config.max_len, (found,), found.seconds)
+    (m,) = rank_result(system, one, algo=algo, bytes_per_device=comm.bytes_per_device, top=1)["matrices"]
+    best = m["programs"][0] if m["programs"] else None
+    if best is None:
+        raise P2Error(f"no program reduces {comm.name!r} on matrix {m['matrix']} within length {config.max_len}")
+    (prog,) = [p for p in found.programs if format_program(p) == best["program"]]
+    links = tuple(link_class(system, step.groups) for step in lower_program(found.hierarchy, prog))
+    baseline = Placement(system.sizes, axes, found.matrix).reduction_groups(red)
+    return CommChoice(comm.name, "reduce", comm.count, best["seconds"], m["allreduce_seconds"], best["program"],
+                      links, link_class(system, tuple(baseline)))
+
+
+def plan(profile: Profile, system: System, *, algo: str = "ring", config: EngineConfig | None = None,
+         report: UnitReport | None = None) -> dict[str, Any]:
     """Rank every placement of the profile's axes on ``system`` by predicted communication per step.
+
+    ``report`` receives each (placement, communication) unit's choice as it is found (progress, partial
+    results at a deadline).
 
     >>> from p2smt.model.profile import load_profile
     >>> from p2smt.model.system import load_system
@@ -111,14 +141,14 @@ def plan(profile: Profile, system: System, *, algo: str = "ring", config: Engine
     for comm in profile.communication:
         idx = tuple(sorted(profile.axis_index(a) for a in comm.axes))
         if comm.kind == "reduce":
-            per_comm.append(_reduction_choices(system, axes, comm, idx, algo, config))
-        else:
-            per_comm.append([
-                CommChoice(comm.name, "p2p", comm.count,
-                           p2p_seconds(system, Placement(system.sizes, axes, m), idx[0], comm.bytes_per_device, algo),
-                           None, None)
-                for m in mats
-            ])
+            per_comm.append(_reduction_choices(system, axes, comm, idx, algo, config, report))
+            continue
+        per_comm.append([])
+        for m in mats:
+            seconds = p2p_seconds(system, Placement(system.sizes, axes, m), idx[0], comm.bytes_per_device, algo)
+            per_comm[-1].append(CommChoice(comm.name, "p2p", comm.count, seconds, None, None))
+            if report is not None:
+                report(PlanUnit(m, per_comm[-1][-1]))
     rows = []
     for i, m in enumerate(mats):
         choices = [c[i] for c in per_comm]
