@@ -56,7 +56,7 @@ def test_tiny_timeout_stops_the_encoding_of_a_valid_plan(run_cli):
         rc, out, _ = run_cli("verify", *A100, "--program", RS_AR_AG, "--timeout", "0.001", *extra, "--json")
         payload = json.loads(out)
         assert rc == 4 and payload["status"] == "unknown", extra
-        assert "ran out while encoding step 1 of 3" in payload["message"], extra
+        assert "ran out while declaring the encoding of 3 steps" in payload["message"], extra
         assert payload["steps_proved"] == 0 and payload["stats"]["steps_encoded"] == 0, extra
         assert "no step proved valid, step 1 undecided" in payload["message"], extra
 
@@ -143,3 +143,16 @@ def test_plan_deadline_keeps_the_finished_units(run_cli, monkeypatch):
     rc, out, _ = run_cli(*argv)
     text = " ".join(out.split())
     assert rc == 4 and f"not finished: {done['communication']} on" in text and done["program"][:20] in text
+
+
+def test_the_clock_is_checked_between_steps_while_encoding(monkeypatch):
+    """A clock that runs out after step 1's formulas are built stops the encoding there (no solver call)."""
+    from p2smt.smt.verify import ProofClock, prove_plan
+
+    readings = iter([1000.0] * 3)  # the solver limit, "declaring", step 1; then spent
+    monkeypatch.setattr(ProofClock, "left_ms", lambda self: next(readings, -1.0))
+    steps = [(RS, [(0, 1), (2, 3)]), (AR, [(0, 2), (1, 3)]), (AG, [(0, 1), (2, 3)])]
+    proof = prove_plan(4, steps, [(0, 1, 2, 3)], chunks=4, timeout_ms=60_000)
+    assert proof.status == "unknown" and proof.steps_proved == 0
+    assert proof.stats["steps_encoded"] == 1 and proof.stats["solver_calls"] == 0
+    assert proof.message == "the proof's 60 s ran out while encoding step 2 of 3; no step proved valid, step 1 undecided"

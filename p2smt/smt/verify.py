@@ -85,8 +85,11 @@ def undecided_words(proved: int, steps: int) -> str:
 
 
 def encode_steps(checker: PlanChecker, plan: Sequence[int], clock: ProofClock) -> None:
-    """Build the formulas of each prefix of ``plan`` in order (cached on the checker), within ``clock``."""
+    """Build the formulas of each prefix of ``plan`` in order (cached on the checker), within ``clock``.
+
+    The encoding's own declarations (made when the checker is created) are checked only once they are done."""
     plan = tuple(plan)
+    clock.check(f"while declaring the encoding of {len(plan)} steps")
     for t in range(1, len(plan) + 1):
         clock.check(f"while encoding step {t} of {len(plan)}")
         checker.node(plan[:t])
