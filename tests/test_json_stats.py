@@ -69,3 +69,14 @@ def test_other_commands_differ_only_inside_stats(run_cli, argv):
         assert timing_paths(runs[0]) == []
     else:
         assert all(m["stats"]["seconds"] >= m["stats"]["search_seconds"] >= 0 for m in runs[0]["matrices"])
+
+
+def test_a_lowered_run_reports_its_wall_times_under_stats():
+    from p2smt.lower.run import RunReport
+
+    runs = [RunReport("jax", "rs-ag", 4, 4, 2, True, step_labels=("ReduceScatter", "AllGather"),
+                      step_seconds=(t, 2 * t), total_seconds=5 * t, setup_seconds=t) for t in (0.1, 0.2)]
+    first, second = (r.to_json() for r in runs)
+    assert without_stats(first) == without_stats(second) and timing_paths(first) == []
+    assert first["steps"] == [{"step": "ReduceScatter"}, {"step": "AllGather"}]
+    assert first["stats"] == {"step_seconds": [0.1, 0.2], "total_seconds": 0.5, "setup_seconds": 0.1}

@@ -70,10 +70,10 @@ class RunReport:
             "ok": self.ok,
             "bad_devices": list(self.bad_devices),
             "mismatches": [vars(m) for m in self.mismatches],
-            "steps": [{"step": s, "seconds": t} for s, t in zip(self.step_labels, self.step_seconds)],
-            "total_seconds": self.total_seconds,
-            "setup_seconds": self.setup_seconds,
+            "steps": [{"step": s} for s in self.step_labels],
             "error": self.error,
+            "stats": {"step_seconds": list(self.step_seconds), "total_seconds": self.total_seconds,
+                      "setup_seconds": self.setup_seconds},
         }
 
     def summary(self) -> str:
