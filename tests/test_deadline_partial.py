@@ -156,3 +156,17 @@ def test_the_clock_is_checked_between_steps_while_encoding(monkeypatch):
     assert proof.status == "unknown" and proof.steps_proved == 0
     assert proof.stats["steps_encoded"] == 1 and proof.stats["solver_calls"] == 0
     assert proof.message == "the proof's 60 s ran out while encoding step 2 of 3; no step proved valid, step 1 undecided"
+
+
+def test_values_goal_counterexample_tries_only_contents_of_chunks_left_empty(monkeypatch):
+    """AllReduce never empties a chunk: explaining a 40-step plan's wrong sum evaluates it a few times,
+    not once per (step, device) of free empty-chunk content (641 times before)."""
+    from p2smt.smt import cegis
+
+    calls = []
+    real = cegis._evaluate
+    monkeypatch.setattr(cegis, "_evaluate", lambda *a, **k: calls.append(1) or real(*a, **k))
+    proof = cegis.verify_values(4, [(AR, [(0, 1), (2, 3)])] * 40, [(0, 1), (2, 3)])
+    assert proof.status == "counterexample" and proof.rule == "goal" and proof.blanks == ()
+    assert proof.expected == proof.inputs[proof.device][proof.chunk] + proof.inputs[proof.device ^ 1][proof.chunk]
+    assert len(calls) <= 3

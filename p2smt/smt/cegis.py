@@ -204,23 +204,28 @@ def _telling_witness(enc, checker, problem, plan, fail) -> dict[str, int]:
 
 
 def _used_blanks(enc, checker, plan, row, xs, contents) -> set[tuple[int, int]]:
-    """The empty-chunk contents the final values depend on (changing one changes the result)."""
-    base = _evaluate(enc, checker, plan, row, xs, contents)[1]
+    """The empty-chunk contents the final values depend on (changing one changes the result). Only a chunk
+    some step leaves empty reads its content, so only those are tried (not every step and device)."""
+    empty: set[tuple[int, int]] = set()
+    base = _evaluate(enc, checker, plan, row, xs, contents, empty)[1]
     used = set()
-    for key, v in contents.items():
+    for key in sorted(empty):
         bumped = dict(contents)
-        bumped[key] = v + 1
+        bumped[key] = contents[key] + 1
         if _evaluate(enc, checker, plan, row, xs, bumped)[1] != base:
             used.add(key)
     return used
 
 
-def _evaluate(enc, checker, plan, row: int, xs: Sequence[int], contents):
-    """The fixed plan on one chunk with concrete inputs: (present, value) per device, as Python values."""
+def _evaluate(enc, checker, plan, row: int, xs: Sequence[int], contents, empty: set | None = None):
+    """The fixed plan on one chunk with concrete inputs: (present, value) per device, as Python values;
+    ``empty`` collects each (step, device) whose chunk the step leaves empty (or might)."""
     s = checker.s
     sem = Semantics(s, enc.concrete_payload(xs, contents), row, checker.arith, False, checker.chunks)
     st = sem.initial()
     for t, c in enumerate(plan):
         n = checker.node(plan[:t]).counts
         st = sem.step(st, [(True, c)], n.__getitem__, concrete_quotients(s, n), t)
+        if empty is not None:
+            empty.update((t + 1, d) for d in range(s.k) if st.present[d] is not True)
     return st.present, st.payload

@@ -77,7 +77,7 @@ class ProofClock:
 
 
 def undecided_words(proved: int, steps: int) -> str:
-    """"steps 1..n proved valid, step n+1 undecided" (steps proved to apply before a proof stopped)."""
+    """The words "steps 1..n proved valid, step n+1 undecided" for a proof stopped after proving n steps."""
     if proved >= steps:
         return f"steps 1..{steps} proved valid, the goal undecided"
     done = {0: "no step proved valid", 1: "step 1 proved valid"}.get(proved, f"steps 1..{proved} proved valid")
