@@ -75,7 +75,7 @@ def test_wrong_proposer_is_an_internal_error_naming_both(monkeypatch, capsys):
     def wrong(p, max_len, opts, h=None):
         return EngineOutcome("complete", (*enumerate_programs(p, max_len)[1:], invalid))
 
-    monkeypatch.setitem(driver.ENGINES, Engine.ENUMERATIVE, ("wrong", wrong))
+    monkeypatch.setitem(driver.ENGINES, driver.DEFAULT_PROPOSER, ("wrong", wrong))
     assert main(args) == 3
     err = capsys.readouterr().err
     assert prob.label(programs[0]) in err and "missed" in err
