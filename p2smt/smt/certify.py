@@ -71,21 +71,25 @@ class Trie:
 
     def __init__(self, programs: Sequence[Program]):
         self.programs = list(programs)
+        self.size = 0  # clauses of the last ``clauses`` call
 
-    def clauses(self, choices, ctx: z3.Context) -> list[z3.BoolRef]:
+    def clauses(self, choices, ctx: z3.Context) -> list[z3.BoolRef | z3.AstVector]:
+        """The trie's clauses: the parsed SMT-LIB2 (one vector) after any selector definitions."""
         decls: dict[str, z3.ExprRef] = {}
         named: list[z3.BoolRef] = []  # a selector that is no variable (index choices) gets one
+        names: dict[tuple[int, int], str] = {}
         node: dict[Program, str] = {}
         lines: list[str] = []
 
         def literal(t: int, j: int) -> str:
-            lit = choices.select(t, j)
-            name = lit.decl().name() if z3.is_const(lit) else f"cert_select_{t}_{j}"
-            if name not in decls:
+            if (t, j) not in names:
+                lit = choices.select(t, j)
+                name = lit.decl().name() if z3.is_const(lit) else f"cert_select_{t}_{j}"
                 decls[name] = lit if z3.is_const(lit) else z3.Bool(name, ctx)
                 if decls[name] is not lit:
                     named.append(decls[name] == lit)
-            return f"|{name}|"
+                names[t, j] = f"|{name}|"
+            return names[t, j]
 
         for prog in self.programs:
             for t in range(1, len(prog) + 1):
@@ -102,7 +106,8 @@ class Trie:
                 lines.append(f"(assert (not (and {end} {literal(len(prog), choices.n)})))")
             else:
                 lines.append(f"(assert (not {end}))")
-        return [*named, *z3.parse_smt2_string("\n".join(lines), decls=decls, ctx=ctx)]
+        self.size = len(named) + sum(line.startswith("(assert") for line in lines)
+        return [*named, z3.parse_smt2_string("\n".join(lines), decls=decls, ctx=ctx)]
 
 
 class Complete(Enumerate):
@@ -118,9 +123,8 @@ class Complete(Enumerate):
         return SAT_PARAMS if enc.logic == "QF_FD" else {}
 
     def begin(self, enc: Encoding, solver: z3.Solver) -> None:
-        clauses = self.trie.clauses(enc.choices, enc.context)
-        self.blocks = len(clauses)
-        solver.add(*clauses)
+        solver.add(*self.trie.clauses(enc.choices, enc.context))
+        self.blocks = self.trie.size
 
     def phases(self, enc: Encoding, max_len: int) -> Iterator[Phase]:
         """One query for every length 1..max_len at once (STOP padding; measured 25% less solving than
