@@ -71,7 +71,7 @@ def test_cvc5_agrees_with_z3_on_grid_certificates(prob, tmp_path: Path):
     assert cert.certified
     files = sorted(tmp_path.glob("*.smt2"))
     assert any("validity" in f.name for f in files)
-    assert sum("completeness" in f.name for f in files) >= 5  # at least the final unsat query per length
+    assert sum("completeness" in f.name for f in files) >= 1  # at least the final unsat query (all lengths at once)
     for f in files:
         text = f.read_text()
         assert "(set-logic ALL)" in text and "(check-sat)" in text

@@ -107,8 +107,7 @@ def add_search(p: argparse.ArgumentParser, max_len: int = 5, engine: str = "cert
                    help=f"default {engine}. certified: a proposer's programs proved valid and complete by Z3 | auto: "
                         "the exact explicit engine for the size (enumerative up to 64 devices, pieces above) | "
                         "enumerative | pieces (compressed state, any size) | z3 | z3-cegis | symmetric")
-    p.add_argument("--proposer", help="certified engine's proposer: enumerative | pieces (default: enumerative up "
-                                      "to 64 devices, pieces above)")
+    p.add_argument("--proposer", help="certified engine's proposer: enumerative | pieces (default: pieces)")
     p.add_argument("--max-len", type=int, default=max_len)
 
 

@@ -134,6 +134,8 @@ def run_encoding(
     start = time.perf_counter()
     strategy = strategy or Enumerate()
     solver = enc.new_solver()
+    for key, value in strategy.solver_params(enc).items():
+        solver.set(key, value)
     if timeout_ms is not None:
         if timeout_ms <= 0:
             raise P2Error(f"--timeout must be positive, got {timeout_ms} ms")

@@ -37,6 +37,10 @@ class Strategy(ABC):
     def phases(self, enc: Encoding, max_len: int) -> Iterator[Phase]:
         """The solver phases to run (e.g. one per program length), in order."""
 
+    def solver_params(self, enc: Encoding) -> dict[str, Any]:
+        """Parameters of the loop's solver, set when it is created (before anything is asserted)."""
+        return {}
+
     def begin(self, enc: Encoding, solver: z3.Solver) -> None:
         """Called once the problem is declared, before the first check."""
 

@@ -78,23 +78,22 @@ def _symmetric(prob: SynthesisProblem, max_len: int, opts: EngineOptions,
 
 
 CERTIFY_LIMIT = 256  # devices; above this the Z3 encoding is out of reach and the result says so
-PIECES_PROPOSES_ABOVE = 64  # devices; the default proposer is the enumerative engine up to this, pieces above
+PIECES_EXPLORES_ABOVE = 64  # devices; ``auto`` is the enumerative engine up to this, pieces above
+DEFAULT_PROPOSER = Engine.PIECES  # the certified engine's: 2.3x faster than enumerative on P²'s grid
 
 
 def proposer_of(opts: EngineOptions, k: int) -> Engine:
-    """The explicit engine whose programs the certified engine proves (``--proposer``, else by size)."""
-    if opts.proposer is not None:
-        return opts.proposer
-    return Engine.ENUMERATIVE if k <= PIECES_PROPOSES_ABOVE else Engine.PIECES
+    """The explicit engine whose programs the certified engine proves (``--proposer``, else pieces)."""
+    return opts.proposer if opts.proposer is not None else DEFAULT_PROPOSER
 
 
 def resolved(config: EngineConfig, k: int) -> EngineConfig:
-    """``auto`` is the exact explicit engine for ``k`` devices (the certified engine's default proposer)."""
+    """``auto`` is the exact explicit engine for ``k`` devices: enumerative up to 64 devices, pieces above."""
     if config.engine != Engine.AUTO:
         return config
     from dataclasses import replace
 
-    return replace(config, engine=proposer_of(config, k))
+    return replace(config, engine=Engine.ENUMERATIVE if k <= PIECES_EXPLORES_ABOVE else Engine.PIECES)
 
 
 def _auto(prob: SynthesisProblem, max_len: int, opts: EngineOptions,
@@ -131,7 +130,7 @@ def _certified(prob: SynthesisProblem, max_len: int, opts: EngineOptions,
 
 def certified_words(k: int, max_len: int, stats: dict[str, Any]) -> str:
     """What a certified result rests on, with the proof's size (its seconds are in the certificate)."""
-    queries = stats["validity"]["queries"] + sum(v["queries"] for v in stats["completeness"]["per_length"].values())
+    queries = stats["validity"]["queries"] + stats["completeness"]["queries"]
     return (f"Z3-certified at the real size ({k} devices): every program proved valid and no other program "
             f"of length ≤ {max_len} exists ({queries} Z3 queries)")
 
@@ -159,7 +158,7 @@ ENGINES: dict[Engine, tuple[str, EngineFn]] = {
     Engine.PIECES: ("P²'s search on pieces.py's compressed state: exact at any number of devices", _pieces),
     Engine.Z3: ("Z3 over an SMT encoding of the Hoare rules (enumerates all models)", _z3),
     Engine.Z3_CEGIS: ("Z3 CEGIS over symbolic data values (the values encoding)", _z3_cegis),
-    Engine.CERTIFIED: (("a proposer's programs (enumerative up to 64 devices, pieces above) proved valid and "
+    Engine.CERTIFIED: (("a proposer's programs (pieces by default) proved valid and "
                        "complete by Z3 (the default)"), _certified),
     Engine.SYMMETRIC: (("P²'s search on the generic size-2 copy of the hierarchy (docs/symmetry.md: a tested "
                         "conjecture above the proved instruction-level theorem)"), _symmetric),
