@@ -188,6 +188,75 @@ def apply_group(coll: Collective, group: tuple[int, ...], states: list[State]) -
     raise P2Error(f"unknown collective {coll!r}")
 
 
+def _one_piece_group(coll: Collective, group: tuple[int, ...], states: list[State]) -> list[State] | None:
+    """``apply_group`` when every member holds one piece (the usual case), in one pass over the members
+    with the rules in the same order; None when a member has another shape (``apply_group`` decides)."""
+    m = len(group)
+    if coll is BC:
+        root = states[0]
+        if len(root) != 1:
+            return None
+        r0, c0 = root[0]
+        nr0, nc0 = ~r0, ~c0
+        same = True
+        for s in states:
+            if len(s) != 1:
+                if s:
+                    return None
+                same = False  # an empty member is below the root and differs from it
+                continue
+            r, c = s[0]
+            if r & nr0 or c & nc0:
+                raise _Fail(group, "Broadcast.below_root")
+            if same and s != root:
+                same = False
+        if same:
+            raise _Fail(group, "Broadcast.information_increase")
+        return [root] * m
+    first = states[0]
+    if len(first) != 1:
+        return None
+    r0, c0 = first[0]
+    if coll is AG:
+        n0 = r0.bit_count()
+        seen = 0
+        sizes = one = True
+        for s in states:
+            if len(s) != 1:
+                return None
+            r, c = s[0]
+            if r & seen:
+                raise _Fail(group, "AllGather.disjoint_chunks")
+            seen |= r
+            if r.bit_count() != n0:
+                sizes = False
+            if c != c0:
+                one = False
+        if not sizes:
+            raise _Fail(group, "AllGather.equal_sizes")
+        return [((seen, c0),)] * m if one else None
+    contrib = 0
+    overlap = False
+    for s in states:
+        if len(s) != 1:
+            return None
+        r, c = s[0]
+        if r != r0:
+            raise _Fail(group, f"{coll.value}.same_chunks")
+        if contrib & c:
+            overlap = True
+        contrib |= c
+    if overlap:
+        raise _Fail(group, f"{coll.value}.disjoint")
+    if coll is AR:
+        return [((r0, contrib),)] * m
+    if coll is RED:
+        return [((r0, contrib),)] + [()] * (m - 1)
+    if r0.bit_count() % m:
+        raise _Fail(group, "ReduceScatter.divisible")
+    return [((b, contrib),) if b else () for b in _blocks(r0, m)]
+
+
 class _Runner:
     """The states along the current prefix (a stack of state ids), for programs taken in lexicographic
     order; every distinct state is kept once and each (state, candidate) step is computed once, so
@@ -254,9 +323,10 @@ class _Runner:
         new = list(states)
         progress = self.problem.require_progress
         for g in groups:
-            g = tuple(g)
             members = [states[d] for d in g]
-            out = apply_group(coll, g, members)
+            out = _one_piece_group(coll, g, members)
+            if out is None:
+                out = apply_group(coll, g, members)
             if progress and out == members:
                 raise _Fail(g, "progress")
             for d, s in zip(g, out):
