@@ -15,7 +15,8 @@ order (steps, then groups, then rules; progress after a group's rules).
 from __future__ import annotations
 
 import time
-from collections.abc import Sequence
+from array import array
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from functools import lru_cache
 
@@ -188,101 +189,174 @@ def apply_group(coll: Collective, group: tuple[int, ...], states: list[State]) -
     raise P2Error(f"unknown collective {coll!r}")
 
 
-def _one_piece_group(coll: Collective, group: tuple[int, ...], states: list[State]) -> list[State] | None:
-    """``apply_group`` when every member holds one piece (the usual case), in one pass over the members
-    with the rules in the same order; None when a member has another shape (``apply_group`` decides)."""
-    m = len(group)
-    if coll is BC:
-        root = states[0]
-        if len(root) != 1:
-            return None
-        r0, c0 = root[0]
-        nr0, nc0 = ~r0, ~c0
-        same = True
-        for s in states:
-            if len(s) != 1:
-                if s:
-                    return None
-                same = False  # an empty member is below the root and differs from it
-                continue
-            r, c = s[0]
-            if r & nr0 or c & nc0:
-                raise _Fail(group, "Broadcast.below_root")
-            if same and s != root:
-                same = False
-        if same:
-            raise _Fail(group, "Broadcast.information_increase")
-        return [root] * m
-    first = states[0]
-    if len(first) != 1:
+GroupStep = Callable[[tuple[int, ...]], None]
+"""Applies one group of the current step with ``apply_group`` (members of any shape)."""
+
+
+def _single_pieces(group: tuple[int, ...], states: Sequence[State]) -> list[Piece] | None:
+    """The members' pieces when each holds exactly one (the usual case), else None."""
+    try:
+        return [p for (p,) in [states[d] for d in group]]
+    except ValueError:
         return None
-    r0, c0 = first[0]
-    if coll is AG:
-        n0 = r0.bit_count()
-        seen = 0
-        sizes = one = True
-        for s in states:
-            if len(s) != 1:
-                return None
-            r, c = s[0]
-            if r & seen:
-                raise _Fail(group, "AllGather.disjoint_chunks")
-            seen |= r
-            if r.bit_count() != n0:
-                sizes = False
-            if c != c0:
-                one = False
-        if not sizes:
-            raise _Fail(group, "AllGather.equal_sizes")
-        return [((seen, c0),)] * m if one else None
-    contrib = 0
-    overlap = False
-    for s in states:
-        if len(s) != 1:
-            return None
-        r, c = s[0]
-        if r != r0:
-            raise _Fail(group, f"{coll.value}.same_chunks")
-        if contrib & c:
-            overlap = True
-        contrib |= c
-    if overlap:
-        raise _Fail(group, f"{coll.value}.disjoint")
-    if coll is AR:
-        return [((r0, contrib),)] * m
-    if coll is RED:
-        return [((r0, contrib),)] + [()] * (m - 1)
-    if r0.bit_count() % m:
-        raise _Fail(group, "ReduceScatter.divisible")
-    return [((b, contrib),) if b else () for b in _blocks(r0, m)]
+
+
+def _broadcast(groups, states: Sequence[State], new: list[State], general: GroupStep) -> None:
+    """Broadcast on every group; a group whose root or a member holds several pieces goes to ``general``."""
+    for g in groups:
+        first = states[g[0]]
+        if len(first) == 1:
+            r0, c0 = first[0]
+            nr0, nc0 = ~r0, ~c0
+            same = fast = True
+            for d in g:
+                s = states[d]
+                if s is first:
+                    continue
+                if len(s) != 1:
+                    if s:
+                        fast = False
+                        break
+                    same = False  # an empty member is below the root and differs from it
+                    continue
+                r, c = s[0]
+                if (r is not r0 and r & nr0) or c & nc0:
+                    raise _Fail(g, "Broadcast.below_root")
+                if same and s != first:
+                    same = False
+            if fast:
+                if same:
+                    raise _Fail(g, "Broadcast.information_increase")
+                for d in g:  # differs from the members: progress holds
+                    new[d] = first
+                continue
+        general(g)
+
+
+def _all_gather(groups, states: Sequence[State], new: list[State], progress: bool, intern, general: GroupStep
+                ) -> None:
+    """AllGather on every group; a group with a member of several pieces or members of unequal
+    contributions (the result has several pieces) goes to ``general``."""
+    for g in groups:
+        ps = _single_pieces(g, states)
+        if ps is not None:
+            r0, c0 = ps[0]
+            n0 = r0.bit_count()
+            seen = 0
+            sizes = one = True
+            for r, c in ps:
+                if r & seen:
+                    raise _Fail(g, "AllGather.disjoint_chunks")
+                seen |= r
+                if r.bit_count() != n0:
+                    sizes = False
+                if c != c0:
+                    one = False
+            if not sizes:
+                raise _Fail(g, "AllGather.equal_sizes")
+            if one:
+                u = ((seen, c0),)
+                u = intern(u, u)
+                if progress and all(states[d] == u for d in g):
+                    raise _Fail(g, "progress")
+                for d in g:
+                    new[d] = u
+                continue
+        general(g)
+
+
+def _reducing(coll: Collective, groups, states: Sequence[State], new: list[State], progress: bool, intern,
+              general: GroupStep) -> None:
+    """AllReduce, ReduceScatter or Reduce on every group; a group with a member that does not hold
+    exactly one piece goes to ``general``."""
+    same_chunks, disjoint = f"{coll.value}.same_chunks", f"{coll.value}.disjoint"
+    for g in groups:
+        ps = _single_pieces(g, states)
+        if ps is None:
+            general(g)
+            continue
+        r0 = ps[0][0]
+        contrib = 0
+        overlap = False
+        for r, c in ps:
+            if r != r0:
+                raise _Fail(g, same_chunks)
+            if contrib & c:
+                overlap = True
+            contrib |= c
+        if overlap:
+            raise _Fail(g, disjoint)
+        u = ((r0, contrib),)
+        u = intern(u, u)
+        if coll is AR:
+            if progress and all(states[d] == u for d in g):
+                raise _Fail(g, "progress")
+            for d in g:
+                new[d] = u
+            continue
+        m = len(g)
+        if coll is RED:
+            out = [u] + [()] * (m - 1)
+        else:
+            if r0.bit_count() % m:
+                raise _Fail(g, "ReduceScatter.divisible")
+            out = []
+            for b in _blocks(r0, m):
+                o = ((b, contrib),) if b else ()
+                out.append(intern(o, o))
+        if progress and all(states[d] == o for d, o in zip(g, out)):
+            raise _Fail(g, "progress")
+        for d, o in zip(g, out):
+            new[d] = o
+
+
+def _initial(k: int) -> list[State]:
+    """Device d holds its own contribution in every chunk."""
+    full = (1 << k) - 1
+    return [((full, 1 << d),) for d in range(k)]
+
+
+def _goal(problem: SynthesisProblem) -> list[State]:
+    """Every chunk of a device holds exactly the contributions of its goal group (others: nothing)."""
+    full = (1 << problem.num_devices) - 1
+    goal: list[State] = [()] * problem.num_devices
+    for g in problem.goal_groups:
+        mask = sum(1 << d for d in g)
+        for d in g:
+            goal[d] = ((full, mask),)
+    return goal
 
 
 class _Runner:
     """The states along the current prefix (a stack of state ids), for programs taken in lexicographic
     order; every distinct state is kept once and each (state, candidate) step is computed once, so
-    programs that reach one state by different prefixes share its suffixes' work."""
+    programs that reach one state by different prefixes share its suffixes' work. Device states are
+    interned (equal ones are one object), so a state's key is the cheap tuple of its devices' ids."""
 
     def __init__(self, problem: SynthesisProblem):
         k = problem.num_devices
         self.problem = problem
-        full = (1 << k) - 1
-        self.initial: tuple[State, ...] = tuple(((full, 1 << d),) for d in range(k))
-        self.states: list[tuple[State, ...]] = [self.initial]
-        self.ids: dict[tuple[State, ...], int] = {self.initial: 0}
+        self.pool: dict[State, State] = {(): ()}
+        self.initial: tuple[State, ...] = tuple(self.intern(s) for s in _initial(k))
+        self.states: list[tuple[State, ...]] = []
+        self.ids: dict[bytes, int] = {}
         self.successor: dict[tuple[int, int], int | _Fail] = {}
-        self.stack: list[int] = [0]
+        self.stack: list[int] = [self._id(self.initial)]
         self.prefix: list[int] = []
-        goal: list[State] = [()] * k
-        for g in problem.goal_groups:
-            mask = sum(1 << d for d in g)
-            for d in g:
-                goal[d] = ((full, mask),)
-        self.goal = tuple(goal)
-        self.goal_id = self.ids.setdefault(self.goal, len(self.states))
-        if self.goal_id == len(self.states):
-            self.states.append(self.goal)
+        self.goal = tuple(self.intern(s) for s in _goal(problem))
+        self.goal_id = self._id(self.goal)
         self.failed_at: int | None = None  # prefix length whose last step failed
         self.failure: _Fail | None = None
+
+    def intern(self, s: State) -> State:
+        return self.pool.setdefault(s, s)
+
+    def _id(self, states: tuple[State, ...]) -> int:
+        """The id of a state whose device states are interned (a new id for a new state)."""
+        found = self.ids.setdefault(array("Q", map(id, states)).tobytes(), len(self.states))
+        if found == len(self.states):
+            self.states.append(states)
+        return found
 
     def advance(self, program: tuple[int, ...]) -> tuple[int | None, _Fail | None]:
         """Run ``program`` reusing the common prefix; (failing step, failure) or (None, None)."""
@@ -309,29 +383,36 @@ class _Runner:
         if found is None:
             cand = self.problem.candidates[i]
             try:
-                new = tuple(self._step(list(self.states[sid]), cand.collective, cand.groups))
+                found = self._id(self._step(self.states[sid], cand.collective, cand.groups))
             except _Fail as fail:
                 found = fail
-            else:
-                found = self.ids.setdefault(new, len(self.states))
-                if found == len(self.states):
-                    self.states.append(new)
             self.successor[sid, i] = found
         return found
 
-    def _step(self, states: list[State], coll: Collective, groups) -> list[State]:
+    def _step(self, states: tuple[State, ...], coll: Collective, groups) -> tuple[State, ...]:
+        """The state after one instruction (device states interned), or raises _Fail."""
         new = list(states)
         progress = self.problem.require_progress
-        for g in groups:
+        intern = self.pool.setdefault
+
+        def general(g: tuple[int, ...]) -> None:
             members = [states[d] for d in g]
-            out = _one_piece_group(coll, g, members)
-            if out is None:
-                out = apply_group(coll, g, members)
+            out = [intern(s, s) for s in apply_group(coll, g, members)]
             if progress and out == members:
                 raise _Fail(g, "progress")
             for d, s in zip(g, out):
                 new[d] = s
-        return new
+
+        if coll is BC:
+            _broadcast(groups, states, new, general)
+        elif coll is AG:
+            _all_gather(groups, states, new, progress, intern, general)
+        elif coll in (AR, RS, RED):
+            _reducing(coll, groups, states, new, progress, intern, general)
+        else:
+            for g in groups:
+                general(g)
+        return tuple(new)
 
     def reached_goal(self) -> bool:
         return self.stack[-1] == self.goal_id
@@ -344,11 +425,7 @@ def check_programs(
     ``timeout_ms`` (wall clock over the whole call). Exact at any number of devices."""
     if timeout_ms is not None and timeout_ms <= 0:
         raise P2Error(f"timeout must be positive, got {timeout_ms} ms")
-    n = len(problem.candidates)
-    progs = [tuple(int(c) for c in p) for p in programs]
-    for p in progs:
-        if not p or any(not 0 <= c < n for c in p):
-            raise P2Error(f"program {list(p)} is empty or names a candidate outside 0..{n - 1}")
+    progs = [_program(problem, p) for p in programs]
     deadline = None if timeout_ms is None else time.perf_counter() + timeout_ms / 1000
     runner = _Runner(problem)
     out: dict[int, Verdict] = {}
@@ -367,6 +444,38 @@ def check_programs(
     return [out[i] for i in range(len(progs))]
 
 
+def _program(problem: SynthesisProblem, program: Sequence[int]) -> tuple[int, ...]:
+    n = len(problem.candidates)
+    p = tuple(int(c) for c in program)
+    if not p or any(not 0 <= c < n for c in p):
+        raise P2Error(f"program {list(p)} is empty or names a candidate outside 0..{n - 1}")
+    return p
+
+
+def check_program(problem: SynthesisProblem, program: Sequence[int]) -> Verdict:
+    """One program's verdict, step by step with ``apply_group`` alone (no shared states, no one-piece
+    path): the plain reference that ``check_programs`` must equal verdict for verdict."""
+    p = _program(problem, program)
+    states = _initial(problem.num_devices)
+    for t, i in enumerate(p, 1):
+        cand = problem.candidates[i]
+        new = list(states)
+        try:
+            for g in cand.groups:
+                members = [states[d] for d in g]
+                out = apply_group(cand.collective, g, members)
+                if problem.require_progress and out == members:
+                    raise _Fail(g, "progress")
+                for d, st in zip(g, out):
+                    new[d] = st
+        except _Fail as fail:
+            return Verdict(p, "counterexample", t, fail.group, Rule(fail.rule))
+        states = new
+    if states == _goal(problem):
+        return Verdict(p, "proved")
+    return Verdict(p, "counterexample", None, None, Rule.GOAL)
+
+
 class Stepper:
     """The compressed interpreter as a step function, for searches (``synth.pieces``): the initial
     state, the goal state, and the state after one candidate (None when a precondition fails)."""
@@ -379,6 +488,6 @@ class Stepper:
     def step(self, states: tuple[State, ...], i: int) -> tuple[State, ...] | None:
         cand = self._runner.problem.candidates[i]
         try:
-            return tuple(self._runner._step(list(states), cand.collective, cand.groups))
+            return self._runner._step(states, cand.collective, cand.groups)
         except _Fail:
             return None
