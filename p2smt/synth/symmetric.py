@@ -46,6 +46,10 @@ def search(prob: SynthesisProblem, max_len: int) -> list[tuple[int, ...]]:
     progress = prob.require_progress
     covers = [sum(1 << d for g in c.groups for d in g) for c in cands]
     finishing = [c.collective in (AR, AG, BC) for c in cands]
+    all_rows = (1 << prob.num_devices) - 1
+    gathers = [c.collective is AG and min(map(len, c.groups)) > 1 for c in cands]
+    needs = [covers[i] if c.collective is AR or gathers[i] else sum(1 << g[0] for g in c.groups)
+             if c.collective is BC else 0 for i, c in enumerate(cands)]
     group_ids: dict[tuple, int] = {}
     reducing = [group_ids.setdefault(c.groups, len(group_ids)) if c.collective in (AR, RS, RED) else None
                 for c in cands]
@@ -64,12 +68,24 @@ def search(prob: SynthesisProblem, max_len: int) -> list[tuple[int, ...]]:
 
     successors: dict[State, list[tuple[int, State]]] = {}
 
+    def gather_blocked(state: State) -> int:
+        """Devices no AllGather of two or more members can include: one holding every chunk leaves the
+        others none (unequal sizes); with the progress rule, one holding none (equal sizes: all empty)."""
+        out = 0
+        for d, (rows, _) in enumerate(state):
+            if rows == all_rows or (progress and not rows):
+                out |= 1 << d
+        return out
+
     def valid_steps(state: State) -> list[tuple[int, State]]:
         found = successors.get(state)
         if found is None:
             shared: dict[int, bool] = {}
+            blocked = gather_blocked(state)
             found = successors[state] = [
-                (i, nxt) for i in range(len(cands)) if checked(state, i, shared) and (nxt := step(state, i)) is not None
+                (i, nxt) for i in range(len(cands))
+                if not (gathers[i] and blocked & covers[i]) and checked(state, i, shared)
+                and (nxt := step(state, i)) is not None
             ]
         return found
 
@@ -81,10 +97,19 @@ def search(prob: SynthesisProblem, max_len: int) -> list[tuple[int, ...]]:
             if state in successors:
                 found = [i for i, nxt in successors[state] if nxt == goal]
             else:
-                todo = sum(1 << d for d, (s, g) in enumerate(zip(state, goal)) if s != g)
+                todo = rows_off = 0
+                for d, (s, g) in enumerate(zip(state, goal)):
+                    if s != g:
+                        todo |= 1 << d
+                    if s[0] != g[0]:
+                        rows_off |= 1 << d
+                # necessary for ending in the goal: AllReduce keeps every member's chunks, Broadcast
+                # copies the root, AllGather is valid
+                blocked = {AR: rows_off, BC: todo, AG: gather_blocked(state)}
                 shared: dict[int, bool] = {}
                 found = [i for i in range(len(cands))
-                         if finishing[i] and not todo & ~covers[i] and checked(state, i, shared) and step(state, i) == goal]
+                         if finishing[i] and not todo & ~covers[i] and not blocked[cands[i].collective] & needs[i]
+                         and checked(state, i, shared) and step(state, i) == goal]
             finishers[state] = found
         return found
 
