@@ -15,10 +15,10 @@ order (steps, then groups, then rules; progress after a group's rules).
 from __future__ import annotations
 
 import time
-from array import array
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Hashable, Sequence
 from dataclasses import dataclass
 from functools import lru_cache
+from operator import itemgetter
 
 from p2smt.errors import P2Error
 from p2smt.model.collectives import Collective
@@ -189,125 +189,76 @@ def apply_group(coll: Collective, group: tuple[int, ...], states: list[State]) -
     raise P2Error(f"unknown collective {coll!r}")
 
 
-GroupStep = Callable[[tuple[int, ...]], None]
-"""Applies one group of the current step with ``apply_group`` (members of any shape)."""
-
-
-def _single_pieces(group: tuple[int, ...], states: Sequence[State]) -> list[Piece] | None:
-    """The members' pieces when each holds exactly one (the usual case), else None."""
-    try:
-        return [p for (p,) in [states[d] for d in group]]
-    except ValueError:
+def _one_piece_group(coll: Collective, group: tuple[int, ...], states: list[State]) -> list[State] | None:
+    """``apply_group`` when every member holds one piece (the usual case; Broadcast members may be
+    empty), in one pass over the members with the rules in the same order; None when a member has
+    another shape (``apply_group`` decides)."""
+    m = len(group)
+    if coll is BC:
+        root = states[0]
+        if len(root) != 1:
+            return None
+        r0, c0 = root[0]
+        nr0, nc0 = ~r0, ~c0
+        same = True
+        for s in states:
+            if s is root:
+                continue
+            if len(s) != 1:
+                if s:
+                    return None
+                same = False  # an empty member is below the root and differs from it
+                continue
+            r, c = s[0]
+            if (r is not r0 and r & nr0) or c & nc0:
+                raise _Fail(group, "Broadcast.below_root")
+            if same and s != root:
+                same = False
+        if same:
+            raise _Fail(group, "Broadcast.information_increase")
+        return [root] * m
+    first = states[0]
+    if len(first) != 1:
         return None
-
-
-def _broadcast(groups, states: Sequence[State], new: list[State], general: GroupStep) -> None:
-    """Broadcast on every group; a group whose root or a member holds several pieces goes to ``general``."""
-    for g in groups:
-        first = states[g[0]]
-        if len(first) == 1:
-            r0, c0 = first[0]
-            nr0, nc0 = ~r0, ~c0
-            same = fast = True
-            for d in g:
-                s = states[d]
-                if s is first:
-                    continue
-                if len(s) != 1:
-                    if s:
-                        fast = False
-                        break
-                    same = False  # an empty member is below the root and differs from it
-                    continue
-                r, c = s[0]
-                if (r is not r0 and r & nr0) or c & nc0:
-                    raise _Fail(g, "Broadcast.below_root")
-                if same and s != first:
-                    same = False
-            if fast:
-                if same:
-                    raise _Fail(g, "Broadcast.information_increase")
-                for d in g:  # differs from the members: progress holds
-                    new[d] = first
-                continue
-        general(g)
-
-
-def _all_gather(groups, states: Sequence[State], new: list[State], progress: bool, intern, general: GroupStep
-                ) -> None:
-    """AllGather on every group; a group with a member of several pieces or members of unequal
-    contributions (the result has several pieces) goes to ``general``."""
-    for g in groups:
-        ps = _single_pieces(g, states)
-        if ps is not None:
-            r0, c0 = ps[0]
-            n0 = r0.bit_count()
-            seen = 0
-            sizes = one = True
-            for r, c in ps:
-                if r & seen:
-                    raise _Fail(g, "AllGather.disjoint_chunks")
-                seen |= r
-                if r.bit_count() != n0:
-                    sizes = False
-                if c != c0:
-                    one = False
-            if not sizes:
-                raise _Fail(g, "AllGather.equal_sizes")
-            if one:
-                u = ((seen, c0),)
-                u = intern(u, u)
-                if progress and all(states[d] == u for d in g):
-                    raise _Fail(g, "progress")
-                for d in g:
-                    new[d] = u
-                continue
-        general(g)
-
-
-def _reducing(coll: Collective, groups, states: Sequence[State], new: list[State], progress: bool, intern,
-              general: GroupStep) -> None:
-    """AllReduce, ReduceScatter or Reduce on every group; a group with a member that does not hold
-    exactly one piece goes to ``general``."""
-    same_chunks, disjoint = f"{coll.value}.same_chunks", f"{coll.value}.disjoint"
-    for g in groups:
-        ps = _single_pieces(g, states)
-        if ps is None:
-            general(g)
-            continue
-        r0 = ps[0][0]
-        contrib = 0
-        overlap = False
-        for r, c in ps:
-            if r != r0:
-                raise _Fail(g, same_chunks)
-            if contrib & c:
-                overlap = True
-            contrib |= c
-        if overlap:
-            raise _Fail(g, disjoint)
-        u = ((r0, contrib),)
-        u = intern(u, u)
-        if coll is AR:
-            if progress and all(states[d] == u for d in g):
-                raise _Fail(g, "progress")
-            for d in g:
-                new[d] = u
-            continue
-        m = len(g)
-        if coll is RED:
-            out = [u] + [()] * (m - 1)
-        else:
-            if r0.bit_count() % m:
-                raise _Fail(g, "ReduceScatter.divisible")
-            out = []
-            for b in _blocks(r0, m):
-                o = ((b, contrib),) if b else ()
-                out.append(intern(o, o))
-        if progress and all(states[d] == o for d, o in zip(g, out)):
-            raise _Fail(g, "progress")
-        for d, o in zip(g, out):
-            new[d] = o
+    r0, c0 = first[0]
+    if coll is AG:
+        n0 = r0.bit_count()
+        seen = 0
+        sizes = one = True
+        for s in states:
+            if len(s) != 1:
+                return None
+            r, c = s[0]
+            if r & seen:
+                raise _Fail(group, "AllGather.disjoint_chunks")
+            seen |= r
+            if r.bit_count() != n0:
+                sizes = False
+            if c != c0:
+                one = False
+        if not sizes:
+            raise _Fail(group, "AllGather.equal_sizes")
+        return [((seen, c0),)] * m if one else None
+    contrib = 0
+    overlap = False
+    for s in states:
+        if len(s) != 1:
+            return None
+        r, c = s[0]
+        if r != r0:
+            raise _Fail(group, f"{coll.value}.same_chunks")
+        if contrib & c:
+            overlap = True
+        contrib |= c
+    if overlap:
+        raise _Fail(group, f"{coll.value}.disjoint")
+    if coll is AR:
+        return [((r0, contrib),)] * m
+    if coll is RED:
+        return [((r0, contrib),)] + [()] * (m - 1)
+    if r0.bit_count() % m:
+        raise _Fail(group, "ReduceScatter.divisible")
+    return [((b, contrib),) if b else () for b in _blocks(r0, m)]
 
 
 def _initial(k: int) -> list[State]:
@@ -327,35 +278,115 @@ def _goal(problem: SynthesisProblem) -> list[State]:
     return goal
 
 
-class _Runner:
-    """The states along the current prefix (a stack of state ids), for programs taken in lexicographic
-    order; every distinct state is kept once and each (state, candidate) step is computed once, so
-    programs that reach one state by different prefixes share its suffixes' work. Device states are
-    interned (equal ones are one object), so a state's key is the cheap tuple of its devices' ids."""
+Tokens = tuple[int, ...]  # a state as its devices' tokens (indices of interned device states)
+
+
+@dataclass(frozen=True)
+class _Plan:
+    """How one instruction reads and writes a state in C loops: ``members[j](state)`` is group j's
+    members' tokens; ``gather(outputs of every group, then the state)`` is the new state."""
+
+    groups: tuple[tuple[int, ...], ...]
+    members: tuple[Callable[[Tokens], Tokens], ...]
+    gather: Callable[[list[int]], Tokens]
+
+    @classmethod
+    def of(cls, groups, k: int) -> _Plan:
+        where = list(range(sum(map(len, groups)), sum(map(len, groups)) + k))  # devices in no group: the state
+        for p, d in enumerate(d for g in groups for d in g):
+            where[d] = p
+        return cls(tuple(groups), tuple(_getter(g) for g in groups), _getter(tuple(where)))
+
+
+def _getter(indices: tuple[int, ...]) -> Callable[[Sequence[int]], Tokens]:
+    """``lambda s: tuple(s[i] for i in indices)``, in C (``itemgetter`` returns a bare item for one index)."""
+    if len(indices) == 1:
+        (i,) = indices
+        return lambda s: (s[i],)
+    return itemgetter(*indices)
+
+
+class _Interned:
+    """The compressed state with every distinct device state interned once and named by a token (its
+    index), so a state is a tuple of small integers: cheap to hash and compare. ``step`` raises _Fail
+    with the violated rule. A group's outcome depends only on its members' states, so it is computed
+    once per distinct (collective, members' tokens) and shared by every group and step that has them."""
 
     def __init__(self, problem: SynthesisProblem):
-        k = problem.num_devices
         self.problem = problem
-        self.pool: dict[State, State] = {(): ()}
-        self.initial: tuple[State, ...] = tuple(self.intern(s) for s in _initial(k))
-        self.states: list[tuple[State, ...]] = []
-        self.ids: dict[bytes, int] = {}
+        self.tokens: dict[State, int] = {}
+        self.states: list[State] = []
+        self.outcomes: dict[Collective, dict[Tokens, Tokens | str]] = {c: {} for c in Collective}
+        self.initial: Tokens = tuple(self.token(s) for s in _initial(problem.num_devices))
+        self.goal: Tokens = tuple(self.token(s) for s in _goal(problem))
+        self.plans: list[_Plan | None] = [None] * len(problem.candidates)
+
+    def token(self, s: State) -> int:
+        found = self.tokens.setdefault(s, len(self.states))
+        if found == len(self.states):
+            self.states.append(s)
+        return found
+
+    @staticmethod
+    def key(state: Tokens) -> Tokens:
+        return state
+
+    def step(self, state: Tokens, i: int) -> Tokens:
+        """The state after candidate ``i``, or raises _Fail (groups in order)."""
+        plan = self.plans[i]
+        if plan is None:
+            plan = self.plans[i] = _Plan.of(self.problem.candidates[i].groups, self.problem.num_devices)
+        coll = self.problem.candidates[i].collective
+        memo = self.outcomes[coll]
+        flat: list[int] = []
+        for g, members_of in zip(plan.groups, plan.members):
+            members = members_of(state)
+            out = memo.get(members)
+            if out is None:
+                out = memo[members] = self._outcome(coll, g, members)
+            if out.__class__ is str:
+                raise _Fail(g, out)
+            flat += out
+        flat += state
+        return plan.gather(flat)
+
+    def _outcome(self, coll: Collective, group: tuple[int, ...], members: Tokens) -> Tokens | str:
+        """The members' new tokens, or the name of the rule the group violates."""
+        before = [self.states[t] for t in members]
+        try:
+            out = _one_piece_group(coll, group, before)
+            if out is None:
+                out = apply_group(coll, group, before)
+        except _Fail as fail:
+            return fail.rule
+        if self.problem.require_progress and out == before:
+            return "progress"
+        if out[0] is out[-1] and out.count(out[0]) == len(out):  # AllReduce, AllGather, Broadcast
+            return (members[0] if out[0] is before[0] else self.token(out[0]),) * len(out)
+        return tuple(map(self.token, out))
+
+
+class _Runner:
+    """The states along the current prefix (a stack of state ids), for programs taken in lexicographic
+    order; every distinct state is kept once (by ``machine.key``) and each (state, candidate) step is
+    computed once, so programs that reach one state by different prefixes share its suffixes' work."""
+
+    def __init__(self, machine):
+        self.machine = machine
+        self.states: list = []
+        self.ids: dict[Hashable, int] = {}
         self.successor: dict[tuple[int, int], int | _Fail] = {}
-        self.stack: list[int] = [self._id(self.initial)]
+        self.stack: list[int] = [self._id(machine.initial)]
         self.prefix: list[int] = []
-        self.goal = tuple(self.intern(s) for s in _goal(problem))
-        self.goal_id = self._id(self.goal)
+        self.goal_id = self._id(machine.goal)
         self.failed_at: int | None = None  # prefix length whose last step failed
         self.failure: _Fail | None = None
 
-    def intern(self, s: State) -> State:
-        return self.pool.setdefault(s, s)
-
-    def _id(self, states: tuple[State, ...]) -> int:
-        """The id of a state whose device states are interned (a new id for a new state)."""
-        found = self.ids.setdefault(array("Q", map(id, states)).tobytes(), len(self.states))
+    def _id(self, state) -> int:
+        """The id of a state (a new id for a new state)."""
+        found = self.ids.setdefault(self.machine.key(state), len(self.states))
         if found == len(self.states):
-            self.states.append(states)
+            self.states.append(state)
         return found
 
     def advance(self, program: tuple[int, ...]) -> tuple[int | None, _Fail | None]:
@@ -381,38 +412,12 @@ class _Runner:
         """The id of the state after candidate ``i`` from state ``sid`` (computed once), or its failure."""
         found = self.successor.get((sid, i))
         if found is None:
-            cand = self.problem.candidates[i]
             try:
-                found = self._id(self._step(self.states[sid], cand.collective, cand.groups))
+                found = self._id(self.machine.step(self.states[sid], i))
             except _Fail as fail:
                 found = fail
             self.successor[sid, i] = found
         return found
-
-    def _step(self, states: tuple[State, ...], coll: Collective, groups) -> tuple[State, ...]:
-        """The state after one instruction (device states interned), or raises _Fail."""
-        new = list(states)
-        progress = self.problem.require_progress
-        intern = self.pool.setdefault
-
-        def general(g: tuple[int, ...]) -> None:
-            members = [states[d] for d in g]
-            out = [intern(s, s) for s in apply_group(coll, g, members)]
-            if progress and out == members:
-                raise _Fail(g, "progress")
-            for d, s in zip(g, out):
-                new[d] = s
-
-        if coll is BC:
-            _broadcast(groups, states, new, general)
-        elif coll is AG:
-            _all_gather(groups, states, new, progress, intern, general)
-        elif coll in (AR, RS, RED):
-            _reducing(coll, groups, states, new, progress, intern, general)
-        else:
-            for g in groups:
-                general(g)
-        return tuple(new)
 
     def reached_goal(self) -> bool:
         return self.stack[-1] == self.goal_id
@@ -427,7 +432,7 @@ def check_programs(
         raise P2Error(f"timeout must be positive, got {timeout_ms} ms")
     progs = [_program(problem, p) for p in programs]
     deadline = None if timeout_ms is None else time.perf_counter() + timeout_ms / 1000
-    runner = _Runner(problem)
+    runner = _Runner(_Interned(problem))
     out: dict[int, Verdict] = {}
     for i in sorted(range(len(progs)), key=lambda i: progs[i]):
         p = progs[i]
@@ -478,16 +483,16 @@ def check_program(problem: SynthesisProblem, program: Sequence[int]) -> Verdict:
 
 class Stepper:
     """The compressed interpreter as a step function, for searches (``synth.pieces``): the initial
-    state, the goal state, and the state after one candidate (None when a precondition fails)."""
+    state, the goal state, and the state after one candidate (None when a precondition fails);
+    states are tuples of device-state tokens."""
 
     def __init__(self, problem: SynthesisProblem):
-        self._runner = _Runner(problem)
-        self.initial: tuple[State, ...] = self._runner.initial
-        self.goal: tuple[State, ...] = self._runner.goal
+        self._machine = _Interned(problem)
+        self.initial: Tokens = self._machine.initial
+        self.goal: Tokens = self._machine.goal
 
-    def step(self, states: tuple[State, ...], i: int) -> tuple[State, ...] | None:
-        cand = self._runner.problem.candidates[i]
+    def step(self, state: Tokens, i: int) -> Tokens | None:
         try:
-            return self._runner._step(states, cand.collective, cand.groups)
+            return self._machine.step(state, i)
         except _Fail:
             return None
