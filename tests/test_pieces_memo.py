@@ -126,3 +126,22 @@ def test_rules_off_the_one_piece_path():
     assert facts == [(1, (0, 1, 2), "ReduceScatter.divisible"), (None, None, "goal"),
                      (4, (3, 0), "Broadcast.information_increase"), (4, (0, 3), "AllReduce.disjoint"),
                      (4, (0, 3), "AllGather.disjoint_chunks")]
+
+
+@settings(max_examples=300, deadline=None)
+@given(k=st.sampled_from([8, 64, 300, 1024]), runs=st.lists(st.tuples(st.floats(0, 1), st.floats(0, 1)), max_size=6),
+       noise=st.booleans(), seed=st.integers(0, 2**16), data=st.data())
+def test_reduce_scatter_blocks_equal_the_naive_cut(k, runs, noise, seed, data):
+    """``_blocks`` (by runs of chunks, or by bisection when there are many) cuts a chunk set into equal
+    blocks in chunk order exactly as listing its chunks does."""
+    from p2smt.semantics.pieces import _blocks
+
+    rows = random.Random(seed).getrandbits(k) if noise else 0
+    for a, b in runs:
+        lo, hi = sorted((int(a * k), int(b * k)))
+        rows |= ((1 << hi) - 1) ^ ((1 << lo) - 1)
+    chunks = [i for i in range(k) if rows >> i & 1]
+    m = data.draw(st.sampled_from([d for d in range(1, 33) if len(chunks) % d == 0]))
+    size = len(chunks) // m
+    assert _blocks.__wrapped__(rows, m) == tuple(sum(1 << i for i in chunks[j * size:(j + 1) * size])
+                                                 for j in range(m))

@@ -107,7 +107,7 @@ def _union(group: tuple[int, ...], states: Sequence[State], coll: Collective) ->
     return _canon(acc)
 
 
-@lru_cache(maxsize=4096)
+@lru_cache(maxsize=1 << 16)
 def _blocks(rows: int, m: int) -> tuple[int, ...]:
     """``rows`` cut into ``m`` equal contiguous blocks in chunk order (``m`` divides its size).
 
@@ -115,19 +115,37 @@ def _blocks(rows: int, m: int) -> tuple[int, ...]:
     block = rows.bit_count() // m
     if block == 0:
         return (0,) * m
-
-    def position(j: int) -> int:  # bit index of the j-th set bit (0-based), by bisection
-        lo, hi = 0, rows.bit_length()
-        while lo < hi:
-            mid = (lo + hi) // 2
-            if (rows & ((1 << (mid + 1)) - 1)).bit_count() > j:
-                hi = mid
-            else:
-                lo = mid + 1
-        return lo
-
-    cuts = [position(i * block) for i in range(m)] + [rows.bit_length()]
+    runs = (rows & ~(rows << 1)).bit_count()  # maximal runs of consecutive chunks
+    cuts = _cuts_by_runs(rows, m, block) if runs <= 4 * m else [_position(rows, i * block) for i in range(m)]
+    cuts.append(rows.bit_length())
     return tuple(rows & (((1 << cuts[i + 1]) - 1) ^ ((1 << cuts[i]) - 1)) for i in range(m))
+
+
+def _position(rows: int, j: int) -> int:
+    """The bit index of the j-th set bit of ``rows`` (0-based), by bisection."""
+    lo, hi = 0, rows.bit_length()
+    while lo < hi:
+        mid = (lo + hi) // 2
+        if (rows & ((1 << (mid + 1)) - 1)).bit_count() > j:
+            hi = mid
+        else:
+            lo = mid + 1
+    return lo
+
+
+def _cuts_by_runs(rows: int, m: int, block: int) -> list[int]:
+    """The bit indices of set bits 0, block, 2·block, … of ``rows``, walking its runs of set bits."""
+    cuts: list[int] = []
+    before = 0  # set bits below the current run
+    while len(cuts) < m:
+        start = (rows & -rows).bit_length() - 1
+        x = rows >> start
+        length = (~x & (x + 1)).bit_length() - 1
+        while len(cuts) < m and len(cuts) * block < before + length:
+            cuts.append(start + len(cuts) * block - before)
+        before += length
+        rows &= rows + (1 << start)  # clears the run
+    return cuts
 
 
 def _restrict(s: State, mask: int) -> State:
