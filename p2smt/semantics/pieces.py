@@ -6,8 +6,11 @@ and step, and Z3's time grows with them (≈1.5 s per 3-step program at 256 devi
 a device's state is a few *pieces* (a bit set of chunks and the bit set of contributions every one
 of those chunks holds), so its size is O(pieces · k) bits instead of the interpreter's k² per device;
 in valid executions a device has one piece, or a few after an AllGather of unequal members.
-Programs are checked in lexicographic order along one stack of prefix states, so programs that share
-a prefix share its work. It shares no code with ``semantics.py`` or the encodings (it is an
+Programs are checked in lexicographic order along one stack of prefix states; device states are
+interned (a state is a tuple of tokens), each distinct (state, instruction) step is computed once and
+each group's outcome once per distinct (collective, members' states), so programs that share a
+prefix or reach one state by different prefixes share the work (``check_program`` is the plain
+per-program reference it is tested against). It shares no code with ``semantics.py`` or the encodings (it is an
 independent re-check), and it reports the first failing step, group and rule in the interpreter's
 order (steps, then groups, then rules; progress after a group's rules).
 """
