@@ -6,8 +6,11 @@ and step, and Z3's time grows with them (≈1.5 s per 3-step program at 256 devi
 a device's state is a few *pieces* (a bit set of chunks and the bit set of contributions every one
 of those chunks holds), so its size is O(pieces · k) bits instead of the interpreter's k² per device;
 in valid executions a device has one piece, or a few after an AllGather of unequal members.
-Programs are checked in lexicographic order along one stack of prefix states, so programs that share
-a prefix share its work. It shares no code with ``semantics.py`` or the encodings (it is an
+Programs are checked in lexicographic order along one stack of prefix states; device states are
+interned (a state is a tuple of tokens), each distinct (state, instruction) step is computed once and
+each group's outcome once per distinct (collective, members' states), so programs that share a
+prefix or reach one state by different prefixes share the work (``check_program`` is the plain
+per-program reference it is tested against). It shares no code with ``semantics.py`` or the encodings (it is an
 independent re-check), and it reports the first failing step, group and rule in the interpreter's
 order (steps, then groups, then rules; progress after a group's rules).
 """
@@ -15,9 +18,10 @@ order (steps, then groups, then rules; progress after a group's rules).
 from __future__ import annotations
 
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Hashable, Sequence
 from dataclasses import dataclass
 from functools import lru_cache
+from operator import itemgetter
 
 from p2smt.errors import P2Error
 from p2smt.model.collectives import Collective
@@ -106,7 +110,7 @@ def _union(group: tuple[int, ...], states: Sequence[State], coll: Collective) ->
     return _canon(acc)
 
 
-@lru_cache(maxsize=4096)
+@lru_cache(maxsize=1 << 16)
 def _blocks(rows: int, m: int) -> tuple[int, ...]:
     """``rows`` cut into ``m`` equal contiguous blocks in chunk order (``m`` divides its size).
 
@@ -114,19 +118,37 @@ def _blocks(rows: int, m: int) -> tuple[int, ...]:
     block = rows.bit_count() // m
     if block == 0:
         return (0,) * m
-
-    def position(j: int) -> int:  # bit index of the j-th set bit (0-based), by bisection
-        lo, hi = 0, rows.bit_length()
-        while lo < hi:
-            mid = (lo + hi) // 2
-            if (rows & ((1 << (mid + 1)) - 1)).bit_count() > j:
-                hi = mid
-            else:
-                lo = mid + 1
-        return lo
-
-    cuts = [position(i * block) for i in range(m)] + [rows.bit_length()]
+    runs = (rows & ~(rows << 1)).bit_count()  # maximal runs of consecutive chunks
+    cuts = _cuts_by_runs(rows, m, block) if runs <= 4 * m else [_position(rows, i * block) for i in range(m)]
+    cuts.append(rows.bit_length())
     return tuple(rows & (((1 << cuts[i + 1]) - 1) ^ ((1 << cuts[i]) - 1)) for i in range(m))
+
+
+def _position(rows: int, j: int) -> int:
+    """The bit index of the j-th set bit of ``rows`` (0-based), by bisection."""
+    lo, hi = 0, rows.bit_length()
+    while lo < hi:
+        mid = (lo + hi) // 2
+        if (rows & ((1 << (mid + 1)) - 1)).bit_count() > j:
+            hi = mid
+        else:
+            lo = mid + 1
+    return lo
+
+
+def _cuts_by_runs(rows: int, m: int, block: int) -> list[int]:
+    """The bit indices of set bits 0, block, 2·block, … of ``rows``, walking its runs of set bits."""
+    cuts: list[int] = []
+    before = 0  # set bits below the current run
+    while len(cuts) < m:
+        start = (rows & -rows).bit_length() - 1
+        x = rows >> start
+        length = (~x & (x + 1)).bit_length() - 1
+        while len(cuts) < m and len(cuts) * block < before + length:
+            cuts.append(start + len(cuts) * block - before)
+        before += length
+        rows &= rows + (1 << start)  # clears the run
+    return cuts
 
 
 def _restrict(s: State, mask: int) -> State:
@@ -188,32 +210,205 @@ def apply_group(coll: Collective, group: tuple[int, ...], states: list[State]) -
     raise P2Error(f"unknown collective {coll!r}")
 
 
-class _Runner:
-    """The states along the current prefix (a stack of state ids), for programs taken in lexicographic
-    order; every distinct state is kept once and each (state, candidate) step is computed once, so
-    programs that reach one state by different prefixes share its suffixes' work."""
+def _one_piece_group(coll: Collective, group: tuple[int, ...], states: list[State]) -> list[State] | None:
+    """``apply_group`` when every member holds one piece (the usual case; Broadcast members may be
+    empty), in one pass over the members with the rules in the same order; None when a member has
+    another shape (``apply_group`` decides)."""
+    m = len(group)
+    if coll is BC:
+        root = states[0]
+        if len(root) != 1:
+            return None
+        r0, c0 = root[0]
+        nr0, nc0 = ~r0, ~c0
+        same = True
+        for s in states:
+            if s is root:
+                continue
+            if len(s) != 1:
+                if s:
+                    return None
+                same = False  # an empty member is below the root and differs from it
+                continue
+            r, c = s[0]
+            if (r is not r0 and r & nr0) or c & nc0:
+                raise _Fail(group, "Broadcast.below_root")
+            if same and s != root:
+                same = False
+        if same:
+            raise _Fail(group, "Broadcast.information_increase")
+        return [root] * m
+    first = states[0]
+    if len(first) != 1:
+        return None
+    r0, c0 = first[0]
+    if coll is AG:
+        n0 = r0.bit_count()
+        seen = 0
+        sizes = one = True
+        for s in states:
+            if len(s) != 1:
+                return None
+            r, c = s[0]
+            if r & seen:
+                raise _Fail(group, "AllGather.disjoint_chunks")
+            seen |= r
+            if r.bit_count() != n0:
+                sizes = False
+            if c != c0:
+                one = False
+        if not sizes:
+            raise _Fail(group, "AllGather.equal_sizes")
+        return [((seen, c0),)] * m if one else None
+    contrib = 0
+    overlap = False
+    for s in states:
+        if len(s) != 1:
+            return None
+        r, c = s[0]
+        if r != r0:
+            raise _Fail(group, f"{coll.value}.same_chunks")
+        if contrib & c:
+            overlap = True
+        contrib |= c
+    if overlap:
+        raise _Fail(group, f"{coll.value}.disjoint")
+    if coll is AR:
+        return [((r0, contrib),)] * m
+    if coll is RED:
+        return [((r0, contrib),)] + [()] * (m - 1)
+    if r0.bit_count() % m:
+        raise _Fail(group, "ReduceScatter.divisible")
+    return [((b, contrib),) if b else () for b in _blocks(r0, m)]
+
+
+def _initial(k: int) -> list[State]:
+    """Device d holds its own contribution in every chunk."""
+    full = (1 << k) - 1
+    return [((full, 1 << d),) for d in range(k)]
+
+
+def _goal(problem: SynthesisProblem) -> list[State]:
+    """Every chunk of a device holds exactly the contributions of its goal group (others: nothing)."""
+    full = (1 << problem.num_devices) - 1
+    goal: list[State] = [()] * problem.num_devices
+    for g in problem.goal_groups:
+        mask = sum(1 << d for d in g)
+        for d in g:
+            goal[d] = ((full, mask),)
+    return goal
+
+
+Tokens = tuple[int, ...]  # a state as its devices' tokens (indices of interned device states)
+
+
+@dataclass(frozen=True)
+class _Plan:
+    """How one instruction reads and writes a state in C loops: ``members[j](state)`` is group j's
+    members' tokens; ``gather(outputs of every group, then the state)`` is the new state."""
+
+    groups: tuple[tuple[int, ...], ...]
+    members: tuple[Callable[[Tokens], Tokens], ...]
+    gather: Callable[[list[int]], Tokens]
+
+    @classmethod
+    def of(cls, groups, k: int) -> _Plan:
+        where = list(range(sum(map(len, groups)), sum(map(len, groups)) + k))  # devices in no group: the state
+        for p, d in enumerate(d for g in groups for d in g):
+            where[d] = p
+        return cls(tuple(groups), tuple(_getter(g) for g in groups), _getter(tuple(where)))
+
+
+def _getter(indices: tuple[int, ...]) -> Callable[[Sequence[int]], Tokens]:
+    """``lambda s: tuple(s[i] for i in indices)``, in C (``itemgetter`` returns a bare item for one index)."""
+    if len(indices) == 1:
+        (i,) = indices
+        return lambda s: (s[i],)
+    return itemgetter(*indices)
+
+
+class _Interned:
+    """The compressed state with every distinct device state interned once and named by a token (its
+    index), so a state is a tuple of small integers: cheap to hash and compare. ``step`` raises _Fail
+    with the violated rule. A group's outcome depends only on its members' states, so it is computed
+    once per distinct (collective, members' tokens) and shared by every group and step that has them."""
 
     def __init__(self, problem: SynthesisProblem):
-        k = problem.num_devices
         self.problem = problem
-        full = (1 << k) - 1
-        self.initial: tuple[State, ...] = tuple(((full, 1 << d),) for d in range(k))
-        self.states: list[tuple[State, ...]] = [self.initial]
-        self.ids: dict[tuple[State, ...], int] = {self.initial: 0}
+        self.tokens: dict[State, int] = {}
+        self.states: list[State] = []
+        self.outcomes: dict[Collective, dict[Tokens, Tokens | str]] = {c: {} for c in Collective}
+        self.initial: Tokens = tuple(self.token(s) for s in _initial(problem.num_devices))
+        self.goal: Tokens = tuple(self.token(s) for s in _goal(problem))
+        self.plans: list[_Plan | None] = [None] * len(problem.candidates)
+
+    def token(self, s: State) -> int:
+        found = self.tokens.setdefault(s, len(self.states))
+        if found == len(self.states):
+            self.states.append(s)
+        return found
+
+    @staticmethod
+    def key(state: Tokens) -> Tokens:
+        return state
+
+    def step(self, state: Tokens, i: int) -> Tokens:
+        """The state after candidate ``i``, or raises _Fail (groups in order)."""
+        plan = self.plans[i]
+        if plan is None:
+            plan = self.plans[i] = _Plan.of(self.problem.candidates[i].groups, self.problem.num_devices)
+        coll = self.problem.candidates[i].collective
+        memo = self.outcomes[coll]
+        flat: list[int] = []
+        for g, members_of in zip(plan.groups, plan.members):
+            members = members_of(state)
+            out = memo.get(members)
+            if out is None:
+                out = memo[members] = self._outcome(coll, g, members)
+            if out.__class__ is str:
+                raise _Fail(g, out)
+            flat += out
+        flat += state
+        return plan.gather(flat)
+
+    def _outcome(self, coll: Collective, group: tuple[int, ...], members: Tokens) -> Tokens | str:
+        """The members' new tokens, or the name of the rule the group violates."""
+        before = [self.states[t] for t in members]
+        try:
+            out = _one_piece_group(coll, group, before)
+            if out is None:
+                out = apply_group(coll, group, before)
+        except _Fail as fail:
+            return fail.rule
+        if self.problem.require_progress and out == before:
+            return "progress"
+        if out[0] is out[-1] and out.count(out[0]) == len(out):  # AllReduce, AllGather, Broadcast
+            return (members[0] if out[0] is before[0] else self.token(out[0]),) * len(out)
+        return tuple(map(self.token, out))
+
+
+class _Runner:
+    """The states along the current prefix (a stack of state ids), for programs taken in lexicographic
+    order; every distinct state is kept once (by ``machine.key``) and each (state, candidate) step is
+    computed once, so programs that reach one state by different prefixes share its suffixes' work."""
+
+    def __init__(self, machine):
+        self.machine = machine
+        self.states: list = []
+        self.ids: dict[Hashable, int] = {}
         self.successor: dict[tuple[int, int], int | _Fail] = {}
-        self.stack: list[int] = [0]
+        self.stack: list[int] = [self._id(machine.initial)]
         self.prefix: list[int] = []
-        goal: list[State] = [()] * k
-        for g in problem.goal_groups:
-            mask = sum(1 << d for d in g)
-            for d in g:
-                goal[d] = ((full, mask),)
-        self.goal = tuple(goal)
-        self.goal_id = self.ids.setdefault(self.goal, len(self.states))
-        if self.goal_id == len(self.states):
-            self.states.append(self.goal)
+        self.goal_id = self._id(machine.goal)
         self.failed_at: int | None = None  # prefix length whose last step failed
         self.failure: _Fail | None = None
+
+    def _id(self, state) -> int:
+        """The id of a state (a new id for a new state)."""
+        found = self.ids.setdefault(self.machine.key(state), len(self.states))
+        if found == len(self.states):
+            self.states.append(state)
+        return found
 
     def advance(self, program: tuple[int, ...]) -> tuple[int | None, _Fail | None]:
         """Run ``program`` reusing the common prefix; (failing step, failure) or (None, None)."""
@@ -238,30 +433,12 @@ class _Runner:
         """The id of the state after candidate ``i`` from state ``sid`` (computed once), or its failure."""
         found = self.successor.get((sid, i))
         if found is None:
-            cand = self.problem.candidates[i]
             try:
-                new = tuple(self._step(list(self.states[sid]), cand.collective, cand.groups))
+                found = self._id(self.machine.step(self.states[sid], i))
             except _Fail as fail:
                 found = fail
-            else:
-                found = self.ids.setdefault(new, len(self.states))
-                if found == len(self.states):
-                    self.states.append(new)
             self.successor[sid, i] = found
         return found
-
-    def _step(self, states: list[State], coll: Collective, groups) -> list[State]:
-        new = list(states)
-        progress = self.problem.require_progress
-        for g in groups:
-            g = tuple(g)
-            members = [states[d] for d in g]
-            out = apply_group(coll, g, members)
-            if progress and out == members:
-                raise _Fail(g, "progress")
-            for d, s in zip(g, out):
-                new[d] = s
-        return new
 
     def reached_goal(self) -> bool:
         return self.stack[-1] == self.goal_id
@@ -274,13 +451,9 @@ def check_programs(
     ``timeout_ms`` (wall clock over the whole call). Exact at any number of devices."""
     if timeout_ms is not None and timeout_ms <= 0:
         raise P2Error(f"timeout must be positive, got {timeout_ms} ms")
-    n = len(problem.candidates)
-    progs = [tuple(int(c) for c in p) for p in programs]
-    for p in progs:
-        if not p or any(not 0 <= c < n for c in p):
-            raise P2Error(f"program {list(p)} is empty or names a candidate outside 0..{n - 1}")
+    progs = [_program(problem, p) for p in programs]
     deadline = None if timeout_ms is None else time.perf_counter() + timeout_ms / 1000
-    runner = _Runner(problem)
+    runner = _Runner(_Interned(problem))
     out: dict[int, Verdict] = {}
     for i in sorted(range(len(progs)), key=lambda i: progs[i]):
         p = progs[i]
@@ -297,18 +470,50 @@ def check_programs(
     return [out[i] for i in range(len(progs))]
 
 
+def _program(problem: SynthesisProblem, program: Sequence[int]) -> tuple[int, ...]:
+    n = len(problem.candidates)
+    p = tuple(int(c) for c in program)
+    if not p or any(not 0 <= c < n for c in p):
+        raise P2Error(f"program {list(p)} is empty or names a candidate outside 0..{n - 1}")
+    return p
+
+
+def check_program(problem: SynthesisProblem, program: Sequence[int]) -> Verdict:
+    """One program's verdict, step by step with ``apply_group`` alone (no shared states, no one-piece
+    path): the plain reference that ``check_programs`` must equal verdict for verdict."""
+    p = _program(problem, program)
+    states = _initial(problem.num_devices)
+    for t, i in enumerate(p, 1):
+        cand = problem.candidates[i]
+        new = list(states)
+        try:
+            for g in cand.groups:
+                members = [states[d] for d in g]
+                out = apply_group(cand.collective, g, members)
+                if problem.require_progress and out == members:
+                    raise _Fail(g, "progress")
+                for d, st in zip(g, out):
+                    new[d] = st
+        except _Fail as fail:
+            return Verdict(p, "counterexample", t, fail.group, Rule(fail.rule))
+        states = new
+    if states == _goal(problem):
+        return Verdict(p, "proved")
+    return Verdict(p, "counterexample", None, None, Rule.GOAL)
+
+
 class Stepper:
     """The compressed interpreter as a step function, for searches (``synth.pieces``): the initial
-    state, the goal state, and the state after one candidate (None when a precondition fails)."""
+    state, the goal state, and the state after one candidate (None when a precondition fails);
+    states are tuples of device-state tokens."""
 
     def __init__(self, problem: SynthesisProblem):
-        self._runner = _Runner(problem)
-        self.initial: tuple[State, ...] = self._runner.initial
-        self.goal: tuple[State, ...] = self._runner.goal
+        self._machine = _Interned(problem)
+        self.initial: Tokens = self._machine.initial
+        self.goal: Tokens = self._machine.goal
 
-    def step(self, states: tuple[State, ...], i: int) -> tuple[State, ...] | None:
-        cand = self._runner.problem.candidates[i]
+    def step(self, state: Tokens, i: int) -> Tokens | None:
         try:
-            return tuple(self._runner._step(list(states), cand.collective, cand.groups))
+            return self._machine.step(state, i)
         except _Fail:
             return None

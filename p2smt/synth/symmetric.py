@@ -17,6 +17,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import replace
 from math import prod
+from operator import itemgetter
 from typing import Any
 
 from p2smt.errors import InternalError, P2Error
@@ -24,9 +25,10 @@ from p2smt.model.collectives import AG, AR, BC, RED, RS
 from p2smt.model.dsl import Program, candidate_instructions, problem
 from p2smt.model.hierarchy import ROOT, MasterScope, SynthesisHierarchy
 from p2smt.model.problem import SynthesisProblem, canonical_order
-from p2smt.semantics.bitmatrix import Machine, State
+from p2smt.semantics.bitmatrix import Device, Machine
 
 GENERIC_SIZE = 2
+Tokens = tuple[int, ...]  # a search state: its devices' tokens
 
 
 def search(prob: SynthesisProblem, max_len: int) -> list[tuple[int, ...]]:
@@ -42,55 +44,111 @@ def search(prob: SynthesisProblem, max_len: int) -> list[tuple[int, ...]]:
     """
     machine = Machine(prob.num_devices)
     cands = prob.candidates
-    goal = machine.goal(prob.goal_groups)
     progress = prob.require_progress
+    tokens: dict[Device, int] = {}
+    table: list[Device] = []  # a state is the tuple of its devices' tokens (indices into ``table``)
+
+    def token(device: Device) -> int:
+        found = tokens.setdefault(device, len(table))
+        if found == len(table):
+            table.append(device)
+        return found
+
+    goal = tuple(map(token, machine.goal(prob.goal_groups)))
+    readers = [[_reader(g) for g in c.groups] for c in cands]
+    outcomes: dict[tuple, tuple[int, ...] | None] = {}  # (collective, members' tokens) -> new tokens
     covers = [sum(1 << d for g in c.groups for d in g) for c in cands]
     finishing = [c.collective in (AR, AG, BC) for c in cands]
+    all_rows = (1 << prob.num_devices) - 1
+    gathers = [c.collective is AG and min(map(len, c.groups)) > 1 for c in cands]
+    needs = [covers[i] if c.collective is AR or gathers[i] else sum(1 << g[0] for g in c.groups)
+             if c.collective is BC else 0 for i, c in enumerate(cands)]
     group_ids: dict[tuple, int] = {}
     reducing = [group_ids.setdefault(c.groups, len(group_ids)) if c.collective in (AR, RS, RED) else None
                 for c in cands]
 
-    def checked(state: State, i: int, shared: dict[int, bool]) -> bool:
+    def checked(state: Tokens, i: int, shared: dict[int, bool]) -> bool:
         gid = reducing[i]
         if gid is None:
             return True
         ok = shared.get(gid)
         if ok is None:
-            ok = shared[gid] = all(machine.reducible([state[d] for d in g]) for g in cands[i].groups)
+            ok = shared[gid] = all(machine.reducible([table[state[d]] for d in g]) for g in cands[i].groups)
         return ok
 
-    def step(state: State, i: int) -> State | None:
-        return machine.step(state, cands[i].collective, cands[i].groups, progress)
+    def outcome(coll, members: tuple[int, ...]) -> tuple[int, ...] | None:
+        devices = [table[t] for t in members]
+        out = machine.apply_group(coll, devices)
+        if out is None or (progress and out == devices):
+            return None
+        return tuple(map(token, out))
 
-    successors: dict[State, list[tuple[int, State]]] = {}
+    def step(state: Tokens, i: int) -> Tokens | None:
+        """``machine.step`` on tokens; a group's outcome is computed once per distinct members."""
+        coll = cands[i].collective
+        new = list(state)
+        for g, read in zip(cands[i].groups, readers[i]):
+            key = (coll, read(state))
+            out = outcomes.get(key, False)
+            if out is False:
+                out = outcomes[key] = outcome(coll, key[1])
+            if out is None:
+                return None
+            for d, t in zip(g, out):
+                new[d] = t
+        return tuple(new)
 
-    def valid_steps(state: State) -> list[tuple[int, State]]:
+    successors: dict[Tokens, list[tuple[int, Tokens]]] = {}
+
+    def gather_blocked(state: Tokens) -> int:
+        """Devices no AllGather of two or more members can include: one holding every chunk leaves the
+        others none (unequal sizes); with the progress rule, one holding none (equal sizes: all empty)."""
+        out = 0
+        for d, t in enumerate(state):
+            rows = table[t][0]
+            if rows == all_rows or (progress and not rows):
+                out |= 1 << d
+        return out
+
+    def valid_steps(state: Tokens) -> list[tuple[int, Tokens]]:
         found = successors.get(state)
         if found is None:
             shared: dict[int, bool] = {}
+            blocked = gather_blocked(state)
             found = successors[state] = [
-                (i, nxt) for i in range(len(cands)) if checked(state, i, shared) and (nxt := step(state, i)) is not None
+                (i, nxt) for i in range(len(cands))
+                if not (gathers[i] and blocked & covers[i]) and checked(state, i, shared)
+                and (nxt := step(state, i)) is not None
             ]
         return found
 
-    finishers: dict[State, list[int]] = {}
+    finishers: dict[Tokens, list[int]] = {}
 
-    def finishing_steps(state: State) -> list[int]:
+    def finishing_steps(state: Tokens) -> list[int]:
         found = finishers.get(state)
         if found is None:
             if state in successors:
                 found = [i for i, nxt in successors[state] if nxt == goal]
             else:
-                todo = sum(1 << d for d, (s, g) in enumerate(zip(state, goal)) if s != g)
+                todo = rows_off = 0
+                for d, (s, g) in enumerate(zip(state, goal)):
+                    if s != g:
+                        todo |= 1 << d
+                    if table[s][0] != table[g][0]:
+                        rows_off |= 1 << d
+                # necessary for ending in the goal: AllReduce keeps every member's chunks, Broadcast
+                # copies the root, AllGather is valid
+                blocked = {AR: rows_off, BC: todo, AG: gather_blocked(state)}
                 shared: dict[int, bool] = {}
                 found = [i for i in range(len(cands))
-                         if finishing[i] and not todo & ~covers[i] and checked(state, i, shared) and step(state, i) == goal]
+                         if finishing[i] and not todo & ~covers[i] and not blocked[cands[i].collective] & needs[i]
+                         and checked(state, i, shared) and step(state, i) == goal]
             finishers[state] = found
         return found
 
-    memo: dict[tuple[State, int], list[tuple[int, ...]]] = {}
+    memo: dict[tuple[Tokens, int], list[tuple[int, ...]]] = {}
 
-    def suffixes(state: State, remaining: int) -> list[tuple[int, ...]]:
+    def suffixes(state: Tokens, remaining: int) -> list[tuple[int, ...]]:
         found = memo.get((state, remaining))
         if found is not None:
             return found
@@ -106,7 +164,15 @@ def search(prob: SynthesisProblem, max_len: int) -> list[tuple[int, ...]]:
         memo[state, remaining] = out
         return out
 
-    return canonical_order(suffixes(machine.initial(), max_len)) if max_len >= 1 else []
+    return canonical_order(suffixes(tuple(map(token, machine.initial())), max_len)) if max_len >= 1 else []
+
+
+def _reader(group: tuple[int, ...]):
+    """The members' tokens of a state, as a tuple (``itemgetter`` returns a bare item for one index)."""
+    if len(group) == 1:
+        (d,) = group
+        return lambda state: (state[d],)
+    return itemgetter(*group)
 
 
 def generic_hierarchy(h: SynthesisHierarchy, size: int) -> SynthesisHierarchy:
