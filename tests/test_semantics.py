@@ -303,3 +303,9 @@ def test_execute_all_equals_execute_program_by_program():
         assert len(got.states) == len(one.states)
         assert all(np.array_equal(a, b) for a, b in zip(got.states, one.states, strict=True))
     assert [g.valid for g in batch] == [True, False, False, True, False, True, False]
+    # interleaved prefixes and keep_states=False (the driver's bounded-memory re-check): the same verdicts
+    mixed = [progs[i] for i in (2, 0, 4, 1, 6, 3, 5, 0)]
+    lean = execute_all(4, mixed, goal, require_progress=True, keep_states=False)
+    assert all(r.states == [] for r in lean)
+    assert [(r.valid, r.violation, r.defects) for r in lean] == [
+        (batch[i].valid, batch[i].violation, batch[i].defects) for i in (2, 0, 4, 1, 6, 3, 5, 0)]

@@ -211,29 +211,43 @@ def execute_all(
     programs: Sequence[Sequence[Step]],
     goal_groups: Sequence[Group],
     require_progress: bool = False,
+    *,
+    keep_states: bool = True,
 ) -> list[Execution]:
-    """``execute`` for many programs at once; a prefix shared by several programs is run once."""
+    """``execute`` for many programs at once; a prefix shared by several programs is run once.
+
+    Programs are run in prefix order so that only the states along the current prefix are held (a
+    k×k×k state is 2 MiB at 128 devices); ``keep_states=False`` also leaves ``Execution.states`` empty,
+    which keeps memory bounded by the program length instead of the number of distinct prefixes."""
     _check_size(k)
     goal = goal_state(k, goal_groups)
-    after: dict[tuple, np.ndarray | Violation] = {(): initial_state(k)}
-    out = []
-    for steps in programs:
-        keys = tuple((coll, tuple(tuple(g) for g in groups)) for coll, groups in steps)
-        states = [after[()]]
+    start = initial_state(k)
+    ids: dict[tuple, int] = {}
+    keyed = [tuple((coll, tuple(tuple(g) for g in groups)) for coll, groups in steps) for steps in programs]
+    order = sorted(range(len(keyed)), key=lambda i: [ids.setdefault(s, len(ids)) for s in keyed[i]])
+    path: list[tuple[tuple, np.ndarray | Violation]] = []  # (step, what it leads to) along the current prefix
+    out: list[Execution | None] = [None] * len(keyed)
+    for i in order:
+        keys, steps = keyed[i], programs[i]
+        shared = 0
+        while shared < min(len(path), len(keys)) and path[shared][0] == keys[shared]:
+            shared += 1
+        del path[shared:]
         failed = None
-        for t, (coll, groups) in enumerate(keys, start=1):
-            prefix = keys[:t]
-            if prefix not in after:
+        for t in range(1, len(keys) + 1):
+            if t > len(path):
+                before = path[-1][1] if path else start
+                coll, groups = keys[t - 1]
                 validate_plan([(coll, groups)], k, start=t)
-                after[prefix] = apply_step(states[-1], t, coll, groups, require_progress)
-            nxt = after[prefix]
-            if isinstance(nxt, Violation):
-                failed = _in_context(nxt, steps)
+                path.append((keys[t - 1], apply_step(before, t, coll, groups, require_progress)))
+            if isinstance(path[t - 1][1], Violation):
+                failed = _in_context(path[t - 1][1], steps)
                 break
-            states.append(nxt)
+        held = [start, *(s for _, s in path[:len(keys)] if not isinstance(s, Violation))]
+        states = held if keep_states else []
         if failed is not None:
-            out.append(Execution(states, failed, False))
+            out[i] = Execution(states, failed, False)
             continue
-        reached = bool(np.array_equal(states[-1], goal))
-        out.append(Execution(states, None, reached, () if reached else defects(states[-1], goal)))
-    return out
+        reached = bool(np.array_equal(held[-1], goal))
+        out[i] = Execution(states, None, reached, () if reached else defects(held[-1], goal))
+    return out  # type: ignore[return-value]

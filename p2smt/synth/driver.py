@@ -142,7 +142,7 @@ def disagreement(prob: SynthesisProblem, proposer: Engine, cert) -> str:
     if cert.missed:
         cands = prob.candidates
         runs = execute_all(prob.num_devices, [[(cands[i].collective, cands[i].groups) for i in p] for p in cert.missed],
-                           prob.goal_groups, prob.require_progress)
+                           prob.goal_groups, prob.require_progress, keep_states=False)
         for prog, run in zip(cert.missed, runs, strict=True):
             why = run.violation.message if run.violation else ("valid" if run.valid else "the goal is not reached")
             lines.append(f"Z3 proves {prob.label(prog)!r} valid, which the {proposer.value} proposer missed "
@@ -306,6 +306,7 @@ def recheck(prob: SynthesisProblem, programs, engine: str) -> None:
         [[(cands[i].collective, cands[i].groups) for i in prog] for prog in programs],
         prob.goal_groups,
         prob.require_progress,
+        keep_states=False,
     )
     for prog, run in zip(programs, runs, strict=True):
         if not run.valid:
