@@ -113,21 +113,32 @@ def blank_slots(k: int, steps: int) -> list[tuple[int, int]]:
     return [(t, d) for t in range(1, steps + 1) for d in range(k)]
 
 
-def input_payload(steps: int):
-    """The checker's symbolic inputs and empty-chunk contents (for the symbolic chunk), in 0..INPUT_MAX."""
+def _domain(v):
+    return z3.And(0 <= v, v <= INPUT_MAX)
 
-    def make(checker):
-        xs = [z3.Int(f"c_input_{d}", checker.ctx) for d in range(checker.k)]
-        blanks = {
-            key: z3.Int(f"c_blank_{key[0]}_{key[1]}", checker.ctx) for key in blank_slots(checker.k, steps)
-        }
-        payload = Value(xs, blanks, _groups(checker.problem), checker.ctx)
-        names = [(f"input_{d}", x) for d, x in enumerate(xs)]
-        names += [(f"blank_{t}_{d}", v) for (t, d), v in blanks.items()]
-        domain = [z3.And(0 <= v, v <= INPUT_MAX) for _, v in names]
-        return payload, names, domain
 
-    return make
+class LazyBlanks(dict):
+    """The checker's empty-chunk contents, each declared (with its domain) when a step first reads it, so
+    a long plan's declarations are spread over the steps the proof's clock checks between; a content no
+    formula reads is not a variable (witnesses give it 0)."""
+
+    def __init__(self, checker):
+        super().__init__()
+        self.checker = checker
+
+    def __missing__(self, key: tuple[int, int]):
+        t, d = key
+        v = self[key] = z3.Int(f"c_blank_{t}_{d}", self.checker.ctx)
+        self.checker.declare(f"blank_{t}_{d}", v, _domain(v))
+        return v
+
+
+def input_payload(checker):
+    """The checker's symbolic inputs and (lazily declared) empty-chunk contents, in 0..INPUT_MAX."""
+    xs = [z3.Int(f"c_input_{d}", checker.ctx) for d in range(checker.k)]
+    payload = Value(xs, LazyBlanks(checker), _groups(checker.problem), checker.ctx)
+    names = [(f"input_{d}", x) for d, x in enumerate(xs)]
+    return payload, names, [_domain(x) for x in xs]
 
 
 class ValuesEncoding(CheckedEncoding):
@@ -138,7 +149,7 @@ class ValuesEncoding(CheckedEncoding):
     strict_rows = False
 
     def payload_factory(self):
-        return input_payload(self.max_len)
+        return input_payload
 
     def concrete_payload(self, inputs, contents):
         """A payload with concrete inputs and contents (a fixed plan evaluates to Python integers)."""
@@ -153,7 +164,7 @@ class ValuesEncoding(CheckedEncoding):
 
     def witness_of(self, found):
         k = self.problem.num_devices
-        blanks = tuple(found[f"blank_{t}_{d}"] for t, d in blank_slots(k, self.max_len))
+        blanks = tuple(found.get(f"blank_{t}_{d}", 0) for t, d in blank_slots(k, self.max_len))
         return (found["chunk"], tuple(found[f"input_{d}"] for d in range(k)), blanks)
 
     def initial_witnesses(self):

@@ -170,3 +170,32 @@ def test_values_goal_counterexample_tries_only_contents_of_chunks_left_empty(mon
     assert proof.status == "counterexample" and proof.rule == "goal" and proof.blanks == ()
     assert proof.expected == proof.inputs[proof.device][proof.chunk] + proof.inputs[proof.device ^ 1][proof.chunk]
     assert len(calls) <= 3
+
+
+def test_values_declares_empty_chunk_contents_only_for_the_steps_encoded(monkeypatch):
+    """The values encoding declares a step's empty-chunk contents when the step is encoded, so a clock that runs
+    out after step 1 leaves at most one step's worth declared (not one per step and device up front)."""
+    from p2smt.smt import check
+    from p2smt.smt.cegis import verify_values
+    from p2smt.smt.verify import ProofClock
+
+    declared: list[str] = []
+    real = check.PlanChecker.declare
+    monkeypatch.setattr(check.PlanChecker, "declare", lambda self, name, *a: declared.append(name) or real(self, name, *a))
+    readings = iter([1000.0] * 3)  # the solver limit, "declaring", step 1; then spent
+    monkeypatch.setattr(ProofClock, "left_ms", lambda self: next(readings, -1.0))
+    steps = [(RS, [(0, 1), (2, 3)]), (AR, [(0, 2), (1, 3)])] + [(AG, [(0, 1), (2, 3)])] * 400
+    proof = verify_values(4, steps, [(0, 1, 2, 3)], chunks=4, timeout_ms=60_000)
+    assert proof.status == "unknown" and proof.stats["steps_encoded"] == 1
+    assert declared and all(name.startswith("blank_1_") for name in declared) and len(declared) <= 4
+
+
+def test_values_timeout_bounds_a_long_valid_prefix_plan(run_cli, tmp_path):
+    """AllReduce repeated: the interpreter's step-2 suspicion is no failure of the value semantics, so the whole
+    plan must be encoded; a short --timeout stops that encoding (declarations included) part-way."""
+    path = tmp_path / "long.p2"
+    path.write_text("; ".join(["(node, InsideGroup, AllReduce)"] * MAX_STEPS))
+    rc, out, _ = run_cli("verify", *V100, "--program", f"@{path}", "--values", "--timeout", "0.5", "--json")
+    payload = json.loads(out)
+    assert rc == 4 and payload["status"] == "unknown" and payload["steps"] == MAX_STEPS
+    assert "ran out while" in payload["message"] and payload["stats"]["steps_encoded"] < MAX_STEPS

@@ -25,11 +25,13 @@ Report = Callable[[Any], None]
 
 @dataclass
 class Bounded(Generic[T]):
-    """The work's result, or None when the deadline passed first; the pieces reported either way."""
+    """The work's result, or None when the deadline passed first; the pieces reported either way (``partial``:
+    those reported inside an unfinished piece, which the progress display and the count leave out)."""
 
     result: T | None
     pieces: list[Any] = field(default_factory=list)
     deadline: float | None = None
+    partial: list[Any] = field(default_factory=list)
 
     @property
     def expired(self) -> bool:
@@ -71,17 +73,23 @@ def _display(args: argparse.Namespace, label: str, total: int | None) -> Iterato
 
 
 def run_bounded(args: argparse.Namespace, label: str, work: Callable[[Report], T],
-                total: int | None = None) -> Bounded[T]:
-    """Run ``work(report)`` under ``args.deadline`` (if any) with the progress display."""
+                total: int | None = None, is_partial: Callable[[Any], bool] | None = None) -> Bounded[T]:
+    """Run ``work(report)`` under ``args.deadline`` (if any) with the progress display; a piece
+    ``is_partial`` accepts is kept in ``Bounded.partial`` instead (it does not advance the display)."""
     deadline = getattr(args, "deadline", None)
+    is_partial = is_partial or (lambda piece: False)
     if deadline is None:
         pieces: list[Any] = []
+        partial: list[Any] = []
         with _display(args, label, total) as show:
             def report(piece: Any) -> None:
+                if is_partial(piece):
+                    partial.append(piece)
+                    return
                 pieces.append(piece)
                 show(piece)
 
-            return Bounded(work(report), pieces)
+            return Bounded(work(report), pieces, partial=partial)
     ctx = multiprocessing.get_context("fork")
     recv, send = ctx.Pipe(duplex=False)
     child = ctx.Process(target=_child, args=(work, send), daemon=True)
@@ -90,6 +98,7 @@ def run_bounded(args: argparse.Namespace, label: str, work: Callable[[Report], T
     child.start()
     send.close()
     pieces = []
+    partial = []
     try:
         with _display(args, label, total) as show:
             while (left := end - time.monotonic()) > 0:
@@ -99,16 +108,18 @@ def run_bounded(args: argparse.Namespace, label: str, work: Callable[[Report], T
                     kind, value = recv.recv()
                 except EOFError:
                     raise InternalError(f"{label}: the worker process died (exit {child.exitcode})") from None
-                if kind == "piece":
+                if kind == "piece" and is_partial(value):
+                    partial.append(value)
+                elif kind == "piece":
                     pieces.append(value)
                     show(value)
                 elif kind == "done":
-                    return Bounded(value, pieces, deadline)
+                    return Bounded(value, pieces, deadline, partial)
                 elif kind == "bad-input":
                     raise P2Error(value)
                 else:
                     raise InternalError(value)
-            return Bounded(None, pieces, deadline)
+            return Bounded(None, pieces, deadline, partial)
     finally:
         if child.is_alive():
             child.kill()

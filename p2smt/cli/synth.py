@@ -42,14 +42,20 @@ LEGEND = ("matrix: rows = parallelism axes, columns = system levels (outermost f
           "parts of that axis lie at that level")
 
 
-def bounded_synthesis(args: argparse.Namespace, req, config, label: str):
-    """``synthesize`` under ``--deadline``/``--progress``: (bounded run, result or the placements found)."""
-    from p2smt.synth.driver import SynthesisResult, synthesize
+def bounded_synthesis(args: argparse.Namespace, req, config, label: str, keep_partial: bool = False):
+    """``synthesize`` under ``--deadline``/``--progress``: (bounded run, result or the placements found);
+    with ``keep_partial`` and a deadline, ``bounded.partial`` holds the unfinished searches' finished first steps."""
+    from p2smt.synth.driver import FirstStepPrograms, SynthesisResult, synthesize
 
     system = req.load_system()
     placements = req.placements(system)
-    bounded = run_bounded(args, label, lambda report: synthesize(req, config, on_matrix=report),
-                          total=len(placements))
+    on_partial = keep_partial and getattr(args, "deadline", None) is not None
+
+    def work(report):
+        return synthesize(req, config, on_matrix=report, **({"on_partial": report} if on_partial else {}))
+
+    bounded = run_bounded(args, label, work, total=len(placements),
+                          is_partial=lambda piece: isinstance(piece, FirstStepPrograms))
     if bounded.result is not None:
         return bounded, bounded.result
     reduce = placements[0].check_axes(req.reduce)
@@ -78,35 +84,58 @@ def certification_line(result) -> str:
     return f"[yellow]NOT certified by Z3[/yellow]: {'; '.join(why)} (programs from the proposer, re-checked)"
 
 
+def partial_words(partial) -> str:
+    """The programs a run stopped at its deadline found inside its unfinished placements, in words."""
+    if not partial:
+        return ""
+    count = sum(len(p.programs) for p in partial)
+    return (f"; {count} programs found so far in {len(partial)} unfinished placement"
+            f"{'s' if len(partial) != 1 else ''} (partial: not every program)")
+
+
+def program_table(title: str, programs, show: int) -> Table:
+    """A placement's programs, the first ``show`` of them numbered."""
+    t = Table(title=title)
+    t.add_column("#", justify="right")
+    t.add_column("program")
+    for n, p in enumerate(programs[:show]):
+        t.add_row(str(n), str(p))
+    if len(programs) > show:
+        t.add_row("…", f"{len(programs) - show} more (use --show or --json)")
+    return t
+
+
+def hierarchy_words(m) -> str:
+    return f"matrix {[list(r) for r in m.matrix]}  hierarchy {' > '.join(f'{n} {s}' for n, s in m.hierarchy.levels)}"
+
+
 def run(args: argparse.Namespace) -> int:
-    bounded, result = bounded_synthesis(args, request_of(args), engine_config(args), "synth: placements")
+    from p2smt.synth.driver import partial_placements
+
+    bounded, result = bounded_synthesis(args, request_of(args), engine_config(args), "synth: placements",
+                                        keep_partial=True)
     payload = result.to_json()
+    partial = partial_placements(bounded.partial, (m.matrix for m in result.matrices)) if bounded.expired else ()
     if bounded.expired:
-        payload |= {"status": "unknown", "message": bounded.message("placements")}
+        payload |= {"status": "unknown", "message": bounded.message("placements") + partial_words(partial),
+                    "partial": [p.to_json() for p in partial]}
 
     def render(c: Console) -> None:
         c.print(
             f"{result.system}: axes {list(result.axes)}, reduce {list(result.reduction_axes)}, "
             f"engine {args.engine}, max length {args.max_len}: [bold]{result.total_programs}[/bold] programs "
-            f"over {len(result.matrices)} placements in {result.seconds:.3f} s — status {result.status}"
+            f"over {len(result.matrices)} placements in {result.seconds:.3f} s — status {payload['status']}"
         )
         for m in result.matrices:
-            t = Table(
-                title=f"matrix {[list(r) for r in m.matrix]}  hierarchy "
-                f"{' > '.join(f'{n} {s}' for n, s in m.hierarchy.levels)}  "
-                f"({len(m.programs)} programs, {m.seconds:.3f} s, {m.status}"
-                + (f"; same problem as {m.stats['same_problem_as']}" if "same_problem_as" in m.stats else "")
-                + ")"
-            )
-            t.add_column("#", justify="right")
-            t.add_column("program")
-            for n, p in enumerate(m.programs[: args.show]):
-                t.add_row(str(n), str(p))
-            if len(m.programs) > args.show:
-                t.add_row("…", f"{len(m.programs) - args.show} more (use --show or --json)")
-            c.print(t)
+            same = f"; same problem as {m.stats['same_problem_as']}" if "same_problem_as" in m.stats else ""
+            c.print(program_table(f"{hierarchy_words(m)}  ({len(m.programs)} programs, {m.seconds:.3f} s, "
+                                  f"{m.status}{same})", m.programs, args.show))
             if "rests_on" in m.stats:
                 c.print(f"  rests on: {m.stats['rests_on']}")
+        for p in partial:
+            c.print(program_table(f"{hierarchy_words(p)}  (PARTIAL: {len(p.programs)} programs found so far, "
+                                  f"{p.first_steps_done} of {p.candidates} first steps searched)", p.programs, args.show))
+            c.print(f"  rests on: {p.rests_on}")
         if result.certified is not None:
             c.print(certification_line(result))
         if bounded.expired:

@@ -166,7 +166,7 @@ def _verify(steps, num_devices, goal_groups, require_progress, chunks, extra_dir
 def _decode(witness, num_devices: int, steps: int):
     """(chunk, inputs, empty-chunk contents by (step, device)) of a witness."""
     xs = tuple(witness[f"input_{d}"] for d in range(num_devices))
-    contents = {(t, d): witness[f"blank_{t}_{d}"] for t in range(1, steps + 1) for d in range(num_devices)}
+    contents = {(t, d): witness.get(f"blank_{t}_{d}", 0) for t in range(1, steps + 1) for d in range(num_devices)}
     return witness["chunk"], xs, contents
 
 

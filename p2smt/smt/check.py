@@ -114,6 +114,13 @@ class PlanChecker:
         self.record = False  # keep each query's SMT-LIB2 text in ``log`` (for --emit-smt2)
         self.log: list[tuple[str, str]] = []
 
+    def declare(self, name: str, var: Term, domain: Term) -> None:
+        """A payload variable made after the checker (a lazy encoding's): named in witnesses, with its
+        domain asserted in every query from now on."""
+        self.payload_vars.append((name, var))
+        self._base.append(domain)
+        self.solver.add(domain)
+
     # ------------------------------------------------------------------ nodes
 
     def node(self, prefix: Sequence[int]) -> Node:

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -11,12 +11,13 @@ from p2smt.errors import InternalError
 from p2smt.model.dsl import Instruction, Program, candidate_instructions, problem
 from p2smt.model.hierarchy import SynthesisHierarchy, synthesis_hierarchy
 from p2smt.model.placement import Matrix, Placement, matrices
-from p2smt.model.problem import SynthesisProblem
+from p2smt.model.problem import SynthesisProblem, canonical_order
 from p2smt.model.request import Request
 from p2smt.model.status import SolveStatus
 from p2smt.model.system import System
 from p2smt.semantics.dense import execute_all
 from p2smt.synth.config import Engine, EngineConfig
+from p2smt.synth.search import FirstStepReport
 from p2smt.timings import split_timings
 
 EngineOptions = EngineConfig  # the solver options engines read travel in the one engine configuration
@@ -31,19 +32,22 @@ class EngineOutcome:
     stats: dict[str, Any] = field(default_factory=dict)
 
 
-def _enumerative(prob: SynthesisProblem, max_len: int, opts: EngineOptions, h=None) -> EngineOutcome:
+def _enumerative(prob: SynthesisProblem, max_len: int, opts: EngineOptions, h=None, *,
+                 on_first_step: FirstStepReport | None = None) -> EngineOutcome:
     from p2smt.synth.enumerative import enumerate_programs
 
-    return EngineOutcome("complete", tuple(enumerate_programs(prob, max_len)))
+    return EngineOutcome("complete", tuple(enumerate_programs(prob, max_len, on_first_step)))
 
 
-def _pieces(prob: SynthesisProblem, max_len: int, opts: EngineOptions, h=None) -> EngineOutcome:
+def _pieces(prob: SynthesisProblem, max_len: int, opts: EngineOptions, h=None, *,
+            on_first_step: FirstStepReport | None = None) -> EngineOutcome:
     from p2smt.synth.pieces import enumerate_programs
 
-    return EngineOutcome("complete", tuple(enumerate_programs(prob, max_len)))
+    return EngineOutcome("complete", tuple(enumerate_programs(prob, max_len, on_first_step)))
 
 
-def _z3(prob: SynthesisProblem, max_len: int, opts: EngineOptions, h: SynthesisHierarchy | None = None) -> EngineOutcome:
+def _z3(prob: SynthesisProblem, max_len: int, opts: EngineOptions, h: SynthesisHierarchy | None = None, *,
+        on_first_step: FirstStepReport | None = None) -> EngineOutcome:
     from pathlib import Path
 
     from p2smt.smt.engine import DEFAULT_ENCODING, enumerate_z3
@@ -61,7 +65,8 @@ def _z3(prob: SynthesisProblem, max_len: int, opts: EngineOptions, h: SynthesisH
 
 
 def _z3_cegis(
-    prob: SynthesisProblem, max_len: int, opts: EngineOptions, h: SynthesisHierarchy | None = None
+    prob: SynthesisProblem, max_len: int, opts: EngineOptions, h: SynthesisHierarchy | None = None, *,
+    on_first_step: FirstStepReport | None = None,
 ) -> EngineOutcome:
     """``z3`` with the ``values`` encoding (CEGIS over counterexample inputs)."""
     from dataclasses import replace
@@ -70,10 +75,10 @@ def _z3_cegis(
 
 
 def _symmetric(prob: SynthesisProblem, max_len: int, opts: EngineOptions,
-               h: SynthesisHierarchy | None = None) -> EngineOutcome:
+               h: SynthesisHierarchy | None = None, *, on_first_step: FirstStepReport | None = None) -> EngineOutcome:
     from p2smt.synth.symmetric import synthesize
 
-    programs, stats = synthesize(prob, max_len, h, **(opts.encoding_options or {}))
+    programs, stats = synthesize(prob, max_len, h, **(opts.encoding_options or {}), on_first_step=on_first_step)
     return EngineOutcome("complete", tuple(programs), stats)
 
 
@@ -97,12 +102,12 @@ def resolved(config: EngineConfig, k: int) -> EngineConfig:
 
 
 def _auto(prob: SynthesisProblem, max_len: int, opts: EngineOptions,
-          h: SynthesisHierarchy | None = None) -> EngineOutcome:
-    return run_engine(prob, resolved(opts, prob.num_devices), h)
+          h: SynthesisHierarchy | None = None, *, on_first_step: FirstStepReport | None = None) -> EngineOutcome:
+    return run_engine(prob, resolved(opts, prob.num_devices), h, on_first_step=on_first_step)
 
 
 def _certified(prob: SynthesisProblem, max_len: int, opts: EngineOptions,
-               h: SynthesisHierarchy | None = None) -> EngineOutcome:
+               h: SynthesisHierarchy | None = None, *, on_first_step: FirstStepReport | None = None) -> EngineOutcome:
     """The proposer's programs, proved valid and complete by Z3; a disagreement is an InternalError."""
     from dataclasses import replace
     from pathlib import Path
@@ -111,7 +116,8 @@ def _certified(prob: SynthesisProblem, max_len: int, opts: EngineOptions,
 
     proposer = proposer_of(opts, prob.num_devices)
     start = time.perf_counter()
-    proposed = run_engine(prob, replace(opts, engine=proposer, proposer=None, certificate=None), h)
+    proposed = run_engine(prob, replace(opts, engine=proposer, proposer=None, certificate=None), h,
+                          on_first_step=on_first_step)
     stats: dict[str, Any] = {"proposer": proposer.value, "proposer_seconds": round(time.perf_counter() - start, 6)}
     if prob.num_devices > CERTIFY_LIMIT:
         reason = f"{prob.num_devices} devices: above the Z3 certificate's limit of {CERTIFY_LIMIT}"
@@ -150,8 +156,9 @@ def disagreement(prob: SynthesisProblem, proposer: Engine, cert) -> str:
     return "certified synthesis: Z3 and the proposer disagree: " + "; ".join(lines)
 
 
-EngineFn = Callable[[SynthesisProblem, int, EngineOptions, SynthesisHierarchy | None], EngineOutcome]
-"""(problem, max_len, options, the synthesis hierarchy the problem was built from or None) -> outcome."""
+EngineFn = Callable[..., EngineOutcome]
+"""(problem, max_len, options, the synthesis hierarchy the problem was built from or None, *,
+on_first_step: the explicit searches' report of each finished first step, or None) -> outcome."""
 ENGINES: dict[Engine, tuple[str, EngineFn]] = {
     Engine.AUTO: ("the exact explicit engine for the size: enumerative up to 64 devices, pieces above", _auto),
     Engine.ENUMERATIVE: ("P²'s enumerative search pruned by the preconditions", _enumerative),
@@ -235,10 +242,13 @@ def _matrix_json(m: MatrixResult) -> dict[str, Any]:
     }
 
 
-def run_engine(prob: SynthesisProblem, config: EngineConfig, hierarchy: SynthesisHierarchy | None = None
-               ) -> EngineOutcome:
-    """Run one engine on one problem (no re-check; see ``synthesize_hierarchy``)."""
-    return ENGINES[config.engine][1](prob, config.max_len, config, hierarchy)
+def run_engine(prob: SynthesisProblem, config: EngineConfig, hierarchy: SynthesisHierarchy | None = None, *,
+               on_first_step: FirstStepReport | None = None) -> EngineOutcome:
+    """Run one engine on one problem (no re-check; see ``synthesize_hierarchy``); ``on_first_step``: the
+    explicit searches (and the certified engine's proposer) report each finished first step's programs
+    (passed only when given: an engine function may take just the four positional arguments)."""
+    extra = {} if on_first_step is None else {"on_first_step": on_first_step}
+    return ENGINES[config.engine][1](prob, config.max_len, config, hierarchy, **extra)
 
 
 PIECES_ABOVE = 128  # devices; above this the compressed interpreter re-checks (the k^3 one costs GiBs)
@@ -326,11 +336,11 @@ def synthesize_hierarchy(
     return _programs(h, indices), outcome, time.perf_counter() - start
 
 
-def _solve(prob: SynthesisProblem, config: EngineConfig, h: SynthesisHierarchy | None = None
-           ) -> tuple[EngineOutcome, tuple[tuple[int, ...], ...]]:
+def _solve(prob: SynthesisProblem, config: EngineConfig, h: SynthesisHierarchy | None = None,
+           on_first_step: FirstStepReport | None = None) -> tuple[EngineOutcome, tuple[tuple[int, ...], ...]]:
     """The engine's outcome and its programs (candidate indices) after the re-check and pruning."""
     config = resolved(config, prob.num_devices)
-    outcome = run_engine(prob, config, h)
+    outcome = run_engine(prob, config, h, on_first_step=on_first_step)
     programs = list(outcome.programs)
     if rechecked_by(config.engine, prob.num_devices, outcome.stats.get("proposer")):
         recheck(prob, programs, config.engine)
@@ -352,14 +362,117 @@ def placements_for(system: System, axes: tuple[int, ...], matrix: Matrix | None)
     return [Placement(system.sizes, tuple(axes), m) for m in matrices(system.sizes, axes)]
 
 
+@dataclass(frozen=True)
+class FirstStepPrograms:
+    """Every program of one placement that starts with candidate ``first_step`` (of ``candidates``): that
+    step's search subtree is finished, so these programs are final even while the placement's search is not."""
+
+    matrix: Matrix
+    hierarchy: SynthesisHierarchy
+    first_step: int
+    candidates: int
+    indices: tuple[tuple[int, ...], ...]  # canonical order
+    programs: tuple[Program, ...]
+    rests_on: str
+
+
+@dataclass(frozen=True)
+class PartialPlacement:
+    """An unfinished placement's programs found so far: those of its finished first steps (canonical order)."""
+
+    matrix: Matrix
+    hierarchy: SynthesisHierarchy
+    programs: tuple[Program, ...]
+    first_steps_done: int
+    candidates: int
+    rests_on: str
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "matrix": [list(r) for r in self.matrix],
+            "synthesis_hierarchy": [[n, s] for n, s in self.hierarchy.levels],
+            "status": SolveStatus.UNKNOWN,
+            "complete": False,
+            "first_steps_searched": self.first_steps_done,
+            "first_steps": self.candidates,
+            "programs": [str(p) for p in self.programs],
+            "rests_on": self.rests_on,
+        }
+
+
+def partial_placements(pieces: Iterable[FirstStepPrograms], finished: Iterable[Matrix] = ()
+                       ) -> tuple[PartialPlacement, ...]:
+    """The placements not in ``finished`` with the programs their finished first steps found, in the order
+    they were searched; each one's programs in canonical order."""
+    done = set(finished)
+    by_matrix: dict[Matrix, list[FirstStepPrograms]] = {}
+    for piece in pieces:
+        if piece.matrix not in done:
+            by_matrix.setdefault(piece.matrix, []).append(piece)
+    out = []
+    for matrix, found in by_matrix.items():
+        program_of = {i: p for piece in found for i, p in zip(piece.indices, piece.programs, strict=True)}
+        programs = tuple(program_of[i] for i in canonical_order(program_of))
+        first = found[0]
+        out.append(PartialPlacement(matrix, first.hierarchy, programs, len({p.first_step for p in found}),
+                                    first.candidates, first.rests_on))
+    return tuple(out)
+
+
+SEARCHES = {
+    Engine.ENUMERATIVE: "the dense interpreter's exhaustive search at the real size",
+    Engine.PIECES: "the compressed interpreter's exhaustive search at the real size",
+    Engine.SYMMETRIC: ("the symmetric engine's search (on the generic instance where the problem allows: "
+                       "its size-independence conjecture, docs/symmetry.md)"),
+}
+
+
+def explicit_search(config: EngineConfig, k: int) -> Engine | None:
+    """The explicit search whose finished first steps a run of ``config`` reports (None: a Z3 engine's)."""
+    engine = resolved(config, k).engine
+    searcher = proposer_of(config, k) if engine == Engine.CERTIFIED else engine
+    return searcher if searcher in SEARCHES else None
+
+
+def partial_rests_on(config: EngineConfig, k: int) -> str:
+    """What the programs of an unfinished placement rest on: the search that found them, and the re-check
+    or Z3 certificate the finished placement would have had but these did not reach."""
+    engine = resolved(config, k).engine
+    searcher = explicit_search(config, k)
+    found = SEARCHES[searcher] if searcher else "a Z3 engine"
+    words = [f"partial (the search stopped before its end): not every program; each found by {found} ({k} devices)"]
+    checked = rechecked_by(engine, k, searcher.value)
+    if checked:
+        words.append(f"not re-checked by {INTERPRETERS[checked]} ({k} devices)")
+    if engine == Engine.CERTIFIED:
+        words.append("the Z3 certificate was not reached")
+    return "; ".join(words)
+
+
+def _first_step_reporter(matrix: Matrix, h: SynthesisHierarchy, prob: SynthesisProblem, config: EngineConfig,
+                         on_partial: Callable[[FirstStepPrograms], None]) -> FirstStepReport:
+    """The search's ``on_first_step`` that hands ``on_partial`` each first step's programs as DSL programs."""
+    instrs: list[Instruction] = [ins for ins, _ in candidate_instructions(h)]
+    words = partial_rests_on(config, prob.num_devices)
+
+    def report(first: int, indices: list[tuple[int, ...]]) -> None:
+        programs = tuple(Program(tuple(instrs[i] for i in p)) for p in indices)
+        on_partial(FirstStepPrograms(matrix, h, first, len(instrs), tuple(indices), programs, words))
+
+    return report
+
+
 def synthesize(request: Request, config: EngineConfig | None = None, *,
-               on_matrix: Callable[[MatrixResult], None] | None = None) -> SynthesisResult:
+               on_matrix: Callable[[MatrixResult], None] | None = None,
+               on_partial: Callable[[FirstStepPrograms], None] | None = None) -> SynthesisResult:
     """All valid programs up to ``config.max_len`` for every placement (or the one ``matrix``) of a request.
 
     Placements whose synthesis problems are equal (same devices, goal and candidate instructions,
     e.g. matrices that differ only in the non-reduced axes) are solved once; the others report
     ``stats["same_problem_as"]``, the matrix that was solved, and their own (small) seconds.
-    ``on_matrix`` receives each placement's result as it is found (progress, partial results).
+    ``on_matrix`` receives each placement's result as it is found (progress, partial results);
+    ``on_partial`` each finished first step of an explicit search (unpruned runs only: pruning needs the
+    whole set), so a run stopped early keeps the programs an unfinished placement found so far.
 
     >>> r = synthesize(Request("a100-4x16", axes=(4, 16), reduce=(0,), matrix=((1, 4), (4, 4))))
     >>> r.status, r.total_programs
@@ -383,7 +496,10 @@ def synthesize(request: Request, config: EngineConfig | None = None, *,
             if "certified" in outcome.stats:
                 stats["certified"] = outcome.stats["certified"]
         else:
-            outcome, indices = _solve(prob, config, h)
+            report = None
+            if on_partial is not None and config.prune == "none" and explicit_search(config, prob.num_devices):
+                report = _first_step_reporter(placement.matrix, h, prob, config, on_partial)
+            outcome, indices = _solve(prob, config, h, report)
             solved[prob] = (placement.matrix, outcome, indices)
             engine = resolved(config, prob.num_devices).engine
             stats = dict(outcome.stats) | {"rests_on": rests_on(engine, prob.num_devices, outcome)}

@@ -7,10 +7,11 @@ import numpy as np
 from p2smt.errors import P2Error
 from p2smt.model.problem import SynthesisProblem
 from p2smt.semantics.dense import MAX_INTERPRETER_DEVICES, Violation, apply_step, goal_state, initial_state
-from p2smt.synth.search import search_programs
+from p2smt.synth.search import FirstStepReport, search_programs
 
 
-def enumerate_programs(problem: SynthesisProblem, max_len: int) -> list[tuple[int, ...]]:
+def enumerate_programs(problem: SynthesisProblem, max_len: int,
+                       on_first_step: FirstStepReport | None = None) -> list[tuple[int, ...]]:
     """Every valid program of at most ``max_len`` candidates, in canonical order
     (``synth.search.search_programs`` on the k×k×k interpreter's state)."""
     k = problem.num_devices
@@ -34,4 +35,5 @@ def enumerate_programs(problem: SynthesisProblem, max_len: int) -> list[tuple[in
         step,
         lambda state: np.array_equal(state, goal),
         lambda state: np.packbits(state).tobytes(),
+        on_first_step,
     )

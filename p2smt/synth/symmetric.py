@@ -26,12 +26,14 @@ from p2smt.model.dsl import Program, candidate_instructions, problem
 from p2smt.model.hierarchy import ROOT, MasterScope, SynthesisHierarchy
 from p2smt.model.problem import SynthesisProblem, canonical_order
 from p2smt.semantics.bitmatrix import Device, Machine
+from p2smt.synth.search import FirstStepReport
 
 GENERIC_SIZE = 2
 Tokens = tuple[int, ...]  # a search state: its devices' tokens
 
 
-def search(prob: SynthesisProblem, max_len: int) -> list[tuple[int, ...]]:
+def search(prob: SynthesisProblem, max_len: int,
+           on_first_step: FirstStepReport | None = None) -> list[tuple[int, ...]]:
     """Every valid program of ``prob`` up to ``max_len`` (canonical order) on the bitmatrix state.
 
     P²'s search (as ``problem.search_programs``: prune a step whose precondition fails, stop at the
@@ -40,7 +42,7 @@ def search(prob: SynthesisProblem, max_len: int) -> list[tuple[int, ...]]:
     failing steps: the last step of a program is only tried with candidates that can end in the goal
     (an AllReduce, AllGather or Broadcast whose groups cover every device not yet in its goal
     state), and AllReduce, ReduceScatter and Reduce over the same groups share one check of their
-    common precondition per state.
+    common precondition per state. ``on_first_step``: as in ``search_programs``.
     """
     machine = Machine(prob.num_devices)
     cands = prob.candidates
@@ -164,7 +166,19 @@ def search(prob: SynthesisProblem, max_len: int) -> list[tuple[int, ...]]:
         memo[state, remaining] = out
         return out
 
-    return canonical_order(suffixes(tuple(map(token, machine.initial())), max_len)) if max_len >= 1 else []
+    if max_len < 1:
+        return []
+    start = tuple(map(token, machine.initial()))
+    if on_first_step is None:
+        return canonical_order(suffixes(start, max_len))
+    found: list[tuple[int, ...]] = []
+    nexts = dict(valid_steps(start)) if max_len > 1 else dict.fromkeys(finishing_steps(start), goal)
+    for i in range(len(cands)):
+        nxt = nexts.get(i)
+        programs = [] if nxt is None else [(i,)] if nxt == goal else [(i, *rest) for rest in suffixes(nxt, max_len - 1)]
+        found.extend(programs)
+        on_first_step(i, canonical_order(programs))
+    return canonical_order(found)
 
 
 def _reader(group: tuple[int, ...]):
@@ -209,12 +223,13 @@ def _rests_on(h: SynthesisHierarchy, checks: list[int]) -> str:
 
 def generic_search(
     h: SynthesisHierarchy, max_len: int, require_progress: bool = True, size: int = GENERIC_SIZE,
-    cross_check: int | None = None,
+    cross_check: int | None = None, on_first_step: FirstStepReport | None = None,
 ) -> tuple[SynthesisProblem, list[tuple[int, ...]], dict[str, Any]]:
     """The generic instance's problem, its programs (canonical order) and the stats; with
-    ``cross_check`` the instance of that size must have the same program set (else InternalError)."""
+    ``cross_check`` the instance of that size must have the same program set (else InternalError).
+    ``on_first_step`` follows the generic instance's search (its candidate indices)."""
     small = problem(generic_hierarchy(h, size), require_progress)
-    programs = search(small, max_len)
+    programs = search(small, max_len, on_first_step)
     checks = [size]
     if cross_check and cross_check != size and any(s > 1 for s in h.sizes):
         other_prob = problem(generic_hierarchy(h, cross_check), require_progress)
@@ -245,15 +260,19 @@ def hierarchy_programs(
 
 def synthesize(
     prob: SynthesisProblem, max_len: int, h: SynthesisHierarchy | None = None, size: int = GENERIC_SIZE,
-    cross_check: int | None = None,
+    cross_check: int | None = None, on_first_step: FirstStepReport | None = None,
 ) -> tuple[list[tuple[int, ...]], dict[str, Any]]:
     """The engine: programs as candidate indices of ``prob`` (built from hierarchy ``h``; canonical order)
     and stats (``rests_on`` says what the result rests on). Other problems fall back to the same search at
-    the real size."""
+    the real size. ``on_first_step`` (as in ``search_programs``) is only fed indices of ``prob``."""
     why = _why_not_generic(h, prob.num_devices)
     if why is None:
-        small, programs, stats = generic_search(h, max_len, prob.require_progress, size, cross_check)
-        if [(c.label, c.collective) for c in small.candidates] == [(c.label, c.collective) for c in prob.candidates]:
-            return programs, stats  # same candidates in the same order: the indices carry over
+        small = problem(generic_hierarchy(h, size), prob.require_progress)
+        if _same_candidates(small, prob):  # same candidates in the same order: the indices carry over
+            return generic_search(h, max_len, prob.require_progress, size, cross_check, on_first_step)[1:]
         why = "the generic instance has other candidate instructions"
-    return search(prob, max_len), {"rests_on": f"search at the real size ({why})", "generic_size": None}
+    return search(prob, max_len, on_first_step), {"rests_on": f"search at the real size ({why})", "generic_size": None}
+
+
+def _same_candidates(a: SynthesisProblem, b: SynthesisProblem) -> bool:
+    return [(c.label, c.collective) for c in a.candidates] == [(c.label, c.collective) for c in b.candidates]
