@@ -114,6 +114,8 @@ class Complete(Enumerate):
     """Enumerate with the proposed programs blocked up front: every accepted program is one the
     proposer missed (collected, not merged); the queries, conflicts and seconds are kept."""
 
+    implied = False  # the programs a missed one implies may be proposed ones (blocked, not missed)
+
     def __init__(self, proposed: Sequence[Program]):
         self.trie = Trie(proposed)
         self.missed: list[Program] = []

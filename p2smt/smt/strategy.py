@@ -32,6 +32,7 @@ class Strategy(ABC):
     """The default hooks: every phase's models are all confirmed, accepted programs are only reported."""
 
     batch = True  # candidates may be confirmed in batches when the encoding supports it
+    implied = False  # also confirm the candidates each accepted program implies (``Encoding.implied``)
 
     @abstractmethod
     def phases(self, enc: Encoding, max_len: int) -> Iterator[Phase]:
@@ -57,7 +58,10 @@ class Strategy(ABC):
 
 
 class Enumerate(Strategy):
-    """Every valid program of 1..max_len steps, lengths in increasing order through assumptions."""
+    """Every valid program of 1..max_len steps, lengths in increasing order through assumptions; the
+    programs accepted ones imply are confirmed without a model of their own."""
+
+    implied = True
 
     def phases(self, enc: Encoding, max_len: int) -> Iterator[Phase]:
         for length in range(1, max_len + 1):
