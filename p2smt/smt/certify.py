@@ -29,9 +29,6 @@ from p2smt.smt.registry import load_encoding
 from p2smt.smt.strategy import Enumerate, Phase
 
 VALIDITY_BATCH = 512  # candidates proved per checker query (a failing batch is split by the checker)
-SAT_PARAMS = {"sat.simplify.delay": 1_000_000}
-"""SAT-core settings of the completeness solver: no in-processing simplification during its short unsat
-proofs (measured on P²'s 64-device problems: 35-40% less solving time than the default)."""
 
 
 @dataclass(frozen=True)
@@ -120,9 +117,6 @@ class Complete(Enumerate):
         self.trie = Trie(proposed)
         self.missed: list[Program] = []
         self.blocks = 0
-
-    def solver_params(self, enc: Encoding) -> dict[str, Any]:
-        return SAT_PARAMS if enc.logic == "QF_FD" else {}
 
     def begin(self, enc: Encoding, solver: z3.Solver) -> None:
         solver.add(*self.trie.clauses(enc.choices, enc.context))
