@@ -380,7 +380,8 @@ class PlanChecker:
 
 
 def _identity(v: Term) -> tuple:
-    return (type(v), v) if T.is_const(v) else (z3.ExprRef, v.get_id())
+    """A term's identity: a Python value, or the address of a Z3 term (shared, kept alive by its node)."""
+    return (type(v), v) if T.is_const(v) else (z3.ExprRef, v.ast.value)
 
 
 class SameStates:

@@ -158,7 +158,11 @@ class CheckedEncoding(Encoding):
         return self.choices.decode(model)
 
     def blocking_clause(self, program: Program) -> z3.BoolRef:
-        return self.choices.blocking_clause(program)
+        """``choices.blocking_clause`` built with the direct constructors (one per candidate)."""
+        lits = self.choices.program_literals(program)
+        if not lits:
+            return self.choices.blocking_clause(program)
+        return T.or_([T.not_(v) for v in lits])
 
     def checker(self) -> PlanChecker:
         """The exact checker of this encoding's candidates (one per encoding, nodes cached)."""
