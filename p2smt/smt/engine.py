@@ -4,8 +4,10 @@ A strategy (``smt.strategy``; by default every valid program, lengths in increas
 assumption literals) poses the queries; each accepted model is reported and then excluded by a clause
 over the choice variables only. The result is ``complete`` only when every query ended in ``unsat``.
 Encodings that confirm candidates (``batch_refine``) get them in batches: each decoded candidate is
-excluded at once by its blocking clause and reported only when the batch's proof accepts it. Timeouts
-bound each solver call; ``--emit-smt2`` writes every query as SMT-LIB2.
+excluded at once by its blocking clause and reported only when the batch's proof accepts it; a
+strategy with ``implied`` also excludes and confirms the candidates each accepted program implies
+(``Encoding.implied``), which then cost no model of their own. Timeouts bound each solver call;
+``--emit-smt2`` writes every query as SMT-LIB2.
 """
 
 from __future__ import annotations
