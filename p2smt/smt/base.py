@@ -93,6 +93,10 @@ class Encoding(ABC):
         """Confirm several decoded programs (already excluded by their blocking clauses) at once."""
         return [self.refine(solver, p, timeout_ms) for p in programs]
 
+    def implied(self, program: Program) -> Sequence[Program]:
+        """Candidates an accepted ``program`` implies (confirmed like decoded ones); default: none."""
+        return ()
+
     def statistics(self) -> dict[str, Any]:
         """Encoding-specific figures (sizes, refinements) merged into the engine's stats."""
         return {}

@@ -29,9 +29,6 @@ from p2smt.smt.registry import load_encoding
 from p2smt.smt.strategy import Enumerate, Phase
 
 VALIDITY_BATCH = 512  # candidates proved per checker query (a failing batch is split by the checker)
-SAT_PARAMS = {"sat.simplify.delay": 1_000_000}
-"""SAT-core settings of the completeness solver: no in-processing simplification during its short unsat
-proofs (measured on P²'s 64-device problems: 35-40% less solving time than the default)."""
 
 
 @dataclass(frozen=True)
@@ -114,13 +111,12 @@ class Complete(Enumerate):
     """Enumerate with the proposed programs blocked up front: every accepted program is one the
     proposer missed (collected, not merged); the queries, conflicts and seconds are kept."""
 
+    implied = False  # the programs a missed one implies may be proposed ones (blocked, not missed)
+
     def __init__(self, proposed: Sequence[Program]):
         self.trie = Trie(proposed)
         self.missed: list[Program] = []
         self.blocks = 0
-
-    def solver_params(self, enc: Encoding) -> dict[str, Any]:
-        return SAT_PARAMS if enc.logic == "QF_FD" else {}
 
     def begin(self, enc: Encoding, solver: z3.Solver) -> None:
         solver.add(*self.trie.clauses(enc.choices, enc.context))

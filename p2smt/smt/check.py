@@ -58,6 +58,7 @@ class Node:
         "prefix",
         "progress",
         "rules",
+        "signature",
         "state",
     )
 
@@ -72,6 +73,7 @@ class Node:
         self.checked: dict[str, Failure | None | bool] = {}
         self._viol = None
         self._goal = None
+        self.signature: tuple | None = None
 
 
 class PlanChecker:
@@ -367,8 +369,53 @@ class PlanChecker:
             return Failure(t, gi, "progress")
         return None
 
+    def signature(self, prefix: Sequence[int]) -> tuple:
+        """What the rest of a program's checks depend on after ``prefix``: the chunk and contribution
+        counts per device and the track's formulas (by identity: Z3 shares equal terms)."""
+        nd = self.node(prefix)
+        if nd.signature is None:
+            st = nd.state
+            terms = (_identity(v) for column in (st.present, st.below, st.payload) for v in column)
+            nd.signature = (tuple(nd.counts), tuple(nd.per_chunk), tuple(terms))
+        return nd.signature
+
     def state(self, program: Sequence[int]) -> TrackState:
         return self.node(program).state
 
     def counts(self, program: Sequence[int]) -> list[int]:
         return self.node(program).counts
+
+
+def _identity(v: Term) -> tuple:
+    """A term's identity: a Python value, or the address of a Z3 term (shared, kept alive by its node)."""
+    return (type(v), v) if T.is_const(v) else (z3.ExprRef, v.ast.value)
+
+
+class SameStates:
+    """Programs implied by the valid ones found so far: a step's validity depends only on the state
+    before it, so when A+B is valid and A' (a prefix of another valid program) leaves the very state A
+    leaves (``PlanChecker.signature``), A'+B is valid too. Each is still proved by the checker."""
+
+    def __init__(self, checker: PlanChecker, max_len: int):
+        self.checker = checker
+        self.max_len = max_len
+        self.prefixes: dict[tuple, dict[tuple[int, ...], None]] = {}
+        self.suffixes: dict[tuple, dict[tuple[int, ...], None]] = {}
+
+    def add(self, program: Sequence[int]) -> list[tuple[int, ...]]:
+        """The new programs that ``program`` (valid) implies with the earlier ones, in a fixed order."""
+        program = tuple(program)
+        out: dict[tuple[int, ...], None] = {}
+        for i in range(1, len(program) + 1):
+            key = self.checker.signature(program[:i])
+            prefixes = self.prefixes.setdefault(key, {})
+            suffixes = self.suffixes.setdefault(key, {})
+            pre, suf = program[:i], program[i:]
+            if pre not in prefixes:
+                prefixes[pre] = None
+                out.update((pre + s, None) for s in suffixes if len(pre) + len(s) <= self.max_len)
+            if suf not in suffixes:
+                suffixes[suf] = None
+                out.update((p + suf, None) for p in prefixes if len(p) + len(suf) <= self.max_len)
+        out.pop(program, None)
+        return list(out)

@@ -4,8 +4,10 @@ A strategy (``smt.strategy``; by default every valid program, lengths in increas
 assumption literals) poses the queries; each accepted model is reported and then excluded by a clause
 over the choice variables only. The result is ``complete`` only when every query ended in ``unsat``.
 Encodings that confirm candidates (``batch_refine``) get them in batches: each decoded candidate is
-excluded at once by its blocking clause and reported only when the batch's proof accepts it. Timeouts
-bound each solver call; ``--emit-smt2`` writes every query as SMT-LIB2.
+excluded at once by its blocking clause and reported only when the batch's proof accepts it; a
+strategy with ``implied`` also excludes and confirms the candidates each accepted program implies
+(``Encoding.implied``), which then cost no model of their own. Timeouts bound each solver call;
+``--emit-smt2`` writes every query as SMT-LIB2.
 """
 
 from __future__ import annotations
@@ -157,13 +159,18 @@ def run_encoding(
     per_length: dict[Any, dict[str, Any]] = {}
     batching = enc.batch_refine and strategy.batch
     batch = 2  # candidates confirmed per refine_many call; doubles while all are accepted
+    proposed: set[Program] = set()  # every candidate excluded so far (decoded or implied)
+    implied: list[Program] = []  # implied by accepted programs, excluded, not yet confirmed
+    implied_total = 0
 
     def emit_queries(phase: Phase) -> None:
         for kind, text in enc.queries():
             emitter.write_text(f"{phase.name}-{kind}", text)
 
     def record(program: Program, verdict, phase: Phase) -> None:
-        """Report an accepted program (each at most once) or count the kind of refusal."""
+        """Report an accepted program (each at most once) or count the kind of refusal; queue the
+        candidates it implies."""
+        nonlocal implied_total
         if not verdict.accepted:
             refused[verdict.kind] = refused.get(verdict.kind, 0) + 1
             return
@@ -171,12 +178,28 @@ def run_encoding(
             raise InternalError(f"{enc.name}: program {program} was found twice")
         seen.add(program)
         programs.append(program)
-        per_length[phase.length or phase.name]["programs"] += 1
+        per_length.setdefault(phase.length and len(program) or phase.name, {"programs": 0})["programs"] += 1
         if not batching:
             solver.add(enc.blocking_clause(program))
         strategy.accepted(solver, program)
+        if batching and strategy.implied:
+            for other in enc.implied(program):
+                if other not in proposed:
+                    proposed.add(other)
+                    solver.add(enc.blocking_clause(other))
+                    implied.append(other)
+                    implied_total += 1
 
     def confirm(pending: list[Program], phase: Phase) -> bool:
+        """Refine the pending candidates, then those the accepted ones imply; False when a check gave up."""
+        while pending:
+            if not confirm_batch(pending, phase):
+                return False
+            pending.extend(implied[:256])
+            del implied[:256]
+        return True
+
+    def confirm_batch(pending: list[Program], phase: Phase) -> bool:
         """Refine the pending candidates; False when a check gave up."""
         nonlocal batch
         if not pending:
@@ -196,7 +219,7 @@ def run_encoding(
     for phase in strategy.phases(enc, max_len):
         t0, calls0 = time.perf_counter(), calls
         conflicts0 = solver_figures(solver).get("conflicts", 0)
-        per_length[phase.length or phase.name] = {"seconds": 0.0, "programs": 0}
+        per_length.setdefault(phase.length or phase.name, {"programs": 0})["seconds"] = 0.0
         pending: list[Program] = []
         while True:
             assumptions = phase.assumptions()
@@ -217,6 +240,7 @@ def run_encoding(
             if batching:
                 # excluded at once (exactly); reported only once proved, with the others pending
                 solver.add(enc.blocking_clause(program))
+                proposed.add(program)
                 pending.append(program)
                 if len(pending) >= batch and not confirm(pending, phase):
                     status = SolveStatus.UNKNOWN
@@ -241,7 +265,8 @@ def run_encoding(
         "encoding": enc.name,
         "solver_calls": calls,
         "refinements": refused,
-        "per_length": per_length,
+        "implied": implied_total,
+        "per_length": dict(sorted(per_length.items(), key=lambda kv: str(kv[0]).zfill(9))),
         "declare_seconds": round(declared, 6),
         "seconds": round(time.perf_counter() - start, 6),
         **solver_figures(solver),

@@ -33,7 +33,7 @@ import z3
 from p2smt.model.problem import SynthesisProblem
 from p2smt.smt import terms as T
 from p2smt.smt.base import ACCEPTED, Encoding, Program, Refinement
-from p2smt.smt.check import PayloadFactory, PlanChecker, Unknown
+from p2smt.smt.check import PayloadFactory, PlanChecker, SameStates, Unknown
 from p2smt.smt.choices import StepChoices
 from p2smt.smt.engine import solver_figures
 from p2smt.smt.structure import Structure, goal_is_terminal
@@ -76,6 +76,7 @@ class CheckedEncoding(Encoding):
         self._solver: z3.Solver | None = None
         self._checker: PlanChecker | None = None
         self._diagnoser: PlanChecker | None = None
+        self._same: SameStates | None = None
         self.counters = {"witnesses": 0, "prefix_blocks": 0, "program_blocks": 0, "checks": 0}
         self.seconds = {"declare": 0.0, "check": 0.0}
 
@@ -157,13 +158,23 @@ class CheckedEncoding(Encoding):
         return self.choices.decode(model)
 
     def blocking_clause(self, program: Program) -> z3.BoolRef:
-        return self.choices.blocking_clause(program)
+        """``choices.blocking_clause`` built with the direct constructors (one per candidate)."""
+        lits = self.choices.program_literals(program)
+        if not lits:
+            return self.choices.blocking_clause(program)
+        return T.or_([T.not_(v) for v in lits])
 
     def checker(self) -> PlanChecker:
         """The exact checker of this encoding's candidates (one per encoding, nodes cached)."""
         if self._checker is None:
             self._checker = self.proof_checker()
         return self._checker
+
+    def implied(self, program: Program) -> list[Program]:
+        """Programs the accepted ``program`` implies with the earlier accepted ones (``SameStates``)."""
+        if self._same is None:
+            self._same = SameStates(self.checker(), self.max_len)
+        return self._same.add(program)
 
     def diagnoser(self) -> PlanChecker:
         """A checker whose failures name a full witness (when the proving checker's do not)."""

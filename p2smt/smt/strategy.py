@@ -17,6 +17,11 @@ import z3
 
 from p2smt.smt.base import Encoding, Program
 
+SAT_PARAMS = {"sat.simplify.delay": 1_000_000}
+"""SAT-core settings of an enumeration's solver: no in-processing simplification between its many short
+checks (measured on P²'s problems: 35-40% less solving time for the completeness certificate's unsat
+proofs, about 8% less CPU for the pure Z3 engine)."""
+
 
 @dataclass(frozen=True)
 class Phase:
@@ -32,6 +37,7 @@ class Strategy(ABC):
     """The default hooks: every phase's models are all confirmed, accepted programs are only reported."""
 
     batch = True  # candidates may be confirmed in batches when the encoding supports it
+    implied = False  # also confirm the candidates each accepted program implies (``Encoding.implied``)
 
     @abstractmethod
     def phases(self, enc: Encoding, max_len: int) -> Iterator[Phase]:
@@ -57,7 +63,13 @@ class Strategy(ABC):
 
 
 class Enumerate(Strategy):
-    """Every valid program of 1..max_len steps, lengths in increasing order through assumptions."""
+    """Every valid program of 1..max_len steps, lengths in increasing order through assumptions; the
+    programs accepted ones imply are confirmed without a model of their own."""
+
+    implied = True
+
+    def solver_params(self, enc: Encoding) -> dict[str, Any]:
+        return SAT_PARAMS if enc.logic == "QF_FD" else {}
 
     def phases(self, enc: Encoding, max_len: int) -> Iterator[Phase]:
         for length in range(1, max_len + 1):

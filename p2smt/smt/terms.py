@@ -158,10 +158,11 @@ def _numeral_like(v: int, other: z3.ExprRef) -> z3.ExprRef:
     bv = isinstance(other, z3.BitVecRef)
     ctx = other.ctx
     cache = ctx.__dict__.setdefault("_p2smt_numerals", {})
-    key = (other.size() if bv else 0, v)
+    width = _c.Z3_get_bv_sort_size(ctx.ref(), _c.Z3_get_sort(ctx.ref(), other.ast)) if bv else 0
+    key = (width, v)
     found = cache.get(key)
     if found is None:
-        found = cache[key] = z3.BitVecVal(v, other.size(), ctx) if bv else z3.IntVal(v, ctx)
+        found = cache[key] = z3.BitVecVal(v, width, ctx) if bv else z3.IntVal(v, ctx)
     return found
 
 

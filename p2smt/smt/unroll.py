@@ -424,8 +424,9 @@ class Semantics:
                     return unions[key]
 
                 q = quotient(c, gi) if coll is RS else None
+                gathered = self._gathered(g, state) if coll is AG else None
                 for rank, d in enumerate(g):
-                    p, b = self._row_after(coll, g, rank, state, q)
+                    p, b = gathered or self._row_after(coll, g, rank, state, q)
                     v = self.payload.moved(coll, g, rank, p, state, union)
                     present[d] = T.ite(guard, p, present[d])
                     below[d] = T.ite(guard, b, below[d], self.a.lit)
@@ -435,6 +436,11 @@ class Semantics:
                 payload[d] = T.ite(present[d], payload[d], self.payload.blank(t + 1, d), self.payload.lift)
         return TrackState(present, below, payload)
 
+    @staticmethod
+    def _gathered(g: tuple[int, ...], st: TrackState) -> tuple[Term, Term]:
+        """What every member of an AllGather group holds at the row (built once for all members)."""
+        return T.or_(st.present[d] for d in g), T.add(st.below[d] for d in g)
+
     def _row_after(self, coll: Collective, g: tuple[int, ...], rank: int, st: TrackState, q: Term):
         p, b = st.present, st.below
         head = g[0]
@@ -443,7 +449,7 @@ class Semantics:
         if coll is RED:
             return (p[head], b[head]) if rank == 0 else (False, 0)
         if coll is AG:
-            return T.or_(p[d] for d in g), T.add(b[d] for d in g)
+            return self._gathered(g, st)
         bh = b[head]
         if T.is_const(bh) and bh == 0:  # the first non-empty chunk opens block 0
             return (T.and_((p[head], T.lt(0, q))) if rank == 0 else False), 0
