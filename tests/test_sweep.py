@@ -25,7 +25,16 @@ TINY = parse_grid({
 @pytest.fixture(scope="module")
 def swept(tmp_path_factory):
     out = tmp_path_factory.mktemp("sweep") / "out"
-    return out, paper_sweep(out, grid=TINY)
+    done: list[str] = []
+    summary = paper_sweep(out, grid=TINY, report=done.append)
+    return out, summary | {"reported": done}
+
+
+def test_each_request_is_reported_once_as_it_finishes(swept):
+    """The progress hook behind ``sweep --paper``'s display: one report per request, in grid order."""
+    _, summary = swept
+    assert summary["reported"] == ["a100-2x16 axes [2, 16] reduce [1]", "v100-2x8 axes [4, 4] reduce [0]",
+                                   "v100-4x8 axes [2, 2, 8] reduce [2]"]
 
 
 def test_rows_cover_every_unit(swept):

@@ -49,7 +49,7 @@ def add_bounds(p: argparse.ArgumentParser) -> None:
 
 
 @contextmanager
-def _display(args: argparse.Namespace, label: str, total: int | None) -> Iterator[Report]:
+def progress_display(args: argparse.Namespace, label: str, total: int | None) -> Iterator[Report]:
     """A rich progress line on stderr (when asked or on a terminal) advanced once per reported piece."""
     if not (getattr(args, "progress", False) or sys.stderr.isatty()):
         yield lambda piece: None
@@ -67,6 +67,8 @@ def _display(args: argparse.Namespace, label: str, total: int | None) -> Iterato
     columns = [SpinnerColumn(), TextColumn("{task.description}")]
     if total is not None:
         columns += [BarColumn(), MofNCompleteColumn()]
+    else:
+        columns += [TextColumn("{task.completed:.0f} done")]
     with Progress(*columns, TimeElapsedColumn(), console=Console(stderr=True), transient=True) as bar:
         task = bar.add_task(label, total=total)
         yield lambda piece: bar.advance(task)
@@ -81,7 +83,7 @@ def run_bounded(args: argparse.Namespace, label: str, work: Callable[[Report], T
     if deadline is None:
         pieces: list[Any] = []
         partial: list[Any] = []
-        with _display(args, label, total) as show:
+        with progress_display(args, label, total) as show:
             def report(piece: Any) -> None:
                 if is_partial(piece):
                     partial.append(piece)
@@ -100,7 +102,7 @@ def run_bounded(args: argparse.Namespace, label: str, work: Callable[[Report], T
     pieces = []
     partial = []
     try:
-        with _display(args, label, total) as show:
+        with progress_display(args, label, total) as show:
             while (left := end - time.monotonic()) > 0:
                 if not recv.poll(min(left, 0.1)):
                     continue

@@ -16,6 +16,8 @@ def register(sub) -> None:
     p.add_argument("--out", help="--paper: output folder (p2-sweep); --grid: JSONL file (sweep.jsonl)")
     add_search(p, engine="auto")  # certification costs seconds per placement: see docs/results
     p.add_argument("--no-plots", action="store_true")
+    p.add_argument("--progress", action="store_true",
+                   help="--paper: show progress on stderr (default: on a terminal; --grid shows it unless --json)")
     p.add_argument("--scheduler", help="dask.distributed scheduler address (default: local cores)")
     p.add_argument("--workers", type=int, help="local workers / tasks in flight")
     p.add_argument("--timeout", type=seconds, help="per-task seconds")
@@ -27,11 +29,13 @@ def run(args: argparse.Namespace) -> int:
     if bool(args.paper) == bool(args.grid):
         raise P2Error("give exactly one of --paper or --grid FILE")
     if args.paper:
+        from p2smt.cli.bounded import progress_display
         from p2smt.runs.paper import paper_sweep, render_sweep
 
         folder_path(args.out or "p2-sweep", "--out")
-        summary = paper_sweep(args.out or "p2-sweep", engine=args.engine, plots=not args.no_plots,
-                              max_len=args.max_len)
+        with progress_display(args, "sweep --paper: requests", None) as show:
+            summary = paper_sweep(args.out or "p2-sweep", engine=args.engine, plots=not args.no_plots,
+                                  max_len=args.max_len, report=show)
         emit(args, {k: v for k, v in summary.items() if k != "rows"} | {"out": args.out or "p2-sweep"},
              lambda c: c.print(render_sweep(summary)))
         return ExitCode.OK

@@ -14,6 +14,7 @@ import os
 import shutil
 import time
 from collections import Counter
+from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
@@ -164,11 +165,13 @@ def _publish(tmp: Path, out: Path) -> None:
 
 
 def paper_sweep(out_dir: str | Path, *, grid: Grid | str = PAPER, engine: str | None = None,
-                plots: bool = True, max_len: int | None = None) -> dict[str, Any]:
+                plots: bool = True, max_len: int | None = None,
+                report: Callable[[str], None] | None = None) -> dict[str, Any]:
     """Run a grid (default P²'s, ``grids/paper.yaml``): write sweep.csv, sweep.json and one PNG per request.
 
     The files are written to a hidden folder beside ``out_dir`` and moved there only when every request
-    has run, so a failed sweep leaves no partial output. ``engine`` and ``max_len`` replace the grid's.
+    has run, so a failed sweep leaves no partial output. ``engine`` and ``max_len`` replace the grid's;
+    ``report`` receives each finished request's label (progress).
     Returns ``{"rows": [row dicts], "aggregate": {...}, "p2": P2_HEADLINE, "files": {...},
     "stats": {"seconds"}}``.
     """
@@ -197,6 +200,8 @@ def paper_sweep(out_dir: str | Path, *, grid: Grid | str = PAPER, engine: str | 
                 plot_config(tmp / f"{name}.png", f"{system.name} axes {list(t.axes)} reduce {list(t.reduce)}",
                             reports)
                 pictures.append(f"{name}.png")
+            if report is not None:
+                report(f"{system.name} axes {list(tasks[0].axes)} reduce {list(tasks[0].reduce)}")
         summary = {
             "rows": [asdict(r) for r in rows],
             "aggregate": aggregate(rows),
