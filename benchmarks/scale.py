@@ -71,7 +71,8 @@ def child(spec: dict) -> dict:
     from p2smt.model.dsl import problem
     from p2smt.model.hierarchy import synthesis_hierarchy
     from p2smt.model.request import Request
-    from p2smt.synth.driver import recheck, rechecked_by, run_engine
+    from p2smt.synth.driver import rechecked_by, run_engine
+    from p2smt.synth.recheck import recheck
 
     t0 = time.perf_counter()
     request = Request.from_json(spec["request"])

@@ -20,8 +20,9 @@ from p2smt.smt.check import Unknown
 from p2smt.smt.engine import Smt2Sink, enumerate_z3
 from p2smt.smt.registry import load_encoding
 from p2smt.smt.representative import Representative
-from p2smt.synth.driver import placements_for, recheck
+from p2smt.synth.driver import placements_for
 from p2smt.synth.enumerative import enumerate_programs
+from p2smt.synth.recheck import recheck
 
 FAST = {"certify": "never"}
 

@@ -19,8 +19,8 @@ from p2smt.model.system import load_system
 from p2smt.semantics.dense import execute, execute_all
 from p2smt.semantics.pieces import check_programs
 from p2smt.synth.config import EngineConfig
-from p2smt.synth.driver import PIECES_ABOVE, recheck
 from p2smt.synth.enumerative import enumerate_programs
+from p2smt.synth.recheck import PIECES_ABOVE, recheck
 
 SUPERPOD = ("su", "node", "pcie", "gpu")
 

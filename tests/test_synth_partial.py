@@ -19,7 +19,8 @@ from p2smt.model.request import Request
 from p2smt.model.system import load_system
 from p2smt.synth import enumerative, pieces, symmetric
 from p2smt.synth.config import EngineConfig
-from p2smt.synth.driver import FirstStepPrograms, partial_placements, synthesize
+from p2smt.synth.driver import synthesize
+from p2smt.synth.partial import FirstStepPrograms, partial_placements
 
 A100 = ["--system", "a100-4x16", "--axes", "4,16", "--reduce", "1", "--matrix", "[[1,4],[4,4]]"]
 SEARCHES = {"enumerative": enumerative.enumerate_programs, "pieces": pieces.enumerate_programs,

@@ -45,7 +45,8 @@ LEGEND = ("matrix: rows = parallelism axes, columns = system levels (outermost f
 def bounded_synthesis(args: argparse.Namespace, req, config, label: str, keep_partial: bool = False):
     """``synthesize`` under ``--deadline``/``--progress``: (bounded run, result or the placements found);
     with ``keep_partial`` and a deadline, ``bounded.partial`` holds the unfinished searches' finished first steps."""
-    from p2smt.synth.driver import FirstStepPrograms, SynthesisResult, synthesize
+    from p2smt.synth.driver import SynthesisResult, synthesize
+    from p2smt.synth.partial import FirstStepPrograms
 
     system = req.load_system()
     placements = req.placements(system)
@@ -110,7 +111,7 @@ def hierarchy_words(m) -> str:
 
 
 def run(args: argparse.Namespace) -> int:
-    from p2smt.synth.driver import partial_placements
+    from p2smt.synth.partial import partial_placements
 
     bounded, result = bounded_synthesis(args, request_of(args), engine_config(args), "synth: placements",
                                         keep_partial=True)

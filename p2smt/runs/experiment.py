@@ -130,7 +130,7 @@ class _Checked:
     seen: dict[int, set[tuple[int, ...]]] = field(default_factory=dict)
 
     def recheck(self, index: int, point: Point, programs: list[tuple[int, ...]], engine: str) -> float:
-        from p2smt.synth.driver import recheck
+        from p2smt.synth.recheck import recheck
 
         done = self.seen.setdefault(index, set())
         todo = [p for p in programs if p not in done]

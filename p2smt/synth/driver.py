@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -11,12 +11,14 @@ from p2smt.errors import InternalError
 from p2smt.model.dsl import Instruction, Program, candidate_instructions, problem
 from p2smt.model.hierarchy import SynthesisHierarchy, synthesis_hierarchy
 from p2smt.model.placement import Matrix, Placement, matrices
-from p2smt.model.problem import SynthesisProblem, canonical_order
+from p2smt.model.problem import SynthesisProblem
 from p2smt.model.request import Request
 from p2smt.model.status import SolveStatus
 from p2smt.model.system import System
 from p2smt.semantics.dense import execute_all
 from p2smt.synth.config import Engine, EngineConfig
+from p2smt.synth.partial import FirstStepPrograms
+from p2smt.synth.recheck import INTERPRETERS, PIECES_ABOVE, RECHECK_LIMIT, recheck
 from p2smt.synth.search import FirstStepReport
 from p2smt.timings import split_timings
 
@@ -251,10 +253,6 @@ def run_engine(prob: SynthesisProblem, config: EngineConfig, hierarchy: Synthesi
     return ENGINES[config.engine][1](prob, config.max_len, config, hierarchy, **extra)
 
 
-PIECES_ABOVE = 128  # devices; above this the compressed interpreter re-checks (the k^3 one costs GiBs)
-RECHECK_LIMIT = 4096  # devices; above this no interpreter re-checks and the result says what it rests on
-
-
 def rechecked_by(engine: str, k: int, proposer: str | None = None) -> str | None:
     """The interpreter that re-checks ``engine``'s programs on ``k`` devices ("numpy": the k×k×k one,
     up to ``PIECES_ABOVE``; "pieces" above), or None for an engine that is that interpreter itself
@@ -268,9 +266,6 @@ def rechecked_by(engine: str, k: int, proposer: str | None = None) -> str | None
     if engine == "pieces" or (engine == "symmetric" and k > RECHECK_LIMIT):
         return None
     return "pieces"
-
-
-INTERPRETERS = {"numpy": "the dense interpreter", "pieces": "the compressed interpreter"}
 
 
 def rests_on(engine: str, k: int, outcome: EngineOutcome) -> str:
@@ -292,38 +287,6 @@ def rests_on(engine: str, k: int, outcome: EngineOutcome) -> str:
         validity = f"no re-check above {RECHECK_LIMIT} devices"
     own = outcome.stats.get("rests_on")
     return f"{validity}; completeness: {own}" if own else validity
-
-
-def recheck(prob: SynthesisProblem, programs, engine: str) -> None:
-    """Every engine's program must be valid in an independent concrete interpreter; else fail loudly.
-
-    Up to ``PIECES_ABOVE`` devices that is the k×k×k interpreter (``semantics.py``); above, the
-    compressed one (``pieces.py``), exact at any size. Neither shares code with the encodings.
-    """
-    cands = prob.candidates
-    if prob.num_devices > PIECES_ABOVE:
-        from p2smt.semantics.pieces import check_programs
-
-        for prog, verdict in zip(programs, check_programs(prob, programs), strict=True):
-            if not verdict.proved:
-                why = f"step {verdict.step}: {verdict.rule}" if verdict.step is not None else verdict.rule
-                raise InternalError(
-                    f"engine {engine!r} returned {prob.label(prog)!r}, which the interpreter rejects: {why}"
-                )
-        return
-    runs = execute_all(
-        prob.num_devices,
-        [[(cands[i].collective, cands[i].groups) for i in prog] for prog in programs],
-        prob.goal_groups,
-        prob.require_progress,
-        keep_states=False,
-    )
-    for prog, run in zip(programs, runs, strict=True):
-        if not run.valid:
-            why = run.violation.message if run.violation else "the goal is not reached"
-            raise InternalError(
-                f"engine {engine!r} returned {prob.label(prog)!r}, which the interpreter rejects: {why}"
-            )
 
 
 def synthesize_hierarchy(
@@ -360,63 +323,6 @@ def placements_for(system: System, axes: tuple[int, ...], matrix: Matrix | None)
     if matrix is not None:
         return [Placement(system.sizes, tuple(axes), matrix)]
     return [Placement(system.sizes, tuple(axes), m) for m in matrices(system.sizes, axes)]
-
-
-@dataclass(frozen=True)
-class FirstStepPrograms:
-    """Every program of one placement that starts with candidate ``first_step`` (of ``candidates``): that
-    step's search subtree is finished, so these programs are final even while the placement's search is not."""
-
-    matrix: Matrix
-    hierarchy: SynthesisHierarchy
-    first_step: int
-    candidates: int
-    indices: tuple[tuple[int, ...], ...]  # canonical order
-    programs: tuple[Program, ...]
-    rests_on: str
-
-
-@dataclass(frozen=True)
-class PartialPlacement:
-    """An unfinished placement's programs found so far: those of its finished first steps (canonical order)."""
-
-    matrix: Matrix
-    hierarchy: SynthesisHierarchy
-    programs: tuple[Program, ...]
-    first_steps_done: int
-    candidates: int
-    rests_on: str
-
-    def to_json(self) -> dict[str, Any]:
-        return {
-            "matrix": [list(r) for r in self.matrix],
-            "synthesis_hierarchy": [[n, s] for n, s in self.hierarchy.levels],
-            "status": SolveStatus.UNKNOWN,
-            "complete": False,
-            "first_steps_searched": self.first_steps_done,
-            "first_steps": self.candidates,
-            "programs": [str(p) for p in self.programs],
-            "rests_on": self.rests_on,
-        }
-
-
-def partial_placements(pieces: Iterable[FirstStepPrograms], finished: Iterable[Matrix] = ()
-                       ) -> tuple[PartialPlacement, ...]:
-    """The placements not in ``finished`` with the programs their finished first steps found, in the order
-    they were searched; each one's programs in canonical order."""
-    done = set(finished)
-    by_matrix: dict[Matrix, list[FirstStepPrograms]] = {}
-    for piece in pieces:
-        if piece.matrix not in done:
-            by_matrix.setdefault(piece.matrix, []).append(piece)
-    out = []
-    for matrix, found in by_matrix.items():
-        program_of = {i: p for piece in found for i, p in zip(piece.indices, piece.programs, strict=True)}
-        programs = tuple(program_of[i] for i in canonical_order(program_of))
-        first = found[0]
-        out.append(PartialPlacement(matrix, first.hierarchy, programs, len({p.first_step for p in found}),
-                                    first.candidates, first.rests_on))
-    return tuple(out)
 
 
 SEARCHES = {

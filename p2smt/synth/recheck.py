@@ -1,0 +1,49 @@
+"""The independent re-check of an engine's programs at the real size, by an interpreter that shares no code
+with the engine or the encodings: the dense k×k×k interpreter up to ``PIECES_ABOVE`` devices, the
+compressed one up to ``RECHECK_LIMIT``."""
+
+from __future__ import annotations
+
+from p2smt.errors import InternalError
+from p2smt.model.problem import SynthesisProblem
+from p2smt.semantics.dense import execute_all
+
+PIECES_ABOVE = 128  # devices; above this the compressed interpreter re-checks (the k^3 one costs GiBs)
+RECHECK_LIMIT = 4096  # devices; above this no interpreter re-checks and the result says what it rests on
+
+
+INTERPRETERS = {"numpy": "the dense interpreter", "pieces": "the compressed interpreter"}
+
+
+def recheck(prob: SynthesisProblem, programs, engine: str) -> None:
+    """Every engine's program must be valid in an independent concrete interpreter; else fail loudly.
+
+    Up to ``PIECES_ABOVE`` devices that is the k×k×k interpreter (``semantics.py``); above, the
+    compressed one (``pieces.py``), exact at any size. Neither shares code with the encodings.
+    """
+    cands = prob.candidates
+    if prob.num_devices > PIECES_ABOVE:
+        from p2smt.semantics.pieces import check_programs
+
+        for prog, verdict in zip(programs, check_programs(prob, programs), strict=True):
+            if not verdict.proved:
+                why = f"step {verdict.step}: {verdict.rule}" if verdict.step is not None else verdict.rule
+                raise InternalError(
+                    f"engine {engine!r} returned {prob.label(prog)!r}, which the interpreter rejects: {why}"
+                )
+        return
+    runs = execute_all(
+        prob.num_devices,
+        [[(cands[i].collective, cands[i].groups) for i in prog] for prog in programs],
+        prob.goal_groups,
+        prob.require_progress,
+        keep_states=False,
+    )
+    for prog, run in zip(programs, runs, strict=True):
+        if not run.valid:
+            why = run.violation.message if run.violation else "the goal is not reached"
+            raise InternalError(
+                f"engine {engine!r} returned {prob.label(prog)!r}, which the interpreter rejects: {why}"
+            )
+
+
