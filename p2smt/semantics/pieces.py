@@ -327,6 +327,20 @@ def _getter(indices: tuple[int, ...]) -> Callable[[Sequence[int]], Tokens]:
     return itemgetter(*indices)
 
 
+class _Table(list):
+    """Values numbered in order of first sight: ``id(v)`` is v's index (a new one for a new value)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.ids: dict[Hashable, int] = {}
+
+    def id(self, value: Hashable) -> int:
+        found = self.ids.setdefault(value, len(self))
+        if found == len(self):
+            self.append(value)
+        return found
+
+
 class _Interned:
     """The compressed state with every distinct device state interned once and named by a token (its
     index), so a state is a tuple of small integers: cheap to hash and compare. ``step`` raises _Fail
@@ -335,22 +349,12 @@ class _Interned:
 
     def __init__(self, problem: SynthesisProblem):
         self.problem = problem
-        self.tokens: dict[State, int] = {}
-        self.states: list[State] = []
+        self.states: _Table = _Table()  # device states by token
+        self.token = self.states.id
         self.outcomes: dict[Collective, dict[Tokens, Tokens | str]] = {c: {} for c in Collective}
         self.initial: Tokens = tuple(self.token(s) for s in _initial(problem.num_devices))
         self.goal: Tokens = tuple(self.token(s) for s in _goal(problem))
         self.plans: list[_Plan | None] = [None] * len(problem.candidates)
-
-    def token(self, s: State) -> int:
-        found = self.tokens.setdefault(s, len(self.states))
-        if found == len(self.states):
-            self.states.append(s)
-        return found
-
-    @staticmethod
-    def key(state: Tokens) -> Tokens:
-        return state
 
     def step(self, state: Tokens, i: int) -> Tokens:
         """The state after candidate ``i``, or raises _Fail (groups in order)."""
@@ -389,26 +393,18 @@ class _Interned:
 
 class _Runner:
     """The states along the current prefix (a stack of state ids), for programs taken in lexicographic
-    order; every distinct state is kept once (by ``machine.key``) and each (state, candidate) step is
-    computed once, so programs that reach one state by different prefixes share its suffixes' work."""
+    order; every distinct state is kept once and each (state, candidate) step is computed once, so
+    programs that reach one state by different prefixes share its suffixes' work."""
 
-    def __init__(self, machine):
+    def __init__(self, machine: _Interned):
         self.machine = machine
-        self.states: list = []
-        self.ids: dict[Hashable, int] = {}
+        self.states = _Table()  # whole states (tuples of tokens) by id
         self.successor: dict[tuple[int, int], int | _Fail] = {}
-        self.stack: list[int] = [self._id(machine.initial)]
+        self.stack: list[int] = [self.states.id(machine.initial)]
         self.prefix: list[int] = []
-        self.goal_id = self._id(machine.goal)
+        self.goal_id = self.states.id(machine.goal)
         self.failed_at: int | None = None  # prefix length whose last step failed
         self.failure: _Fail | None = None
-
-    def _id(self, state) -> int:
-        """The id of a state (a new id for a new state)."""
-        found = self.ids.setdefault(self.machine.key(state), len(self.states))
-        if found == len(self.states):
-            self.states.append(state)
-        return found
 
     def advance(self, program: tuple[int, ...]) -> tuple[int | None, _Fail | None]:
         """Run ``program`` reusing the common prefix; (failing step, failure) or (None, None)."""
@@ -434,7 +430,7 @@ class _Runner:
         found = self.successor.get((sid, i))
         if found is None:
             try:
-                found = self._id(self.machine.step(self.states[sid], i))
+                found = self.states.id(self.machine.step(self.states[sid], i))
             except _Fail as fail:
                 found = fail
             self.successor[sid, i] = found
