@@ -80,18 +80,20 @@ def run_bounded(args: argparse.Namespace, label: str, work: Callable[[Report], T
     ``is_partial`` accepts is kept in ``Bounded.partial`` instead (it does not advance the display)."""
     deadline = getattr(args, "deadline", None)
     is_partial = is_partial or (lambda piece: False)
-    if deadline is None:
-        pieces: list[Any] = []
-        partial: list[Any] = []
-        with progress_display(args, label, total) as show:
-            def report(piece: Any) -> None:
-                if is_partial(piece):
-                    partial.append(piece)
-                    return
-                pieces.append(piece)
-                show(piece)
+    pieces: list[Any] = []
+    partial: list[Any] = []
 
-            return Bounded(work(report), pieces, partial=partial)
+    def take(piece: Any, show: Report) -> None:
+        """Keep a reported piece; only a finished one advances the display."""
+        if is_partial(piece):
+            partial.append(piece)
+        else:
+            pieces.append(piece)
+            show(piece)
+
+    if deadline is None:
+        with progress_display(args, label, total) as show:
+            return Bounded(work(lambda piece: take(piece, show)), pieces, partial=partial)
     ctx = multiprocessing.get_context("fork")
     recv, send = ctx.Pipe(duplex=False)
     child = ctx.Process(target=_child, args=(work, send), daemon=True)
@@ -99,8 +101,6 @@ def run_bounded(args: argparse.Namespace, label: str, work: Callable[[Report], T
     end = getattr(args, "started", time.monotonic()) + deadline
     child.start()
     send.close()
-    pieces = []
-    partial = []
     try:
         with progress_display(args, label, total) as show:
             while (left := end - time.monotonic()) > 0:
@@ -110,11 +110,8 @@ def run_bounded(args: argparse.Namespace, label: str, work: Callable[[Report], T
                     kind, value = recv.recv()
                 except EOFError:
                     raise InternalError(f"{label}: the worker process died (exit {child.exitcode})") from None
-                if kind == "piece" and is_partial(value):
-                    partial.append(value)
-                elif kind == "piece":
-                    pieces.append(value)
-                    show(value)
+                if kind == "piece":
+                    take(value, show)
                 elif kind == "done":
                     return Bounded(value, pieces, deadline, partial)
                 elif kind == "bad-input":

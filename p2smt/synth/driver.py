@@ -342,10 +342,11 @@ def explicit_search(config: EngineConfig, k: int) -> Engine | None:
 
 def partial_rests_on(config: EngineConfig, k: int) -> str:
     """What the programs of an unfinished placement rest on: the search that found them, and the re-check
-    or Z3 certificate the finished placement would have had but these did not reach."""
+    or Z3 certificate the finished placement would have had but these did not reach (only explicit searches
+    report partial programs: ``explicit_search`` is not None)."""
     engine = resolved(config, k).engine
     searcher = explicit_search(config, k)
-    found = SEARCHES[searcher] if searcher else "a Z3 engine"
+    found = SEARCHES[searcher]
     words = [f"partial (the search stopped before its end): not every program; each found by {found} ({k} devices)"]
     checked = rechecked_by(engine, k, searcher.value)
     if checked:
