@@ -178,7 +178,8 @@ def run_encoding(
             raise InternalError(f"{enc.name}: program {program} was found twice")
         seen.add(program)
         programs.append(program)
-        per_length.setdefault(phase.length and len(program) or phase.name, {"programs": 0})["programs"] += 1
+        key = len(program) if phase.length else phase.name  # a per-length phase counts programs by length
+        per_length.setdefault(key, {"programs": 0})["programs"] += 1
         if not batching:
             solver.add(enc.blocking_clause(program))
         strategy.accepted(solver, program)
