@@ -142,9 +142,10 @@ def test_refinement_stops_at_the_first_round_whose_programs_all_pass():
     assert list(res.programs) == enumerate_programs(prob, 3)
 
 
-def test_recheck_mode_returns_unchecked_programs_and_the_driver_fails_loudly():
+def test_recheck_mode_returns_unchecked_programs_and_the_driver_drops_the_invalid_ones():
     """Above ``z3_check_max_devices`` the encoding does not check: no refinement, one round, and the
-    invalid program reaches the driver, whose independent re-check raises instead of dropping it."""
+    invalid program reaches the driver, whose independent re-check drops it in this mode (size-2
+    candidates can be invalid at the real size) and raises for every other engine."""
     prob = _problem((4, 3))
     opts = {**FAST, "z3_check_max_devices": 11}
     res = _with_faulty_inner(_wrapper((4, 3), 2, opts)).run()
@@ -153,7 +154,8 @@ def test_recheck_mode_returns_unchecked_programs_and_the_driver_fails_loudly():
     assert (0, 0) in res.programs
     with pytest.raises(InternalError, match="interpreter rejects"):
         recheck(prob, res.programs, "z3")
-    recheck(prob, [p for p in res.programs if p != (0, 0)], "z3")
+    assert recheck(prob, res.programs, "z3", drop=True) == [(0, 0)]
+    assert recheck(prob, [p for p in res.programs if p != (0, 0)], "z3") == []
     at_limit = _solve((4, 3), 2, {**FAST, "z3_check_max_devices": 12})
     assert at_limit.stats["real_check"] == "z3" and at_limit.stats["verified_at_real_size"] is True
 

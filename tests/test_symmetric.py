@@ -60,7 +60,7 @@ def test_same_programs_as_pieces(sizes, max_len, scope):
 def test_generic_sizes_2_and_3_agree():
     """The cross-check searches the size-3 instance too and finds the same set (it raises otherwise)."""
     programs, stats = _symmetric((4, 5, 6), 4, cross_check=3)
-    assert "generic sizes 2 and 3" in stats["rests_on"]
+    assert "cross-checked against generic size 3" in stats["rests_on"]
     assert programs == _symmetric((4, 5, 6), 4)[0]
 
 
@@ -108,14 +108,37 @@ def test_verdicts_equal_the_dense_interpreter(sizes, seed, progress):
         assert is_valid(prob.num_devices, steps, prob.goal_groups, progress) == run.valid
 
 
-def test_hierarchy_programs_match_the_problem_engine():
-    """The hierarchy-level API (no real-size groups) returns the engine's programs as DSL programs."""
-    from p2smt.synth.symmetric import hierarchy_programs, one_group_hierarchy
+SIZE_DEPENDENT = (
+    "(l1, InsideGroup, ReduceScatter); (l1, Parallel(l0), ReduceScatter); (l1, InsideGroup, AllGather); "
+    "(l1, Master(l0), AllGather); (l0, Parallel(root), ReduceScatter); (l0, InsideGroup, Broadcast); "
+    "(l0, Parallel(root), AllGather)"
+)
 
-    h = one_group_hierarchy((("a", 3), ("b", 1), ("c", 5)))
-    progs, _ = hierarchy_programs(h, 4)
-    prob = problem(h)
-    assert [str(p) for p in progs] == [prob.label(p) for p in pieces_programs(prob, 4)]
+
+@pytest.mark.parametrize(("sizes", "dropped"), [((2, 3, 5), 2), ((2, 3, 4), 0), ((3, 2, 2), 2), ((2, 2, 2), 0)])
+def test_generic_programs_invalid_at_the_real_size_are_dropped(sizes, dropped):
+    """docs/symmetry.md's 7-step program is valid at (a, b, c) iff a divides c, so the generic size-2
+    instance proposes it everywhere: the engine keeps exactly the real-size search's programs and says
+    how many it dropped."""
+    programs, stats = _symmetric(sizes, 7)
+    assert programs == search(_problem(sizes), 7)
+    if sizes == (2, 2, 2):
+        assert stats["rests_on"].startswith("exact")
+        return
+    assert stats["dropped_at_real_size"] == dropped
+    assert "completeness: NOT proved" in stats["rests_on"]
+    if dropped:
+        assert stats["dropped_example"].startswith("(l1, InsideGroup, ReduceScatter); (l1, Parallel(l0)")
+    labels = {_problem(sizes).label(p) for p in programs}
+    assert (SIZE_DEPENDENT in labels) == (sizes[2] % sizes[0] == 0)
+
+
+def test_first_step_reports_hold_only_checked_programs():
+    """With ``on_first_step`` (partial results at a deadline) the reported programs are the checked ones."""
+    reports = []
+    programs, stats = _symmetric((2, 3, 5), 7, on_first_step=lambda i, found: reports.append(found))
+    assert sorted(p for found in reports for p in found) == sorted(programs)
+    assert stats["dropped_at_real_size"] == 2
 
 
 def test_z3_certifies_size_generic_groups():
@@ -168,3 +191,24 @@ def test_reduce_scatter_breaks_the_level_symmetry_of_states(sizes):
     state = run.states[4]
     assert not np.array_equal(state[np.ix_(perm, perm, perm)], state)
     assert np.array_equal(run.states[0][np.ix_(perm, perm, perm)], run.states[0])
+
+
+@pytest.mark.parametrize(("gpu", "dropped"), [(3, 2), (4, 0)])
+def test_cli_reports_conjectured_status_and_dropped_programs(run_cli, gpu, dropped):
+    """server 2 > cpu 2 > gpu 3: the 7-step program is valid at size 2 but not here (2 does not divide 3).
+    The CLI keeps the real-size search's set, says how many generic programs it dropped, and calls the
+    result conjectured."""
+    import json
+
+    args = ["synth", "--system", "fig2-16gpu", "--level", f"gpu={gpu}", "--axes", str(4 * gpu), "--reduce", "0",
+            "--matrix", f"[[1,2,2,{gpu}]]", "--max-len", "7", "--engine", "symmetric"]
+    rc, out, _ = run_cli(*args, "--json")
+    data = json.loads(out)
+    (m,) = data["matrices"]
+    assert rc == 0 and data["status"] == m["status"] == "conjectured"
+    assert m["dropped_at_real_size"] == dropped and len(m["programs"]) == 8749 - dropped
+    assert "completeness: NOT proved" in m["rests_on"]
+    if dropped:
+        rc, out, _ = run_cli(*args, "--show", "0")
+        text = " ".join(out.split())
+        assert rc == 0 and "dropped 2 programs of the generic instance" in text and "status conjectured" in text

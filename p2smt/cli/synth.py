@@ -133,6 +133,9 @@ def run(args: argparse.Namespace) -> int:
                                   f"{m.status}{same})", m.programs, args.show))
             if "rests_on" in m.stats:
                 c.print(f"  rests on: {m.stats['rests_on']}")
+            if m.stats.get("dropped_at_real_size"):
+                c.print(f"  dropped {m.stats['dropped_at_real_size']} programs of the generic instance that are "
+                        f"invalid at the real size, e.g. {m.stats['dropped_example']}")
         for p in partial:
             c.print(program_table(f"{hierarchy_words(p)}  (PARTIAL: {len(p.programs)} programs found so far, "
                                   f"{p.first_steps_done} of {p.candidates} first steps searched)", p.programs, args.show))
@@ -147,4 +150,4 @@ def run(args: argparse.Namespace) -> int:
     emit(args, payload, render)
     if bounded.expired:
         return ExitCode.UNKNOWN
-    return ExitCode.OK if result.status == "complete" else ExitCode.FAIL
+    return ExitCode.OK if result.status in ("complete", "conjectured") else ExitCode.FAIL

@@ -7,9 +7,12 @@ from enum import StrEnum
 
 class SolveStatus(StrEnum):
     """``complete``: every length exhausted; ``unknown``: a solver call gave up; ``optimal`` and
-    ``infeasible``: a bound strategy proved its list cheapest, or that no program exists."""
+    ``infeasible``: a bound strategy proved its list cheapest, or that no program exists;
+    ``conjectured``: every program returned is valid, but that no other exists rests on an unproved
+    conjecture, which the result's ``rests_on`` states (the symmetric engine's generic instance)."""
 
     COMPLETE = "complete"
+    CONJECTURED = "conjectured"
     UNKNOWN = "unknown"
     OPTIMAL = "optimal"
     INFEASIBLE = "infeasible"

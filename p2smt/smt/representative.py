@@ -24,22 +24,17 @@ The real-size check (``real_check``; ``statistics()["real_check"]`` says which o
 * ``"recheck"``: no check inside the encoding (the Z3 proof's formulas hold a term per device and
   step: minutes at 256 devices). The mapped programs of the first round are returned as they are and
   the only real-size check is the driver's independent re-check (``synth.recheck``: ``pieces.py``
-  above 128 devices, the numpy interpreter below), which raises an InternalError on any failing
-  program. There is no refinement in this mode: a failure is an error, not a new round.
+  above 128 devices, the numpy interpreter below), which drops every failing program and counts it
+  (``dropped_at_real_size``). There is no refinement in this mode.
 * ``"auto"`` (default): ``"z3"`` up to ``z3_check_max_devices`` devices, ``"recheck"`` above.
 
-Completeness. A program valid at the real size but invalid at size 2 would be missed. The sizes
-enter the Hoare rules only through numbers: ReduceScatter's divisibility and block boundaries, and
-AllGather's equal sizes; the groups themselves have the same level structure at every size >= 2 (a
-group varies a fixed set of levels; Master fixes the same levels at 0). In every valid execution
-observed, the chunks a device holds are the chunks whose mixed-radix digits for the levels already
-scattered equal its own coordinates (its "layout"), and a ReduceScatter over levels V is only
-applicable when no member's chunks or contributions already depend on a level of V; then block
-i of the n chunks is exactly the chunks whose V-digits equal member i's coordinates, n is divisible
-by |V|'s product at every size, and every rule compares layouts level by level, which does not
-depend on the sizes. We have not proved that every valid execution stays in this layout form, so
-the argument is a conjecture backed by exhaustive comparisons (every problem of the paper grid and
-random hierarchies: identical sets, see tests/test_representative.py). ``certify`` makes the result
+Completeness. A program valid at the real size but invalid at size 2 would be missed. The program set
+is **not** size-independent (docs/symmetry.md: a 7-step program is valid at sizes (a, b, c) iff a
+divides c, so valid at size 2 and invalid at (2, 3, 5)); what the first round relies on is the weaker
+conjecture that every real-size program is also valid at size 2 (no counterexample found, not proved).
+The real-size check removes the other direction's programs: ``z3`` refutes them and refines, and with
+``recheck`` the driver's re-check drops them (``dropped_at_real_size``) and the result's status is
+``conjectured``. ``certify`` makes the result
 exact regardless: the ``bool-matrix`` synthesizer runs at the real size with the found programs
 blocked and must answer unsat for every length (a program it finds is added and counted in
 ``certificate_additions``); ``certify="auto"`` does so up to ``certify_max_devices`` devices. It is
@@ -67,6 +62,12 @@ from p2smt.smt.check import PlanChecker, Unknown
 from p2smt.smt.engine import EngineResult, Smt2Sink, run_encoding
 from p2smt.smt.registry import load_encoding
 from p2smt.smt.structure import goal_is_terminal
+
+CONJECTURE = (
+    "NOT proved: the programs of the size-2 instance, which rests on the conjecture that every program valid at "
+    "the real size is valid at size 2 (the program set does depend on the sizes: docs/symmetry.md)"
+)
+"""What an uncertified result's completeness rests on."""
 
 
 class RepresentativeOptions(EncodingOptions):
@@ -322,6 +323,8 @@ class Representative:
             return
         if opt == "never" or (opt == "auto" and k > self.options.certify_max_devices) or self.unknown:
             self.stats["completeness"] = "unknown" if self.unknown else "conjectured"
+            if not self.unknown:
+                self.stats["rests_on"] = CONJECTURE
             return
         t0 = time.perf_counter()
         exact = load_encoding("bool-matrix").create(self.problem, self.max_len)

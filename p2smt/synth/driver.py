@@ -63,7 +63,8 @@ def _z3(prob: SynthesisProblem, max_len: int, opts: EngineOptions, h: SynthesisH
         emit_smt2=Path(opts.emit_smt2) if opts.emit_smt2 else None,
         hierarchy=h,
     )
-    return EngineOutcome(res.status, tuple(res.programs), dict(res.stats))
+    conjectured = res.status is SolveStatus.COMPLETE and res.stats.get("completeness") == "conjectured"
+    return EngineOutcome(SolveStatus.CONJECTURED if conjectured else res.status, tuple(res.programs), dict(res.stats))
 
 
 def _z3_cegis(
@@ -81,7 +82,8 @@ def _symmetric(prob: SynthesisProblem, max_len: int, opts: EngineOptions,
     from p2smt.synth.symmetric import synthesize
 
     programs, stats = synthesize(prob, max_len, h, **(opts.encoding_options or {}), on_first_step=on_first_step)
-    return EngineOutcome("complete", tuple(programs), stats)
+    status = SolveStatus.CONJECTURED if "dropped_at_real_size" in stats else SolveStatus.COMPLETE
+    return EngineOutcome(status, tuple(programs), stats)
 
 
 CERTIFY_LIMIT = 256  # devices; above this the Z3 encoding is out of reach and the result says so
@@ -169,10 +171,14 @@ ENGINES: dict[Engine, tuple[str, EngineFn]] = {
     Engine.Z3_CEGIS: ("Z3 CEGIS over symbolic data values (the values encoding)", _z3_cegis),
     Engine.CERTIFIED: (("a proposer's programs (pieces by default) proved valid and "
                        "complete by Z3 (the default)"), _certified),
-    Engine.SYMMETRIC: (("P²'s search on the generic size-2 copy of the hierarchy (docs/symmetry.md: a tested "
-                        "conjecture above the proved instruction-level theorem)"), _symmetric),
+    Engine.SYMMETRIC: (("P²'s search on the generic size-2 copy of the hierarchy, each program then checked at "
+                        "the real size (completeness conjectured, docs/symmetry.md)"), _symmetric),
 }
 
+
+DROPPED_KEYS = ("dropped_at_real_size", "dropped_example")
+"""The symmetric engine's keys of a placement's JSON: how many generic-instance programs the real-size
+check rejected, and the shortest of them."""
 
 CERTIFICATE_KEYS = ("proposer", "certified", "why_not", "certificate")
 """The certified engine's keys of a placement's JSON: its proposer, whether Z3 certified the set
@@ -201,8 +207,11 @@ class SynthesisResult:
 
     @property
     def status(self) -> SolveStatus:
-        return (SolveStatus.COMPLETE if all(m.status == SolveStatus.COMPLETE for m in self.matrices)
-                else SolveStatus.UNKNOWN)
+        statuses = {m.status for m in self.matrices}
+        if statuses <= {SolveStatus.COMPLETE}:
+            return SolveStatus.COMPLETE
+        return SolveStatus.CONJECTURED if statuses <= {SolveStatus.COMPLETE, SolveStatus.CONJECTURED} \
+            else SolveStatus.UNKNOWN
 
     @property
     def certified(self) -> bool | None:
@@ -239,6 +248,7 @@ def _matrix_json(m: MatrixResult) -> dict[str, Any]:
         "programs": [str(p) for p in m.programs],
         **({"same_problem_as": m.stats["same_problem_as"]} if "same_problem_as" in m.stats else {}),
         **({"rests_on": m.stats["rests_on"]} if "rests_on" in m.stats else {}),
+        **{key: m.stats[key] for key in DROPPED_KEYS if key in m.stats},
         **certificate,
         "stats": {"seconds": round(m.seconds, 6), **timed},
     }
@@ -263,7 +273,7 @@ def rechecked_by(engine: str, k: int, proposer: str | None = None) -> str | None
         return None
     if k <= PIECES_ABOVE:
         return "numpy"
-    if engine == "pieces" or (engine == "symmetric" and k > RECHECK_LIMIT):
+    if engine in ("pieces", "symmetric"):  # symmetric: its own real-size check is the compressed interpreter
         return None
     return "pieces"
 
@@ -278,6 +288,11 @@ def rests_on(engine: str, k: int, outcome: EngineOutcome) -> str:
             return outcome.stats["rests_on"]
         return f"NOT certified ({outcome.stats['why_not']}); {rests_on(proposer, k, outcome)}"
     checked = rechecked_by(engine, k)
+    own = outcome.stats.get("rests_on")
+    if engine == Engine.SYMMETRIC:
+        if not checked:
+            return own or ""
+        return f"every program re-checked by {INTERPRETERS[checked]} at the real size ({k} devices); {own or ''}"
     if checked:
         validity = f"every program re-checked by {INTERPRETERS[checked]} at the real size ({k} devices)"
     elif engine in (Engine.ENUMERATIVE, Engine.PIECES):
@@ -285,7 +300,6 @@ def rests_on(engine: str, k: int, outcome: EngineOutcome) -> str:
         return f"the exhaustive search of {which} itself at the real size ({k} devices)"
     else:
         validity = f"no re-check above {RECHECK_LIMIT} devices"
-    own = outcome.stats.get("rests_on")
     return f"{validity}; completeness: {own}" if own else validity
 
 
@@ -306,7 +320,14 @@ def _solve(prob: SynthesisProblem, config: EngineConfig, h: SynthesisHierarchy |
     outcome = run_engine(prob, config, h, on_first_step=on_first_step)
     programs = list(outcome.programs)
     if rechecked_by(config.engine, prob.num_devices, outcome.stats.get("proposer")):
-        recheck(prob, programs, config.engine)
+        drop = outcome.stats.get("real_check") == "recheck"  # representative: size-2 candidates, unchecked
+        rejected = recheck(prob, programs, config.engine, drop=drop)
+        if drop:
+            gone = set(rejected)
+            programs = [p for p in programs if p not in gone]
+            outcome.stats["dropped_at_real_size"] = len(rejected)
+            if rejected:
+                outcome.stats["dropped_example"] = prob.label(min(rejected, key=lambda p: (len(p), p)))
     if config.prune != "none":
         from p2smt.synth.pruning import apply_pruning
 
@@ -328,8 +349,8 @@ def placements_for(system: System, axes: tuple[int, ...], matrix: Matrix | None)
 SEARCHES = {
     Engine.ENUMERATIVE: "the dense interpreter's exhaustive search at the real size",
     Engine.PIECES: "the compressed interpreter's exhaustive search at the real size",
-    Engine.SYMMETRIC: ("the symmetric engine's search (on the generic instance where the problem allows: "
-                       "its size-independence conjecture, docs/symmetry.md)"),
+    Engine.SYMMETRIC: ("the symmetric engine's search (on the generic instance where the problem allows, each "
+                       "program checked at the real size; completeness conjectured, docs/symmetry.md)"),
 }
 
 

@@ -15,23 +15,29 @@ RECHECK_LIMIT = 4096  # devices; above this no interpreter re-checks and the res
 INTERPRETERS = {"numpy": "the dense interpreter", "pieces": "the compressed interpreter"}
 
 
-def recheck(prob: SynthesisProblem, programs, engine: str) -> None:
+def recheck(prob: SynthesisProblem, programs, engine: str, drop: bool = False) -> list:
     """Every engine's program must be valid in an independent concrete interpreter; else fail loudly.
 
     Up to ``PIECES_ABOVE`` devices that is the k×k×k interpreter (``semantics.py``); above, the
     compressed one (``pieces.py``), exact at any size. Neither shares code with the encodings.
+    ``drop``: the engine proposes candidates that may be invalid at the real size (a generic-instance
+    search); the invalid ones are returned instead of raising. Returns the rejected programs.
     """
     cands = prob.candidates
+    rejected = []
+
+    def reject(prog, why: str) -> None:
+        if not drop:
+            raise InternalError(f"engine {engine!r} returned {prob.label(prog)!r}, which the interpreter rejects: {why}")
+        rejected.append(prog)
+
     if prob.num_devices > PIECES_ABOVE:
         from p2smt.semantics.pieces import check_programs
 
         for prog, verdict in zip(programs, check_programs(prob, programs), strict=True):
             if not verdict.proved:
-                why = f"step {verdict.step}: {verdict.rule}" if verdict.step is not None else verdict.rule
-                raise InternalError(
-                    f"engine {engine!r} returned {prob.label(prog)!r}, which the interpreter rejects: {why}"
-                )
-        return
+                reject(prog, f"step {verdict.step}: {verdict.rule}" if verdict.step is not None else verdict.rule)
+        return rejected
     runs = execute_all(
         prob.num_devices,
         [[(cands[i].collective, cands[i].groups) for i in prog] for prog in programs],
@@ -41,9 +47,5 @@ def recheck(prob: SynthesisProblem, programs, engine: str) -> None:
     )
     for prog, run in zip(programs, runs, strict=True):
         if not run.valid:
-            why = run.violation.message if run.violation else "the goal is not reached"
-            raise InternalError(
-                f"engine {engine!r} returned {prob.label(prog)!r}, which the interpreter rejects: {why}"
-            )
-
-
+            reject(prog, run.violation.message if run.violation else "the goal is not reached")
+    return rejected
