@@ -60,6 +60,25 @@ def test_counterexample_valid_iff_first_size_divides_third(sizes, progress):
         assert verdict == expected
 
 
+FOUR_LEVELS = (
+    "(l2, InsideGroup, ReduceScatter)",
+    "(l2, Parallel(l0), ReduceScatter)",
+    *COUNTEREXAMPLE[2:],
+)
+
+
+@pytest.mark.parametrize("sizes", [(2, 2, 2, 2), (2, 3, 2, 2), (2, 2, 2, 4), (3, 2, 2, 2), (2, 2, 2, 3),
+                                   (4, 32, 4, 2)])
+def test_four_level_counterexample_on_the_superpod_shape(sizes):
+    """A four-level variant found by the lockstep exploration: at these sizes valid exactly when s0 | s3 (checked
+    here, not proved in general), so valid at the generic (2, 2, 2, 2) and invalid at the 1,024-device
+    superpod's kind-(d) shape (4, 32, 4, 2) (checked with pieces: no k^3 state)."""
+    prob = problem(_hier(sizes), True)
+    index = {c.label: i for i, c in enumerate(prob.candidates)}
+    verdict = check_program(prob, [index[label] for label in FOUR_LEVELS])
+    assert (verdict.proved, verdict.step) == ((True, None) if sizes[3] % sizes[0] == 0 else (False, 6))
+
+
 def test_generic_instance_reports_a_program_the_real_size_rejects():
     """The symmetric engine's generic instance (every size 2) is not faithful to (2, 3, 5) at length 7."""
     real = _hier((2, 3, 5))
@@ -117,3 +136,14 @@ def test_global_scope_three_levels_agree(real, progress):
     """With the global Master scope the counterexample's step 4 forms one group only; (2, 2, 2) agrees
     with these sizes on every program of every length."""
     assert lockstep((2, 2, 2), real, "global", progress).counterexample is None
+
+
+@slow
+@pytest.mark.parametrize("sizes", list(product(range(2, 5), repeat=3)))
+def test_three_levels_two_classes(sizes):
+    """Per-ancestor scope, progress rule: (2, 2, 2) decides every (a, b, c) with a | c and (2, 2, 3) every
+    other one (every length); the other reference has a counterexample. Evidence for the refined conjecture
+    of docs/symmetry.md, at these sizes only."""
+    same, other = ((2, 2, 2), (2, 2, 3)) if sizes[2] % sizes[0] == 0 else ((2, 2, 3), (2, 2, 2))
+    assert lockstep(same, sizes).counterexample is None
+    assert lockstep(other, sizes).counterexample is not None
