@@ -10,8 +10,9 @@ at the real size: the summary says whether the engines that finished a point fou
 programs), ``z3:bool-matrix`` (the exact default encoding) and
 ``z3:representative`` (size-2 hierarchy; its real-size check is a Z3 proof up to its
 ``z3_check_max_devices`` and the driver's re-check above, see p2smt/smt/representative.py) and
-``symmetric`` (P²'s search on the generic size-2 instance, docs/symmetry.md; re-checked by the driver's
-interpreters up to 4,096 devices, above that its result rests on ``stats["rests_on"]``). Every
+``symmetric`` (P²'s search on the generic size-2 instance, docs/symmetry.md; every program checked at
+the real size by ``pieces.py`` and the invalid ones dropped; status ``conjectured``; refused above 4,096
+devices). Every
 program a z3 engine returns (and ``pieces``' up to ``PIECES_ABOVE``) is re-checked by ``synth.recheck`` (the numpy interpreter up to
 ``synth.PIECES_ABOVE`` devices, ``pieces.py`` above); ``seconds`` includes that re-check. Once a point
 times out, the larger sizes of the same (max length, levels, engine) are skipped, except for
@@ -86,9 +87,9 @@ def child(spec: dict) -> dict:
     built = time.perf_counter() - t0
     res = run_engine(prob, config, h)
     t1 = time.perf_counter()
-    checked_by = rechecked_by(config.engine, k)  # the driver's policy; recheck raises on any failing program
-    if checked_by:
-        recheck(prob, res.programs, engine)
+    checked_by = rechecked_by(config.engine, k)  # the driver's policy: it raises on a failing program, except
+    if checked_by:  # for representative's unchecked size-2 candidates, which it drops
+        recheck(prob, res.programs, engine, drop=res.stats.get("real_check") == "recheck")
     usage = resource.getrusage(resource.RUSAGE_SELF)
     out = {
         "status": res.status,
@@ -130,9 +131,13 @@ def run_point(spec: dict, timeout: float) -> dict:
     return {"status": "error", "message": outcome.error}
 
 
+FINISHED = ("complete", "conjectured", "unknown")
+"""Row statuses with figures (``conjectured``: every program checked, completeness not proved)."""
+
+
 def cell(row: dict) -> str:
-    if row["status"] in ("complete", "unknown"):
-        mark = "" if row["status"] == "complete" else " (unknown)"
+    if row["status"] in FINISHED:
+        mark = {"complete": "", "conjectured": " (conj.)"}.get(row["status"], f" ({row['status']})")
         return f"{row['seconds']:.1f} s / {row['peak_mib']:.0f} MiB{mark}"
     return row["status"]
 
@@ -150,7 +155,7 @@ def summary(rows: list[dict], max_len: int, engines: list[str]) -> str:
                      (max_len, levels, devices, e)]
             cells.append(f"{cell(found[0]) if found else '':<{width}}")
         done = [r["programs_sha"] for r in rows if (r["max_len"], r["levels"], r["devices"]) ==
-                (max_len, levels, devices) and r["status"] == "complete" and "programs_sha" in r]
+                (max_len, levels, devices) and r["status"] in FINISHED[:2] and "programs_sha" in r]
         agree = "" if len(done) < 2 else "same programs" if len(set(done)) == 1 else "PROGRAMS DIFFER"
         lines.append(f"{levels:>6} {devices:>7}  " + "".join(cells) + agree)
     return "\n".join(lines)
@@ -171,7 +176,7 @@ def plot(rows: list[dict], path: Path, title: str) -> None:
             pts = sorted((
                 r for r in rows
                 if (r["max_len"], r["levels"], r["engine"]) == (max_len, levels, engine)
-                and r["status"] in ("complete", "unknown")
+                and r["status"] in FINISHED
             ), key=lambda r: r["devices"])
             if not pts:
                 continue

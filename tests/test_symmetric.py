@@ -212,3 +212,12 @@ def test_cli_reports_conjectured_status_and_dropped_programs(run_cli, gpu, dropp
         rc, out, _ = run_cli(*args, "--show", "0")
         text = " ".join(out.split())
         assert rc == 0 and "dropped 2 programs of the generic instance" in text and "status conjectured" in text
+
+
+def test_refuses_above_the_real_size_check_limit(run_cli):
+    """Above 4,096 devices the real-size check is out of reach, and unchecked generic programs are not
+    known valid: one line, exit 2, no output."""
+    rc, out, err = run_cli("synth", "--system", "h100-superpod", "--level", "node=256", "--axes", "8192",
+                           "--reduce", "0", "--max-len", "3", "--engine", "symmetric", "--json")
+    assert rc == 2 and out == "" and "out of reach above 4096 devices (8192 here)" in err
+    assert len(err.strip().splitlines()) == 1

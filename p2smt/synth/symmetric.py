@@ -26,15 +26,19 @@ from math import prod
 from operator import itemgetter
 from typing import Any
 
-from p2smt.errors import InternalError
+from p2smt.errors import InternalError, P2Error
 from p2smt.model.collectives import AG, AR, BC, RED, RS
 from p2smt.model.dsl import problem
 from p2smt.model.hierarchy import ROOT, MasterScope, SynthesisHierarchy
 from p2smt.model.problem import SynthesisProblem, canonical_order
 from p2smt.semantics.bitmatrix import Device, Machine
+from p2smt.synth.recheck import RECHECK_LIMIT
 from p2smt.synth.search import FirstStepReport
 
 GENERIC_SIZE = 2
+CHECK_LIMIT = RECHECK_LIMIT
+"""Devices above which the real-size check of the generic programs is refused: at 65,536 devices the
+compressed interpreter's check of the superpod's 7,636 programs ran past 15 minutes and 5.6 GiB."""
 Tokens = tuple[int, ...]  # a search state: its devices' tokens
 
 
@@ -266,6 +270,11 @@ def synthesize(
         if _same_candidates(small, prob):  # same candidates in the same order: the indices carry over
             if small.num_devices == prob.num_devices:
                 return generic_search(h, max_len, prob.require_progress, size, cross_check, on_first_step)[1:]
+            if prob.num_devices > CHECK_LIMIT:
+                raise P2Error(
+                    f"the symmetric engine checks every program of its generic instance at the real size, which is "
+                    f"out of reach above {CHECK_LIMIT} devices ({prob.num_devices} here); unchecked, those programs "
+                    "are not known valid (the program set depends on the sizes: docs/symmetry.md)")
             return _checked_generic(prob, h, max_len, size, cross_check, on_first_step)
         why = "the generic instance has other candidate instructions"
     return search(prob, max_len, on_first_step), {"rests_on": f"search at the real size ({why})", "generic_size": None}
