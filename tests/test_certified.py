@@ -65,6 +65,21 @@ def test_certify_names_a_dropped_and_an_invalid_program():
     assert list(cert.missed) == [programs[0]]
 
 
+@pytest.mark.parametrize("missing", [0, -1])
+def test_cubes_and_the_single_query_find_the_same_missed_program(missing, tmp_path):
+    """The completeness proof runs one cube per first instruction (no certificate) or one query (a
+    written certificate): both find a dropped program, whichever first step it has."""
+    prob = problem(_hierarchy((2, 3)))
+    programs = enumerate_programs(prob, 4)
+    dropped = programs[missing]
+    rest = [p for p in programs if p != dropped]
+    cubed = certify(prob, 4, rest)
+    single = certify(prob, 4, rest, certificate=tmp_path)
+    assert list(cubed.missed) == list(single.missed) == [dropped]
+    assert cubed.stats["completeness"]["queries"] > len(prob.candidates) >= 2
+    assert sum("completeness" in f.name for f in tmp_path.glob("*.smt2")) == single.stats["completeness"]["queries"] <= 3
+
+
 def test_wrong_proposer_is_an_internal_error_naming_both(monkeypatch, capsys):
     args = ["synth", "--system", "v100-2x8", "--axes", "16", "--reduce", "0", "--max-len", "3"]
     system = load_system("v100-2x8")
