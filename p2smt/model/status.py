@@ -8,8 +8,8 @@ from enum import StrEnum
 class SolveStatus(StrEnum):
     """``complete``: every length exhausted; ``unknown``: a solver call gave up; ``optimal`` and
     ``infeasible``: a bound strategy proved its list cheapest, or that no program exists;
-    ``conjectured``: every program returned is valid, but that no other exists rests on an unproved
-    conjecture, which the result's ``rests_on`` states (the symmetric engine's generic instance)."""
+    ``conjectured``: every program returned is valid, but that no other exists is not proved (the
+    symmetric engine's generic instance; the result's ``rests_on`` says what is known)."""
 
     COMPLETE = "complete"
     CONJECTURED = "conjectured"

@@ -28,13 +28,11 @@ The real-size check (``real_check``; ``statistics()["real_check"]`` says which o
   (``dropped_at_real_size``). There is no refinement in this mode.
 * ``"auto"`` (default): ``"z3"`` up to ``z3_check_max_devices`` devices, ``"recheck"`` above.
 
-Completeness. A program valid at the real size but invalid at size 2 would be missed. The program set
-is **not** size-independent (docs/symmetry.md: a 7-step program is valid at sizes (a, b, c) iff a
-divides c, so valid at size 2 and invalid at (2, 3, 5)); what the first round relies on is the weaker
-conjecture that every real-size program is also valid at size 2 (no counterexample found, not proved).
-The real-size check removes the other direction's programs: ``z3`` refutes them and refines, and with
-``recheck`` the driver's re-check drops them (``dropped_at_real_size``) and the result's status is
-``conjectured``. ``certify`` makes the result
+Completeness. A program valid at the real size but invalid at size 2 would be missed, and such programs
+exist (docs/symmetry.md: a 10-step program valid at (2, 3, 3, 2) and invalid at (2, 2, 2, 2)); the other
+direction fails too (a 7-step program valid at sizes (a, b, c) iff a divides c). The real-size check
+removes the programs of the second kind: ``z3`` refutes them and refines, and with ``recheck`` the
+driver's re-check drops them (``dropped_at_real_size``) and the result's status is ``conjectured``. ``certify`` makes the result
 exact regardless: the ``bool-matrix`` synthesizer runs at the real size with the found programs
 blocked and must answer unsat for every length (a program it finds is added and counted in
 ``certificate_additions``); ``certify="auto"`` does so up to ``certify_max_devices`` devices. It is
@@ -64,8 +62,8 @@ from p2smt.smt.registry import load_encoding
 from p2smt.smt.structure import goal_is_terminal
 
 CONJECTURE = (
-    "NOT proved: the programs of the size-2 instance, which rests on the conjecture that every program valid at "
-    "the real size is valid at size 2 (the program set does depend on the sizes: docs/symmetry.md)"
+    "NOT proved: the programs of the size-2 instance, which can miss programs valid at the real size (the "
+    "program set depends on the sizes both ways: docs/symmetry.md)"
 )
 """What an uncertified result's completeness rests on."""
 

@@ -11,9 +11,10 @@ The program set is **not** size-independent (docs/symmetry.md: a 7-step program 
 (a, b, c) iff a divides c, so it is valid at (2, 2, 2) and invalid at (2, 3, 5)). The generic
 instance's programs are therefore only candidates: each is checked at the real size by the
 compressed interpreter (``semantics.pieces``, exact at any size) and the invalid ones are dropped
-(``stats["dropped_at_real_size"]``). Every returned program is valid; completeness rests on the
-conjecture that every real-size program is also valid at size 2 (no counterexample in any comparison
-so far, not proved), which ``stats["rests_on"]`` says. When the generic instance is the problem itself
+(``stats["dropped_at_real_size"]``). Every returned program is valid; completeness is not proved and
+fails in general: a 10-step program on four levels is valid at (2, 3, 3, 2) and invalid at size 2
+(docs/symmetry.md), so with four or more levels the engine refuses lengths of 10 or more; below that no
+missed program is known. ``stats["rests_on"]`` says so. When the generic instance is the problem itself
 (every non-trivial level already of size ``size``) the result is exact. Problems that are not one
 reduction group over a kind-(d) hierarchy fall back to the same search at the real size (exact).
 """
@@ -36,6 +37,9 @@ from p2smt.synth.recheck import RECHECK_LIMIT
 from p2smt.synth.search import FirstStepReport
 
 GENERIC_SIZE = 2
+KNOWN_COMPLETE_BELOW = 10
+"""The shortest known program valid at a real size and invalid at the generic one has 10 steps (four
+levels, docs/symmetry.md); at that length and beyond, with four or more levels, the engine refuses."""
 CHECK_LIMIT = RECHECK_LIMIT
 """Devices above which the real-size check of the generic programs is refused: at 65,536 devices the
 compressed interpreter's check of the superpod's 7,636 programs ran past 15 minutes and 5.6 GiB."""
@@ -227,9 +231,9 @@ def _rests_on(h: SynthesisHierarchy, checks: list[int]) -> str:
         f"validity: every program of the generic size-{checks[0]} instance"
         + (f" (cross-checked against generic size {checks[1]})" if len(checks) > 1 else "")
         + " checked at the real size by the "
-        "compressed interpreter, the invalid ones dropped; completeness: NOT proved, it rests on the conjecture "
-        "that every program valid at the real size is valid at size 2 (docs/symmetry.md: the program set "
-        "depends on the sizes, but no real-size program missing at size 2 has been found)"
+        "compressed interpreter, the invalid ones dropped; completeness: NOT proved: the generic instance can "
+        "miss programs valid at the real size (docs/symmetry.md: a 10-step one on four levels); none of at "
+        f"most {KNOWN_COMPLETE_BELOW - 1} steps is known to be missed"
     )
 
 
@@ -270,6 +274,12 @@ def synthesize(
         if _same_candidates(small, prob):  # same candidates in the same order: the indices carry over
             if small.num_devices == prob.num_devices:
                 return generic_search(h, max_len, prob.require_progress, size, cross_check, on_first_step)[1:]
+            levels = sum(s > 1 for s in h.sizes)
+            if max_len >= KNOWN_COMPLETE_BELOW and levels >= 4:
+                raise P2Error(
+                    f"the symmetric engine's generic instance is known to miss valid programs of "
+                    f"{KNOWN_COMPLETE_BELOW} or more steps on four or more levels (docs/symmetry.md); use "
+                    f"--max-len {KNOWN_COMPLETE_BELOW - 1} or less, or --engine pieces")
             if prob.num_devices > CHECK_LIMIT:
                 raise P2Error(
                     f"the symmetric engine checks every program of its generic instance at the real size, which is "
