@@ -199,3 +199,72 @@ def test_real_sizes_included_in_the_generic_instance(real):
 def test_included_rejects_different_trivial_levels():
     with pytest.raises(P2Error):
         included((2, 1, 3), (2, 2, 2))
+
+
+
+INCLUSION_COUNTEREXAMPLE = (
+    "(l2, InsideGroup, ReduceScatter)",
+    "(l2, Parallel(l1), ReduceScatter)",
+    "(l2, InsideGroup, AllGather)",
+    "(l2, Master(l1), AllGather)",
+    "(l1, Master(l0), ReduceScatter)",
+    "(l0, Parallel(root), ReduceScatter)",
+    "(l1, Master(l0), AllGather)",
+    "(l2, InsideGroup, Broadcast)",
+    "(l0, Parallel(root), AllGather)",
+    "(root, InsideGroup, Broadcast)",
+)
+
+
+@pytest.mark.parametrize("progress", [True, False])
+@pytest.mark.parametrize(("sizes", "valid"), [((2, 3, 3, 2), True), ((2, 3, 5, 2), True), ((2, 2, 2, 2), False),
+                                              ((2, 3, 2, 2), False), ((2, 2, 3, 2), False)])
+def test_inclusion_counterexample_on_every_interpreter(sizes, valid, progress):
+    """The inclusion conjecture is false: a 10-step program valid at (2, 3, 3, 2) is invalid at the generic
+    instance (2, 2, 2, 2), where step 8 (Broadcast) fails below_root; dense, pieces and bitmatrix agree."""
+    h = _hier(sizes)
+    steps = program_steps(h, parse_program("; ".join(INCLUSION_COUNTEREXAMPLE), h))
+    dense = execute(h.num_devices, steps, h.goal_groups, progress)
+    prob = problem(h, progress)
+    index = {c.label: i for i, c in enumerate(prob.candidates)}
+    pieces = check_program(prob, [index[label] for label in INCLUSION_COUNTEREXAMPLE])
+    expected = (True, None) if valid else (False, 8)
+    assert (dense.valid, dense.violation.step if dense.violation else None) == expected
+    assert (pieces.proved, pieces.step) == expected
+    assert is_valid(h.num_devices, steps, h.goal_groups, progress) == valid
+    if not valid:
+        assert dense.violation.rule.value == "Broadcast.below_root"
+
+
+@slow
+@pytest.mark.parametrize("progress", [True, False])
+def test_included_finds_the_inclusion_counterexample(progress):
+    """The one-way decision (2, 3, 3, 2) -> (2, 2, 2, 2) returns the 10-step program (about 20 s)."""
+    found = included((2, 3, 3, 2), (2, 2, 2, 2), require_progress=progress).counterexample
+    assert found is not None and found.valid_at == (2, 3, 3, 2) and found.labels == INCLUSION_COUNTEREXAMPLE
+
+
+SCOPES_AND_RULES = list(product(["per-ancestor", "global"], [True, False]))
+
+
+@slow
+@pytest.mark.parametrize(("scope", "progress"), SCOPES_AND_RULES)
+def test_inclusion_conjecture_two_levels_up_to_8(scope, progress):
+    """Every program valid at (a, b), 2 <= a, b <= 8, of every length, is valid at (2, 2)."""
+    for real in product(range(2, 9), repeat=2):
+        assert included(real, (2, 2), scope, progress).counterexample is None, real
+
+
+@slow
+@pytest.mark.parametrize(("scope", "progress"), SCOPES_AND_RULES)
+def test_inclusion_conjecture_three_levels_up_to_5(scope, progress):
+    """Every program valid at (a, b, c), 2 <= a, b, c <= 5, of every length, is valid at (2, 2, 2) (minutes)."""
+    for real in product(range(2, 6), repeat=3):
+        assert included(real, (2, 2, 2), scope, progress).counterexample is None, real
+
+
+@slow
+@pytest.mark.parametrize("real", [(2, 2, 2, 3), (3, 2, 2, 2), (2, 3, 2, 2), (2, 2, 3, 2)])
+def test_inclusion_conjecture_four_levels(real):
+    """Four levels, per-ancestor scope, progress rule: every program valid at ``real`` is valid at (2, 2, 2, 2)."""
+    assert included(real, (2, 2, 2, 2)).counterexample is None
