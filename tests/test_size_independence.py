@@ -244,6 +244,43 @@ def test_included_finds_the_inclusion_counterexample(progress):
     assert found is not None and found.valid_at == (2, 3, 3, 2) and found.labels == INCLUSION_COUNTEREXAMPLE
 
 
+
+MERGED_LEVELS = (
+    "(l2, InsideGroup, ReduceScatter)",
+    "(l2, Parallel(l1), ReduceScatter)",
+    "(l2, InsideGroup, AllGather)",
+    "(l2, Master(l1), AllGather)",
+    "(l1, Parallel(root), ReduceScatter)",
+    "(l1, InsideGroup, Broadcast)",
+    "(l1, Parallel(root), AllGather)",
+)
+
+
+@pytest.mark.parametrize("progress", [True, False])
+@pytest.mark.parametrize("sizes", [(2, 2, 2, 4), (2, 2, 3, 4), (3, 2, 2, 6), (2, 2, 2, 8), (2, 2, 2, 2), (2, 2, 2, 3),
+                                   (2, 3, 2, 4)])
+def test_seven_step_program_valid_at_the_real_size_only(sizes, progress):
+    """Theorem 2's P with l0, l1 merged into one level of size s0 * s1: valid iff s0 * s1 | s3, so valid at
+    (2, 2, 2, 4) and invalid at the generic (2, 2, 2, 2), step 6 (below_root); every interpreter agrees."""
+    h = _hier(sizes)
+    steps = program_steps(h, parse_program("; ".join(MERGED_LEVELS), h))
+    dense = execute(h.num_devices, steps, h.goal_groups, progress)
+    prob = problem(h, progress)
+    index = {c.label: i for i, c in enumerate(prob.candidates)}
+    pieces = check_program(prob, [index[label] for label in MERGED_LEVELS])
+    valid = sizes[3] % (sizes[0] * sizes[1]) == 0
+    expected = (True, None) if valid else (False, 6)
+    assert (dense.valid, dense.violation.step if dense.violation else None) == (pieces.proved, pieces.step) == expected
+    assert is_valid(h.num_devices, steps, h.goal_groups, progress) == valid
+
+
+@slow
+def test_included_finds_the_seven_step_program():
+    """(2, 2, 2, 4) -> (2, 2, 2, 2) is not included: the decision returns the merged-level program (about 10 s)."""
+    found = included((2, 2, 2, 4), (2, 2, 2, 2)).counterexample
+    assert found is not None and found.labels == MERGED_LEVELS and found.valid_at == (2, 2, 2, 4)
+
+
 SCOPES_AND_RULES = list(product(["per-ancestor", "global"], [True, False]))
 
 
