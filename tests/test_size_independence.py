@@ -39,11 +39,11 @@ def _hier(sizes, scope="per-ancestor"):
     return one_group_hierarchy([(f"l{j}", s) for j, s in enumerate(sizes)], scope)
 
 
-def _verdicts(sizes, progress):
-    """The counterexample on the dense and pieces interpreters ((valid, failing step or None) each) and on the
+def _verdicts(sizes, progress, labels=COUNTEREXAMPLE):
+    """A program (labels) on the dense and pieces interpreters ((valid, failing step or None) each) and on the
     bitmatrix one (valid only: it reports no step)."""
     h = _hier(sizes)
-    prog = parse_program("; ".join(COUNTEREXAMPLE), h)
+    prog = parse_program("; ".join(labels), h)
     steps = program_steps(h, prog)
     dense = execute(h.num_devices, steps, h.goal_groups, progress)
     prob = problem(h, progress)
@@ -222,18 +222,8 @@ INCLUSION_COUNTEREXAMPLE = (
 def test_inclusion_counterexample_on_every_interpreter(sizes, valid, progress):
     """The inclusion conjecture is false: a 10-step program valid at (2, 3, 3, 2) is invalid at the generic
     instance (2, 2, 2, 2), where step 8 (Broadcast) fails below_root; dense, pieces and bitmatrix agree."""
-    h = _hier(sizes)
-    steps = program_steps(h, parse_program("; ".join(INCLUSION_COUNTEREXAMPLE), h))
-    dense = execute(h.num_devices, steps, h.goal_groups, progress)
-    prob = problem(h, progress)
-    index = {c.label: i for i, c in enumerate(prob.candidates)}
-    pieces = check_program(prob, [index[label] for label in INCLUSION_COUNTEREXAMPLE])
     expected = (True, None) if valid else (False, 8)
-    assert (dense.valid, dense.violation.step if dense.violation else None) == expected
-    assert (pieces.proved, pieces.step) == expected
-    assert is_valid(h.num_devices, steps, h.goal_groups, progress) == valid
-    if not valid:
-        assert dense.violation.rule.value == "Broadcast.below_root"
+    assert _verdicts(sizes, progress, INCLUSION_COUNTEREXAMPLE) == (expected, expected, valid)
 
 
 @slow
@@ -262,16 +252,9 @@ MERGED_LEVELS = (
 def test_seven_step_program_valid_at_the_real_size_only(sizes, progress):
     """Theorem 2's P with l0, l1 merged into one level of size s0 * s1: valid iff s0 * s1 | s3, so valid at
     (2, 2, 2, 4) and invalid at the generic (2, 2, 2, 2), step 6 (below_root); every interpreter agrees."""
-    h = _hier(sizes)
-    steps = program_steps(h, parse_program("; ".join(MERGED_LEVELS), h))
-    dense = execute(h.num_devices, steps, h.goal_groups, progress)
-    prob = problem(h, progress)
-    index = {c.label: i for i, c in enumerate(prob.candidates)}
-    pieces = check_program(prob, [index[label] for label in MERGED_LEVELS])
     valid = sizes[3] % (sizes[0] * sizes[1]) == 0
     expected = (True, None) if valid else (False, 6)
-    assert (dense.valid, dense.violation.step if dense.violation else None) == (pieces.proved, pieces.step) == expected
-    assert is_valid(h.num_devices, steps, h.goal_groups, progress) == valid
+    assert _verdicts(sizes, progress, MERGED_LEVELS) == (expected, expected, valid)
 
 
 @slow
