@@ -2,7 +2,10 @@
 size vector with the same trivial levels. A 7-step program is valid at sizes (a, b, c) exactly when a
 divides c, so it is valid at the generic instance (2, 2, 2) and invalid at (2, 3, 5). With two levels the
 lockstep exploration (p2smt.synth.lockstep) proves equal program sets, for every length, at every size
-pair it is run on."""
+pair it is run on. The one-way decision (``included``) asks whether every program valid at one size vector
+stays valid at another: the inclusion conjecture behind the ``symmetric`` engine's completeness (every
+real-size program is valid at the generic size 2) is decided here on small cases, and on sweeps marked
+slow."""
 
 from __future__ import annotations
 
@@ -16,7 +19,7 @@ from p2smt.model.dsl import parse_program, problem, program_steps
 from p2smt.semantics.bitmatrix import is_valid
 from p2smt.semantics.dense import execute
 from p2smt.semantics.pieces import check_program
-from p2smt.synth.lockstep import lockstep
+from p2smt.synth.lockstep import included, lockstep
 from p2smt.synth.symmetric import generic_hierarchy, one_group_hierarchy, search
 
 slow = pytest.mark.skipif(not os.environ.get("P2SMT_SLOW"), reason="heavy: set P2SMT_SLOW=1")
@@ -36,11 +39,11 @@ def _hier(sizes, scope="per-ancestor"):
     return one_group_hierarchy([(f"l{j}", s) for j, s in enumerate(sizes)], scope)
 
 
-def _verdicts(sizes, progress):
-    """The counterexample on the dense and pieces interpreters ((valid, failing step or None) each) and on the
+def _verdicts(sizes, progress, labels=COUNTEREXAMPLE):
+    """A program (labels) on the dense and pieces interpreters ((valid, failing step or None) each) and on the
     bitmatrix one (valid only: it reports no step)."""
     h = _hier(sizes)
-    prog = parse_program("; ".join(COUNTEREXAMPLE), h)
+    prog = parse_program("; ".join(labels), h)
     steps = program_steps(h, prog)
     dense = execute(h.num_devices, steps, h.goal_groups, progress)
     prob = problem(h, progress)
@@ -147,3 +150,141 @@ def test_three_levels_two_classes(sizes):
     same, other = ((2, 2, 2), (2, 2, 3)) if sizes[2] % sizes[0] == 0 else ((2, 2, 3), (2, 2, 2))
     assert lockstep(same, sizes).counterexample is None
     assert lockstep(other, sizes).counterexample is not None
+
+
+def _valid(labels, sizes, scope, progress):
+    """The dense interpreter's verdict on a program given by labels at ``sizes``."""
+    h = _hier(sizes, scope)
+    steps = program_steps(h, parse_program("; ".join(labels), h))
+    return execute(h.num_devices, steps, h.goal_groups, progress).valid
+
+
+@pytest.mark.parametrize("progress", [True, False])
+def test_included_is_one_way_at_the_theorem_2_sizes(progress):
+    """(2, 2, 2) -> (2, 3, 5) is not included (the counterexample P of Theorem 2, valid at (2, 2, 2) only);
+    (2, 3, 5) -> (2, 2, 2) is: every program of (2, 3, 5), of every length, is valid at (2, 2, 2)."""
+    forward = included((2, 2, 2), (2, 3, 5), require_progress=progress)
+    assert forward.one_way and forward.counterexample is not None
+    assert forward.counterexample.labels == COUNTEREXAMPLE and forward.counterexample.valid_at == (2, 2, 2)
+    backward = included((2, 3, 5), (2, 2, 2), require_progress=progress)
+    assert backward.one_way and backward.counterexample is None and backward.pairs > 0
+
+
+@pytest.mark.parametrize(("pair", "scope"), [(((2, 2), (3, 5)), "per-ancestor"), (((2, 2), (3, 5)), "global"),
+                                             (((2, 2, 2), (3, 3, 3)), "per-ancestor")])
+def test_included_both_ways_where_lockstep_finds_equal_sets(pair, scope):
+    """Equal program sets (``lockstep``) are inclusions in both directions."""
+    assert lockstep(*pair, scope).counterexample is None
+    assert included(*pair, scope).counterexample is None
+    assert included(*pair[::-1], scope).counterexample is None
+
+
+@pytest.mark.parametrize("progress", [True, False])
+@pytest.mark.parametrize("pair", [((2, 2, 2), (3, 2, 2)), ((2, 2, 2), (2, 2, 3)), ((2, 2, 2), (4, 3, 2))])
+def test_included_counterexample_is_valid_at_a_and_invalid_at_b(pair, progress):
+    """A returned program is checked on the dense interpreter: valid at the first sizes, invalid at the second."""
+    found = included(*pair, require_progress=progress).counterexample
+    assert found is not None and found.valid_at == pair[0]
+    assert _valid(found.labels, pair[0], "per-ancestor", progress)
+    assert not _valid(found.labels, pair[1], "per-ancestor", progress)
+
+
+@pytest.mark.parametrize("real", [(3, 2, 2), (2, 2, 3), (4, 3, 2), (3, 3, 5)])
+def test_real_sizes_included_in_the_generic_instance(real):
+    """The inclusion conjecture at three-level sizes where a | c fails (so the program sets differ), per-ancestor
+    scope, progress rule: nothing valid at the real size, of any length, is missing at (2, 2, 2)."""
+    assert included(real, (2, 2, 2)).counterexample is None
+
+
+def test_included_rejects_different_trivial_levels():
+    with pytest.raises(P2Error):
+        included((2, 1, 3), (2, 2, 2))
+
+
+
+INCLUSION_COUNTEREXAMPLE = (
+    "(l2, InsideGroup, ReduceScatter)",
+    "(l2, Parallel(l1), ReduceScatter)",
+    "(l2, InsideGroup, AllGather)",
+    "(l2, Master(l1), AllGather)",
+    "(l1, Master(l0), ReduceScatter)",
+    "(l0, Parallel(root), ReduceScatter)",
+    "(l1, Master(l0), AllGather)",
+    "(l2, InsideGroup, Broadcast)",
+    "(l0, Parallel(root), AllGather)",
+    "(root, InsideGroup, Broadcast)",
+)
+
+
+@pytest.mark.parametrize("progress", [True, False])
+@pytest.mark.parametrize(("sizes", "valid"), [((2, 3, 3, 2), True), ((2, 3, 5, 2), True), ((2, 2, 2, 2), False),
+                                              ((2, 3, 2, 2), False), ((2, 2, 3, 2), False)])
+def test_inclusion_counterexample_on_every_interpreter(sizes, valid, progress):
+    """The inclusion conjecture is false: a 10-step program valid at (2, 3, 3, 2) is invalid at the generic
+    instance (2, 2, 2, 2), where step 8 (Broadcast) fails below_root; dense, pieces and bitmatrix agree."""
+    expected = (True, None) if valid else (False, 8)
+    assert _verdicts(sizes, progress, INCLUSION_COUNTEREXAMPLE) == (expected, expected, valid)
+
+
+@slow
+@pytest.mark.parametrize("progress", [True, False])
+def test_included_finds_the_inclusion_counterexample(progress):
+    """The one-way decision (2, 3, 3, 2) -> (2, 2, 2, 2) returns the 10-step program (about 20 s)."""
+    found = included((2, 3, 3, 2), (2, 2, 2, 2), require_progress=progress).counterexample
+    assert found is not None and found.valid_at == (2, 3, 3, 2) and found.labels == INCLUSION_COUNTEREXAMPLE
+
+
+
+MERGED_LEVELS = (
+    "(l2, InsideGroup, ReduceScatter)",
+    "(l2, Parallel(l1), ReduceScatter)",
+    "(l2, InsideGroup, AllGather)",
+    "(l2, Master(l1), AllGather)",
+    "(l1, Parallel(root), ReduceScatter)",
+    "(l1, InsideGroup, Broadcast)",
+    "(l1, Parallel(root), AllGather)",
+)
+
+
+@pytest.mark.parametrize("progress", [True, False])
+@pytest.mark.parametrize("sizes", [(2, 2, 2, 4), (2, 2, 3, 4), (3, 2, 2, 6), (2, 2, 2, 8), (2, 2, 2, 2), (2, 2, 2, 3),
+                                   (2, 3, 2, 4)])
+def test_seven_step_program_valid_at_the_real_size_only(sizes, progress):
+    """Theorem 2's P with l0, l1 merged into one level of size s0 * s1: valid iff s0 * s1 | s3, so valid at
+    (2, 2, 2, 4) and invalid at the generic (2, 2, 2, 2), step 6 (below_root); every interpreter agrees."""
+    valid = sizes[3] % (sizes[0] * sizes[1]) == 0
+    expected = (True, None) if valid else (False, 6)
+    assert _verdicts(sizes, progress, MERGED_LEVELS) == (expected, expected, valid)
+
+
+@slow
+def test_included_finds_the_seven_step_program():
+    """(2, 2, 2, 4) -> (2, 2, 2, 2) is not included: the decision returns the merged-level program (about 10 s)."""
+    found = included((2, 2, 2, 4), (2, 2, 2, 2)).counterexample
+    assert found is not None and found.labels == MERGED_LEVELS and found.valid_at == (2, 2, 2, 4)
+
+
+SCOPES_AND_RULES = list(product(["per-ancestor", "global"], [True, False]))
+
+
+@slow
+@pytest.mark.parametrize(("scope", "progress"), SCOPES_AND_RULES)
+def test_inclusion_conjecture_two_levels_up_to_8(scope, progress):
+    """Every program valid at (a, b), 2 <= a, b <= 8, of every length, is valid at (2, 2)."""
+    for real in product(range(2, 9), repeat=2):
+        assert included(real, (2, 2), scope, progress).counterexample is None, real
+
+
+@slow
+@pytest.mark.parametrize(("scope", "progress"), SCOPES_AND_RULES)
+def test_inclusion_conjecture_three_levels_up_to_5(scope, progress):
+    """Every program valid at (a, b, c), 2 <= a, b, c <= 5, of every length, is valid at (2, 2, 2) (minutes)."""
+    for real in product(range(2, 6), repeat=3):
+        assert included(real, (2, 2, 2), scope, progress).counterexample is None, real
+
+
+@slow
+@pytest.mark.parametrize("real", [(2, 2, 2, 3), (3, 2, 2, 2), (2, 3, 2, 2), (2, 2, 3, 2)])
+def test_inclusion_conjecture_four_levels(real):
+    """Four levels, per-ancestor scope, progress rule: every program valid at ``real`` is valid at (2, 2, 2, 2)."""
+    assert included(real, (2, 2, 2, 2)).counterexample is None

@@ -4,14 +4,35 @@ For one reduction group over a kind-(d) hierarchy, the candidate instructions at
 the same trivial levels are the same DSL labels in the same order (docs/symmetry.md, Theorem 1). This
 module explores the graph of *pairs* of states (state at sizes ``a``, state at sizes ``b``) reached from
 the pair of initial states by labels valid at both sizes, until no new pair appears (both state spaces
-are finite, so it ends). At a pair where one label is valid at one size only, it searches the states
-reachable from that size's successor for the goal: if the goal is reachable, prefix + label + path is a
-program valid at one size and not at the other (a counterexample, returned); if not, no program goes
-that way at either size (a dead end). Goal states end programs and must agree.
+are finite, so it ends); a pair is expanded only if neither state is the goal (a program stops at the
+goal). Each decision *checks* one or both sides: a checked side's programs must all be valid at the
+other side.
 
-If the exploration ends without a counterexample, every program of every length is valid at ``a`` iff at
-``b`` (under the chosen progress rule): a program valid at one size either stays in the explored pairs,
-where validity and the goal agree at every step, or leaves them through a dead end, which it cannot.
+* ``lockstep(a, b)`` checks both sides: are the program sets equal?
+* ``included(a, b)`` checks ``a`` only: is every program valid at ``a`` valid at ``b``?
+
+The counterexample searches, for a checked side X and the other side Y:
+
+* at a pair where exactly one state is the goal, search X's states reachable from X's state for the
+  goal (the empty path if X's state is the goal);
+* for a label valid at X and not at Y, search X's states reachable from X's successor for the goal.
+
+If the goal is reachable, prefix + (label) + path is a program valid at X and invalid at Y (returned):
+the prefix is valid at both and passes through no goal; at X the path (a shortest one) ends at the goal
+and only there; at Y the label fails, or Y's state is not the goal at the end, or Y passed through its
+goal before the end. If not, no program valid at X goes that way (a dead end). A label valid at an
+unchecked side only is skipped: such programs are not asked about.
+
+Correctness (docs/symmetry.md, Theorems 3 and 3'): if the exploration ends without a counterexample,
+every program P = i₁ … i_L valid at a checked side X is valid at the other side Y. By induction on
+t < L, the pair of states after i₁ … i_t is explored and expanded: true for t = 0; X's state is not the
+goal (P reaches it at its last step only), so Y's is not either (else the goal search from X's state
+would find the rest of P), and the pair is expanded; if i_{t+1} were invalid at Y, the search from
+X's successor would find the rest of P; so i_{t+1} is valid at both and the next pair is explored. At
+t = L X's state is the goal, so Y's is too (else the goal search returns the empty path). So every
+step of P is valid at Y, Y reaches the goal at step L and at no earlier step. Both state spaces are
+finite, so the exploration ends: a decision. (A state marked "cannot reach the goal" was reached
+from a start whose complete search failed, so it cannot reach it either.)
 """
 
 from __future__ import annotations
@@ -40,14 +61,18 @@ class Counterexample:
 
 @dataclass(frozen=True)
 class LockstepResult:
-    """The outcome of one exhaustive lockstep exploration (``counterexample`` None: equal program sets)."""
+    """The outcome of one exhaustive lockstep exploration.
+
+    ``one_way`` False (``lockstep``): ``counterexample`` None means equal program sets. ``one_way`` True
+    (``included``): it means every program valid at ``sizes[0]`` is valid at ``sizes[1]``."""
 
     sizes: tuple[tuple[int, ...], tuple[int, ...]]
     master_scope: MasterScope
     require_progress: bool
+    one_way: bool
     pairs: int  # reachable pairs of states explored
     states: tuple[int, int]  # distinct states of each size among them
-    dead_ends: int  # one-sided valid steps after which the goal is unreachable
+    dead_ends: int  # one-sided valid steps (or goal mismatches) after which the goal is unreachable
     counterexample: Counterexample | None
 
 
@@ -105,55 +130,107 @@ class _Side:
         return None
 
 
+class _Exploration:
+    """The breadth-first exploration of pairs of states; ``checked``: the sides (0 = a, 1 = b) whose every
+    program must be valid at the other side."""
+
+    def __init__(self, a: _Side, b: _Side, checked: tuple[int, ...], max_pairs: int | None) -> None:
+        self.sides = (a, b)
+        self.checked = checked
+        self.max_pairs = max_pairs
+        self.labels = [c.label for c in a.prob.candidates]
+        if self.labels != [c.label for c in b.prob.candidates]:
+            raise P2Error("the two sizes have different candidate instructions")
+        start = (a.machine.initial(), b.machine.initial())
+        self.parent: dict[Pair, tuple[Pair, int] | None] = {start: None}
+        self.queue = deque([start])
+        self.dead_ends = 0
+
+    def prefix(self, pair: Pair) -> list[str]:
+        """The labels that lead from the initial pair to ``pair`` (valid at both sizes)."""
+        out = []
+        while (link := self.parent[pair]) is not None:
+            pair, i = link
+            out.append(self.labels[i])
+        return out[::-1]
+
+    def search(self, side: int, start: State, head: list[str]) -> Counterexample | None:
+        """``head`` + a path from ``start`` to the goal at ``side`` (a counterexample), or None (a dead end)."""
+        path = self.sides[side].path_to_goal(start)
+        if path is None:
+            self.dead_ends += 1
+            return None
+        return Counterexample((*head, *(self.labels[j] for j in path)), self.sides[side].sizes)
+
+    def at_goals_differ(self, pair: Pair) -> Counterexample | None:
+        """Exactly one state of ``pair`` is the goal: a checked side's program through it, if any (the side
+        at the goal first: its empty path is the shortest)."""
+        at_goal = [pair[s] == self.sides[s].goal for s in (0, 1)]
+        for side in sorted(self.checked, key=lambda s: not at_goal[s]):
+            if (found := self.search(side, pair[side], self.prefix(pair))) is not None:
+                return found
+        return None
+
+    def expand(self, pair: Pair) -> Counterexample | None:
+        """Queue the new pairs after ``pair``; search after every label valid at one checked side only."""
+        for i, label in enumerate(self.labels):
+            nxt = (self.sides[0].step(pair[0], i), self.sides[1].step(pair[1], i))
+            if nxt[0] is None and nxt[1] is None:
+                continue
+            if nxt[0] is None or nxt[1] is None:
+                side = int(nxt[0] is None)
+                if side in self.checked and (found := self.search(
+                        side, nxt[side], [*self.prefix(pair), label])) is not None:
+                    return found
+                continue
+            if nxt not in self.parent:
+                self.parent[nxt] = (pair, i)
+                self.queue.append(nxt)
+                if self.max_pairs is not None and len(self.parent) > self.max_pairs:
+                    raise P2Error(f"more than {self.max_pairs} reachable pairs of states: no decision")
+        return None
+
+    def run(self) -> Counterexample | None:
+        """Explore until a counterexample or until no new pair appears."""
+        while self.queue:
+            pair = self.queue.popleft()
+            at_goal = (pair[0] == self.sides[0].goal, pair[1] == self.sides[1].goal)
+            if at_goal[0] != at_goal[1]:
+                found = self.at_goals_differ(pair)
+            elif at_goal[0]:
+                continue  # a program stops at the goal
+            else:
+                found = self.expand(pair)
+            if found is not None:
+                return found
+        return None
+
+
+def _decide(sizes_a: Sequence[int], sizes_b: Sequence[int], master_scope: MasterScope, require_progress: bool,
+            max_pairs: int | None, one_way: bool) -> LockstepResult:
+    """The exploration of ``sizes_a`` against ``sizes_b``, checking side a only (``one_way``) or both."""
+    if [s == 1 for s in sizes_a] != [s == 1 for s in sizes_b]:
+        raise P2Error("the two size vectors must have the same trivial levels")
+    a, b = _Side(sizes_a, master_scope, require_progress), _Side(sizes_b, master_scope, require_progress)
+    explore = _Exploration(a, b, (0,) if one_way else (0, 1), max_pairs)
+    found = explore.run()
+    states = (len({p[0] for p in explore.parent}), len({p[1] for p in explore.parent}))
+    return LockstepResult((a.sizes, b.sizes), master_scope, require_progress, one_way, len(explore.parent),
+                          states, explore.dead_ends, found)
+
+
 def lockstep(sizes_a: Sequence[int], sizes_b: Sequence[int], master_scope: MasterScope = "per-ancestor",
              require_progress: bool = True, max_pairs: int | None = None) -> LockstepResult:
     """Decide whether one reduction group has the same programs (every length) at ``sizes_a`` and ``sizes_b``.
 
     ``max_pairs`` bounds the exploration (P2Error when exceeded: no decision)."""
-    if [s == 1 for s in sizes_a] != [s == 1 for s in sizes_b]:
-        raise P2Error("the two size vectors must have the same trivial levels")
-    a, b = _Side(sizes_a, master_scope, require_progress), _Side(sizes_b, master_scope, require_progress)
-    labels = [c.label for c in a.prob.candidates]
-    if labels != [c.label for c in b.prob.candidates]:
-        raise P2Error("the two sizes have different candidate instructions")
-    start = (a.machine.initial(), b.machine.initial())
-    parent: dict[Pair, tuple[Pair, int] | None] = {start: None}
-    queue = deque([start])
-    dead_ends = 0
+    return _decide(sizes_a, sizes_b, master_scope, require_progress, max_pairs, one_way=False)
 
-    def prefix(pair: Pair) -> list[str]:
-        out = []
-        while (link := parent[pair]) is not None:
-            pair, i = link
-            out.append(labels[i])
-        return out[::-1]
 
-    def result(found: Counterexample | None) -> LockstepResult:
-        states = (len({p[0] for p in parent}), len({p[1] for p in parent}))
-        return LockstepResult((a.sizes, b.sizes), master_scope, require_progress, len(parent), states,
-                              dead_ends, found)
+def included(sizes_a: Sequence[int], sizes_b: Sequence[int], master_scope: MasterScope = "per-ancestor",
+             require_progress: bool = True, max_pairs: int | None = None) -> LockstepResult:
+    """Decide whether every program of one reduction group valid at ``sizes_a`` (every length) is valid at
+    ``sizes_b``; a counterexample is valid at ``sizes_a`` and invalid at ``sizes_b``.
 
-    while queue:
-        pair = queue.popleft()
-        at_goal = (pair[0] == a.goal, pair[1] == b.goal)
-        if at_goal[0] != at_goal[1]:
-            return result(Counterexample(tuple(prefix(pair)), (a, b)[at_goal[1]].sizes))
-        if at_goal[0]:
-            continue  # a program stops at the goal
-        for i in range(len(labels)):
-            na, nb = a.step(pair[0], i), b.step(pair[1], i)
-            if na is None and nb is None:
-                continue
-            if na is None or nb is None:
-                side, nxt = (a, na) if nb is None else (b, nb)
-                path = side.path_to_goal(nxt)
-                if path is None:
-                    dead_ends += 1
-                    continue
-                return result(Counterexample((*prefix(pair), labels[i], *(labels[j] for j in path)), side.sizes))
-            if (na, nb) not in parent:
-                parent[na, nb] = (pair, i)
-                queue.append((na, nb))
-                if max_pairs is not None and len(parent) > max_pairs:
-                    raise P2Error(f"more than {max_pairs} reachable pairs of states: no decision")
-    return result(None)
+    ``max_pairs`` bounds the exploration (P2Error when exceeded: no decision)."""
+    return _decide(sizes_a, sizes_b, master_scope, require_progress, max_pairs, one_way=True)
