@@ -224,11 +224,11 @@ def test_refuses_above_the_real_size_check_limit(run_cli):
 
 
 def test_refuses_lengths_where_the_generic_instance_is_known_to_miss_programs():
-    """A 10-step program is valid at (2, 3, 3, 2) and invalid at size 2 (docs/symmetry.md): with four
-    levels the engine refuses 10 steps or more instead of returning an incomplete set."""
+    """A 7-step program is valid at (2, 2, 2, 4) and invalid at size 2 (docs/symmetry.md): with four
+    levels the engine refuses 7 steps or more instead of returning an incomplete set."""
     from p2smt.errors import P2Error
 
-    with pytest.raises(P2Error, match="known to miss valid programs of 10 or more steps"):
-        _symmetric((2, 3, 3, 2), 10)
+    with pytest.raises(P2Error, match="known to miss valid programs of 7 or more steps"):
+        _symmetric((2, 2, 2, 4), 7)
     exact = _symmetric((2, 2, 2, 2), 1)[1]  # the generic instance itself: exact, no limit applies
     assert exact["rests_on"].startswith("exact")

@@ -12,9 +12,9 @@ The program set is **not** size-independent (docs/symmetry.md: a 7-step program 
 instance's programs are therefore only candidates: each is checked at the real size by the
 compressed interpreter (``semantics.pieces``, exact at any size) and the invalid ones are dropped
 (``stats["dropped_at_real_size"]``). Every returned program is valid; completeness is not proved and
-fails in general: a 10-step program on four levels is valid at (2, 3, 3, 2) and invalid at size 2
-(docs/symmetry.md), so with four or more levels the engine refuses lengths of 10 or more; below that no
-missed program is known. ``stats["rests_on"]`` says so. When the generic instance is the problem itself
+fails in general: a 7-step program on four levels is valid wherever s0·s1 divides s3 and so invalid at
+size 2 (docs/symmetry.md), so with four or more levels the engine refuses lengths of 7 or more; no
+missed program is known on fewer levels or with fewer steps. ``stats["rests_on"]`` says so. When the generic instance is the problem itself
 (every non-trivial level already of size ``size``) the result is exact. Problems that are not one
 reduction group over a kind-(d) hierarchy fall back to the same search at the real size (exact).
 """
@@ -37,9 +37,10 @@ from p2smt.synth.recheck import RECHECK_LIMIT
 from p2smt.synth.search import FirstStepReport
 
 GENERIC_SIZE = 2
-KNOWN_COMPLETE_BELOW = 10
-"""The shortest known program valid at a real size and invalid at the generic one has 10 steps (four
-levels, docs/symmetry.md); at that length and beyond, with four or more levels, the engine refuses."""
+KNOWN_COMPLETE_BELOW = 7
+"""The shortest known program valid at a real size and invalid at the generic one has 7 steps (four
+levels, valid iff s0·s1 divides s3: docs/symmetry.md); at that length and beyond, with four or more
+levels, the engine refuses."""
 CHECK_LIMIT = RECHECK_LIMIT
 """Devices above which the real-size check of the generic programs is refused: at 65,536 devices the
 compressed interpreter's check of the superpod's 7,636 programs ran past 15 minutes and 5.6 GiB."""
@@ -231,9 +232,9 @@ def _rests_on(h: SynthesisHierarchy, checks: list[int]) -> str:
         f"validity: every program of the generic size-{checks[0]} instance"
         + (f" (cross-checked against generic size {checks[1]})" if len(checks) > 1 else "")
         + " checked at the real size by the "
-        "compressed interpreter, the invalid ones dropped; completeness: NOT proved: the generic instance can "
-        "miss programs valid at the real size (docs/symmetry.md: a 10-step one on four levels); none of at "
-        f"most {KNOWN_COMPLETE_BELOW - 1} steps is known to be missed"
+        "compressed interpreter, the invalid ones dropped; completeness: NOT proved: the generic instance "
+        f"misses programs valid at some real sizes (docs/symmetry.md: {KNOWN_COMPLETE_BELOW} steps on four "
+        f"levels); none is known on fewer levels or with fewer steps"
     )
 
 
