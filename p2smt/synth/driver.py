@@ -18,7 +18,7 @@ from p2smt.model.system import System
 from p2smt.semantics.dense import execute_all
 from p2smt.synth.config import Engine, EngineConfig
 from p2smt.synth.partial import FirstStepPrograms
-from p2smt.synth.recheck import INTERPRETERS, PIECES_ABOVE, RECHECK_LIMIT, recheck
+from p2smt.synth.recheck import INTERPRETERS, PIECES_ABOVE, RECHECK_LIMIT, dropped_stats, recheck
 from p2smt.synth.search import FirstStepReport
 from p2smt.timings import split_timings
 
@@ -265,15 +265,16 @@ def run_engine(prob: SynthesisProblem, config: EngineConfig, hierarchy: Synthesi
 
 def rechecked_by(engine: str, k: int, proposer: str | None = None) -> str | None:
     """The interpreter that re-checks ``engine``'s programs on ``k`` devices ("numpy": the k×k×k one,
-    up to ``PIECES_ABOVE``; "pieces" above), or None for an engine that is that interpreter itself
-    (the certified engine's programs are its proposer's)."""
+    up to ``PIECES_ABOVE``; "pieces" above), or None for an engine that is that interpreter itself or
+    runs the same check on its candidates itself (symmetric); the certified engine's programs are its
+    proposer's."""
     if engine == Engine.CERTIFIED:
         return rechecked_by(proposer or proposer_of(EngineConfig(), k), k)
-    if engine == "enumerative":
+    if engine in ("enumerative", "symmetric"):  # symmetric: its own check of every program is ``recheck``
         return None
     if k <= PIECES_ABOVE:
         return "numpy"
-    if engine in ("pieces", "symmetric"):  # symmetric: its own real-size check is the compressed interpreter
+    if engine == "pieces":
         return None
     return "pieces"
 
@@ -290,9 +291,7 @@ def rests_on(engine: str, k: int, outcome: EngineOutcome) -> str:
     checked = rechecked_by(engine, k)
     own = outcome.stats.get("rests_on")
     if engine == Engine.SYMMETRIC:
-        if not checked:
-            return own or ""
-        return f"every program re-checked by {INTERPRETERS[checked]} at the real size ({k} devices); {own or ''}"
+        return own or ""
     if checked:
         validity = f"every program re-checked by {INTERPRETERS[checked]} at the real size ({k} devices)"
     elif engine in (Engine.ENUMERATIVE, Engine.PIECES):
@@ -325,9 +324,7 @@ def _solve(prob: SynthesisProblem, config: EngineConfig, h: SynthesisHierarchy |
         if drop:
             gone = set(rejected)
             programs = [p for p in programs if p not in gone]
-            outcome.stats["dropped_at_real_size"] = len(rejected)
-            if rejected:
-                outcome.stats["dropped_example"] = prob.label(min(rejected, key=lambda p: (len(p), p)))
+            outcome.stats.update(dropped_stats(prob, rejected))
     if config.prune != "none":
         from p2smt.synth.pruning import apply_pruning
 

@@ -15,6 +15,19 @@ RECHECK_LIMIT = 4096  # devices; above this no interpreter re-checks and the res
 INTERPRETERS = {"numpy": "the dense interpreter", "pieces": "the compressed interpreter"}
 
 
+def checker(k: int) -> str:
+    """The interpreter ``recheck`` runs on ``k`` devices (a key of ``INTERPRETERS``)."""
+    return "numpy" if k <= PIECES_ABOVE else "pieces"
+
+
+def dropped_stats(prob: SynthesisProblem, rejected) -> dict:
+    """A result's record of the candidates ``recheck(..., drop=True)`` rejected: how many, and the shortest."""
+    stats = {"dropped_at_real_size": len(rejected)}
+    if rejected:
+        stats["dropped_example"] = prob.label(min(rejected, key=lambda p: (len(p), p)))
+    return stats
+
+
 def recheck(prob: SynthesisProblem, programs, engine: str, drop: bool = False) -> list:
     """Every engine's program must be valid in an independent concrete interpreter; else fail loudly.
 
@@ -31,7 +44,7 @@ def recheck(prob: SynthesisProblem, programs, engine: str, drop: bool = False) -
             raise InternalError(f"engine {engine!r} returned {prob.label(prog)!r}, which the interpreter rejects: {why}")
         rejected.append(prog)
 
-    if prob.num_devices > PIECES_ABOVE:
+    if checker(prob.num_devices) == "pieces":
         from p2smt.semantics.pieces import check_programs
 
         for prog, verdict in zip(programs, check_programs(prob, programs), strict=True):

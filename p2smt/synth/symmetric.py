@@ -10,8 +10,8 @@ memoize suffixes) and maps the programs back by DSL label: that search costs the
 The program set is **not** size-independent (docs/symmetry.md: a 7-step program is valid at sizes
 (a, b, c) iff a divides c, so it is valid at (2, 2, 2) and invalid at (2, 3, 5)). The generic
 instance's programs are therefore only candidates: each is checked at the real size by the
-compressed interpreter (``semantics.pieces``, exact at any size) and the invalid ones are dropped
-(``stats["dropped_at_real_size"]``). Every returned program is valid; completeness is not proved and
+driver's independent interpreter (``synth.recheck``: the dense one up to 128 devices, the compressed one
+above) and the invalid ones are dropped (``stats["dropped_at_real_size"]``). Every returned program is valid; completeness is not proved and
 fails in general: a 7-step program on four levels is valid wherever s0·s1 divides s3 and so invalid at
 size 2 (docs/symmetry.md), so with four or more levels the engine refuses lengths of 7 or more; no
 missed program is known on fewer levels or with fewer steps. ``stats["rests_on"]`` says so. When the generic instance is the problem itself
@@ -33,7 +33,7 @@ from p2smt.model.dsl import problem
 from p2smt.model.hierarchy import ROOT, MasterScope, SynthesisHierarchy
 from p2smt.model.problem import SynthesisProblem, canonical_order
 from p2smt.semantics.bitmatrix import Device, Machine
-from p2smt.synth.recheck import RECHECK_LIMIT
+from p2smt.synth.recheck import INTERPRETERS, RECHECK_LIMIT, checker, dropped_stats, recheck
 from p2smt.synth.search import FirstStepReport
 
 GENERIC_SIZE = 2
@@ -231,8 +231,8 @@ def _rests_on(h: SynthesisHierarchy, checks: list[int]) -> str:
     return (
         f"validity: every program of the generic size-{checks[0]} instance"
         + (f" (cross-checked against generic size {checks[1]})" if len(checks) > 1 else "")
-        + " checked at the real size by the "
-        "compressed interpreter, the invalid ones dropped; completeness: NOT proved: the generic instance "
+        + f" checked at the real size by {INTERPRETERS[checker(h.num_devices)]}, the invalid ones dropped; "
+        "completeness: NOT proved: the generic instance "
         f"misses programs valid at some real sizes (docs/symmetry.md: {KNOWN_COMPLETE_BELOW} steps on four "
         f"levels); none is known on fewer levels or with fewer steps"
     )
@@ -295,15 +295,14 @@ def _checked_generic(
     prob: SynthesisProblem, h: SynthesisHierarchy, max_len: int, size: int, cross_check: int | None,
     on_first_step: FirstStepReport | None,
 ) -> tuple[list[tuple[int, ...]], dict[str, Any]]:
-    """The generic instance's programs that the compressed interpreter proves valid at the real size."""
-    from p2smt.semantics.pieces import check_programs
-
+    """The generic instance's programs that the driver's independent interpreter (``synth.recheck``: the
+    dense one up to 128 devices, the compressed one above) proves valid at the real size."""
     dropped: list[tuple[int, ...]] = []
 
     def valid(programs: Sequence[tuple[int, ...]]) -> list[tuple[int, ...]]:
-        verdicts = check_programs(prob, programs)
-        dropped.extend(p for p, v in zip(programs, verdicts, strict=True) if not v.proved)
-        return [p for p, v in zip(programs, verdicts, strict=True) if v.proved]
+        rejected = set(recheck(prob, programs, "symmetric", drop=True))
+        dropped.extend(rejected)
+        return [p for p in programs if p not in rejected]
 
     if on_first_step is None:
         _, candidates, stats = generic_search(h, max_len, prob.require_progress, size, cross_check)
@@ -318,10 +317,7 @@ def _checked_generic(
 
         stats = generic_search(h, max_len, prob.require_progress, size, cross_check, report)[2]
         programs = canonical_order(programs)
-    stats["dropped_at_real_size"] = len(dropped)
-    if dropped:
-        stats["dropped_example"] = prob.label(min(dropped, key=lambda p: (len(p), p)))
-    return programs, stats
+    return programs, stats | dropped_stats(prob, dropped)
 
 
 def _same_candidates(a: SynthesisProblem, b: SynthesisProblem) -> bool:
