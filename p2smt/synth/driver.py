@@ -82,7 +82,7 @@ def _symmetric(prob: SynthesisProblem, max_len: int, opts: EngineOptions,
     from p2smt.synth.symmetric import synthesize
 
     programs, stats = synthesize(prob, max_len, h, **(opts.encoding_options or {}), on_first_step=on_first_step)
-    status = SolveStatus.CONJECTURED if "dropped_at_real_size" in stats else SolveStatus.COMPLETE
+    status = SolveStatus.CONJECTURED if stats.get("completeness") == "conjectured" else SolveStatus.COMPLETE
     return EngineOutcome(status, tuple(programs), stats)
 
 
