@@ -172,13 +172,15 @@ ENGINES: dict[Engine, tuple[str, EngineFn]] = {
     Engine.CERTIFIED: (("a proposer's programs (pieces by default) proved valid and "
                        "complete by Z3 (the default)"), _certified),
     Engine.SYMMETRIC: (("P²'s search on the generic size-2 copy of the hierarchy, each program then checked at "
-                        "the real size (completeness conjectured, docs/symmetry.md)"), _symmetric),
+                        "the real size; completeness proved at the real size up to three levels, conjectured above "
+                        "(docs/symmetry.md)"), _symmetric),
 }
 
 
-DROPPED_KEYS = ("dropped_at_real_size", "dropped_example")
+DROPPED_KEYS = ("dropped_at_real_size", "dropped_example", "inclusion_pairs", "generic_misses")
 """The symmetric engine's keys of a placement's JSON: how many generic-instance programs the real-size
-check rejected, and the shortest of them."""
+check rejected, and the shortest of them; the pairs of states its completeness proof explored (the status
+says whether it proved it), and a program the generic instance misses (longer than the maximum length)."""
 
 CERTIFICATE_KEYS = ("proposer", "certified", "why_not", "certificate")
 """The certified engine's keys of a placement's JSON: its proposer, whether Z3 certified the set
@@ -347,7 +349,8 @@ SEARCHES = {
     Engine.ENUMERATIVE: "the dense interpreter's exhaustive search at the real size",
     Engine.PIECES: "the compressed interpreter's exhaustive search at the real size",
     Engine.SYMMETRIC: ("the symmetric engine's search (on the generic instance where the problem allows, each "
-                       "program checked at the real size; completeness conjectured, docs/symmetry.md)"),
+                       "program checked at the real size; completeness proved at the real size up to three "
+                       "levels, conjectured above, docs/symmetry.md)"),
 }
 
 
