@@ -52,6 +52,10 @@ from p2smt.synth.symmetric import one_group_hierarchy
 Pair = tuple[State, State]
 
 
+class Undecided(P2Error):
+    """The exploration reached its bound on pairs of states before a decision."""
+
+
 @dataclass(frozen=True)
 class Counterexample:
     """A program (labels) valid at ``valid_at`` and invalid at the other size vector."""
@@ -204,7 +208,7 @@ class _Exploration:
                 self.parent[nxt] = (pair, i)
                 self.queue.append(nxt)
                 if self.max_pairs is not None and len(self.parent) > self.max_pairs:
-                    raise P2Error(f"more than {self.max_pairs} reachable pairs of states: no decision")
+                    raise Undecided(f"more than {self.max_pairs} reachable pairs of states: no decision")
         return None
 
     def run(self) -> Counterexample | None:

@@ -331,13 +331,14 @@ def _inclusion(prob: SynthesisProblem, small: SynthesisProblem, h: SynthesisHier
     """The inclusion exploration of the real size against the generic one (at most ``bound`` pairs of states):
     ``completeness`` "proved" or "conjectured", the pairs explored, and ``missed`` (the labels of a program
     valid at the real size and invalid at the generic one) when it finds one."""
-    from p2smt.synth.lockstep import real_included  # lockstep builds its hierarchies with this module
+    # lockstep builds its hierarchies with this module: imported here, not at the top
+    from p2smt.synth.lockstep import Undecided, real_included
 
     sizes = tuple(s for name, s in h.levels if name != ROOT)
     generic_sizes = tuple(size if s > 1 else 1 for s in sizes)
     try:
         found = real_included(prob, sizes, small, generic_sizes, h.master_scope, bound)
-    except P2Error:
+    except Undecided:
         return {"completeness": "conjectured", "inclusion_pairs": f"more than {bound}: no decision"}
     out: dict[str, Any] = {"completeness": "conjectured" if found.counterexample else "proved",
                            "inclusion_pairs": found.pairs}
