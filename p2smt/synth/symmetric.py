@@ -16,9 +16,9 @@ Completeness fails in general: a 7-step program on four levels is valid wherever
 invalid at size 2 (docs/symmetry.md). The engine therefore *proves* it at the real size where it can: the
 inclusion exploration (``synth.lockstep.real_included``, Theorem 3') decides whether every program valid at
 the real size, of any length, is valid at the generic instance; then the checked set is exact (status
-complete). It runs by default up to three non-trivial levels (tens to hundreds of pairs of states); with
-four or more levels it runs only when asked, the result is ``conjectured`` and lengths of 7 or more are
-refused. If it finds a missed program within ``max_len`` steps the engine searches at the real size
+complete). It runs by default up to three non-trivial levels and 4,096 devices (tens to hundreds of pairs
+of states); beyond, only when asked, and the result is ``conjectured`` (with four or more levels lengths of
+7 or more are then refused). If it finds a missed program within ``max_len`` steps the engine searches at the real size
 instead. ``stats["rests_on"]`` says which. When the generic instance is the problem itself
 (every non-trivial level already of size ``size``) the result is exact. Problems that are not one
 reduction group over a kind-(d) hierarchy fall back to the same search at the real size (exact).
@@ -56,6 +56,8 @@ three (0.6 s and 8.1 s at 4,096 devices). Four levels need about 24,500 pairs on
 and 2.2 GiB at 1,024 devices), so there it runs only when asked (``inclusion_pairs``)."""
 INCLUSION_PAIRS = 5_000
 """The bound on the pairs of states the default inclusion proof explores (no decision above it)."""
+INCLUSION_DEVICES = 4_096
+"""The default proof runs up to this many devices: its cost is the pairs explored times the devices."""
 Tokens = tuple[int, ...]  # a search state: its devices' tokens
 
 
@@ -300,8 +302,8 @@ def synthesize(
                     f"the symmetric engine checks every program of its generic instance at the real size, which is "
                     f"out of reach above {CHECK_LIMIT} devices ({prob.num_devices} here); unchecked, those programs "
                     "are not known valid (the program set depends on the sizes: docs/symmetry.md)")
-            bound = inclusion_pairs if inclusion_pairs is not None else (
-                INCLUSION_PAIRS if levels <= INCLUSION_LEVELS else 0)
+            by_default = levels <= INCLUSION_LEVELS and prob.num_devices <= INCLUSION_DEVICES
+            bound = inclusion_pairs if inclusion_pairs is not None else (INCLUSION_PAIRS if by_default else 0)
             proof = _inclusion(prob, small, h, size, bound) if bound > 0 else {"completeness": "conjectured"}
             missed = proof.pop("missed", None)
             if missed is not None and len(missed) <= max_len:
