@@ -40,14 +40,15 @@ from __future__ import annotations
 from collections import deque
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any
 
 from p2smt.errors import P2Error
 from p2smt.model.dsl import problem
-from p2smt.model.hierarchy import MasterScope
+from p2smt.model.hierarchy import ROOT, MasterScope, SynthesisHierarchy
 from p2smt.model.problem import SynthesisProblem
 from p2smt.semantics.bitmatrix import Device, Machine, State
 from p2smt.semantics.pieces import Stepper
-from p2smt.synth.symmetric import one_group_hierarchy
+from p2smt.synth.symmetric import generic_hierarchy, one_group_hierarchy
 
 Pair = tuple[State, State]
 
@@ -275,3 +276,35 @@ def real_included(real: SynthesisProblem, real_sizes: Sequence[int], generic: Sy
     a = _Side(real, real_sizes, "pieces")
     b = _Side(generic, generic_sizes)
     return _explored(a, b, master_scope, real.require_progress, max_pairs, one_way=True)
+
+
+def inclusion_proof(prob: SynthesisProblem, small: SynthesisProblem, h: SynthesisHierarchy, size: int,
+                    bound: int) -> dict[str, Any]:
+    """``real_included`` of ``prob`` (built from ``h``) against its generic instance ``small`` (every
+    non-trivial level of size ``size``), at most ``bound`` pairs of states, as engine statistics:
+    ``completeness`` "proved" or "conjectured", the pairs explored, and ``missed`` (the labels of a program
+    valid at the real size and invalid at the generic one) when it finds one."""
+    sizes = tuple(s for name, s in h.levels if name != ROOT)
+    generic_sizes = tuple(size if s > 1 else 1 for s in sizes)
+    try:
+        found = real_included(prob, sizes, small, generic_sizes, h.master_scope, bound)
+    except Undecided:
+        return {"completeness": "conjectured", "inclusion_pairs": f"more than {bound}: no decision"}
+    out: dict[str, Any] = {"completeness": "conjectured" if found.counterexample else "proved",
+                           "inclusion_pairs": found.pairs}
+    if found.counterexample is not None:
+        out["missed"] = found.counterexample.labels
+    return out
+
+
+def generic_completeness(prob: SynthesisProblem, h: SynthesisHierarchy | None, size: int, bound: int
+                         ) -> dict[str, Any] | None:
+    """``inclusion_proof`` against the size-``size`` instance of ``h``, or None when ``prob`` is not one
+    reduction group over a kind-(d) hierarchy with that instance's candidates (no generic instance)."""
+    k = prob.num_devices
+    if not isinstance(h, SynthesisHierarchy) or h.kind != "d" or h.goal_groups != (tuple(range(k)),):
+        return None
+    small = problem(generic_hierarchy(h, size), prob.require_progress)
+    if [c.label for c in small.candidates] != [c.label for c in prob.candidates]:
+        return None
+    return inclusion_proof(prob, small, h, size, bound)

@@ -302,9 +302,12 @@ def synthesize(
                     f"the symmetric engine checks every program of its generic instance at the real size, which is "
                     f"out of reach above {CHECK_LIMIT} devices ({prob.num_devices} here); unchecked, those programs "
                     "are not known valid (the program set depends on the sizes: docs/symmetry.md)")
+            # lockstep builds its hierarchies with this module: imported here, not at the top
+            from p2smt.synth.lockstep import inclusion_proof
+
             by_default = levels <= INCLUSION_LEVELS and prob.num_devices <= INCLUSION_DEVICES
             bound = inclusion_pairs if inclusion_pairs is not None else (INCLUSION_PAIRS if by_default else 0)
-            proof = _inclusion(prob, small, h, size, bound) if bound > 0 else {"completeness": "conjectured"}
+            proof = inclusion_proof(prob, small, h, size, bound) if bound > 0 else {"completeness": "conjectured"}
             missed = proof.pop("missed", None)
             if missed is not None and len(missed) <= max_len:
                 from p2smt.synth.pieces import enumerate_programs
@@ -326,27 +329,6 @@ def synthesize(
             return programs, stats | proof
         why = "the generic instance has other candidate instructions"
     return search(prob, max_len, on_first_step), {"rests_on": f"search at the real size ({why})", "generic_size": None}
-
-
-def _inclusion(prob: SynthesisProblem, small: SynthesisProblem, h: SynthesisHierarchy, size: int,
-               bound: int) -> dict[str, Any]:
-    """The inclusion exploration of the real size against the generic one (at most ``bound`` pairs of states):
-    ``completeness`` "proved" or "conjectured", the pairs explored, and ``missed`` (the labels of a program
-    valid at the real size and invalid at the generic one) when it finds one."""
-    # lockstep builds its hierarchies with this module: imported here, not at the top
-    from p2smt.synth.lockstep import Undecided, real_included
-
-    sizes = tuple(s for name, s in h.levels if name != ROOT)
-    generic_sizes = tuple(size if s > 1 else 1 for s in sizes)
-    try:
-        found = real_included(prob, sizes, small, generic_sizes, h.master_scope, bound)
-    except Undecided:
-        return {"completeness": "conjectured", "inclusion_pairs": f"more than {bound}: no decision"}
-    out: dict[str, Any] = {"completeness": "conjectured" if found.counterexample else "proved",
-                           "inclusion_pairs": found.pairs}
-    if found.counterexample is not None:
-        out["missed"] = found.counterexample.labels
-    return out
 
 
 def _proved_words(rests_on: str, pairs: int) -> str:
