@@ -28,6 +28,12 @@ from p2smt.synth.enumerative import enumerate_programs
 V100 = ["synth", "--system", "v100-2x8", "--axes", "2,8", "--reduce", "1", "--max-len", "3", "--json"]
 
 
+@pytest.fixture(autouse=True)
+def every_set_in_parallel(monkeypatch):
+    """The small problems here would be proved on one thread (``PARALLEL_FROM``)."""
+    monkeypatch.setattr(certify_module, "PARALLEL_FROM", 1)
+
+
 def _problem(sizes):
     placement = Placement(tuple(sizes), (math.prod(sizes),), (tuple(sizes),))
     return problem(synthesis_hierarchy(placement, (0,), tuple(f"l{i}" for i in range(len(sizes)))))
@@ -146,3 +152,12 @@ def test_a_units_exception_reaches_the_caller_unchanged(error):
         run_units([lambda: 1, fails, lambda: 3], 2)
     assert caught.value is error
     assert [d.result for d in run_units([lambda: 1, lambda: 2, lambda: 3], 2)] == [1, 2, 3]
+
+
+def test_a_set_smaller_than_the_threshold_is_proved_on_one_thread(monkeypatch):
+    prob = _problem((2, 3))
+    programs = enumerate_programs(prob, 3)
+    monkeypatch.setattr(certify_module, "PARALLEL_FROM", len(programs) + 1)
+    assert "jobs" not in certify(prob, 3, programs, jobs=2).stats["completeness"]
+    monkeypatch.setattr(certify_module, "PARALLEL_FROM", len(programs))
+    assert certify(prob, 3, programs, jobs=2).stats["completeness"]["jobs"] == 2
