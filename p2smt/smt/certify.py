@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import hashlib
 import time
+from collections import Counter
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -20,7 +21,7 @@ from typing import Any
 import z3
 
 from p2smt.errors import InternalError, P2Error
-from p2smt.model.problem import SynthesisProblem
+from p2smt.model.problem import SynthesisProblem, canonical_order
 from p2smt.model.status import SolveStatus
 from p2smt.smt.base import Encoding, Program
 from p2smt.smt.check import Unknown
@@ -267,8 +268,8 @@ def completeness_stats(res: EngineResult, strategy: Complete, max_len: int) -> d
 def certify_parallel(problem: SynthesisProblem, max_len: int, proposed: Sequence[Program], *,
                      timeout_ms: int | None, encoding: str, jobs: int) -> Certificate:
     """``certify`` with the completeness cubes dealt round-robin (first instruction i to share i mod
-    jobs) to ``jobs`` threads and the validity proof alongside on one more (an eighth to a quarter of
-    the work on BlueConnect's hierarchy and P²'s grid, which a pool of ``jobs`` would run before a share).
+    jobs) to ``jobs`` threads and the validity proof alongside on one more (it is an eighth to a quarter
+    of the work on BlueConnect's hierarchy and P²'s grid: on a pool of ``jobs`` it would delay a share).
     Each unit builds its own encoding in its own Z3 context. The disagreements come in canonical order,
     the figures summed (each share's under ``workers``); the completeness seconds are wall time."""
     start = time.perf_counter()
@@ -287,25 +288,20 @@ def certify_parallel(problem: SynthesisProblem, max_len: int, proposed: Sequence
 
     proof, *done = run_units([validity, *map(completeness, shares)], len(shares) + 1)
     (refuted, valid_stats, answered), runs = proof.result, [d.result for d in done]
-    valid_stats["cpu_seconds"] = proof.cpu_seconds
-    workers = {str(w + 1): {"cubes": len(share)} | completeness_stats(res, strategy, max_len)
-               | {"cpu_seconds": d.cpu_seconds} for w, (share, d, (res, strategy)) in enumerate(zip(shares, done, runs))}
-    parts = list(workers.values())
-    spurious: dict[str, int] = {}
-    for part in parts:
-        for kind, n in part.pop("spurious").items():
-            spurious[kind] = spurious.get(kind, 0) + n
-        del part["lengths"]
-    stats: dict[str, Any] = {"validity": valid_stats, "completeness": {
+    figures = [completeness_stats(res, strategy, max_len) for res, strategy in runs]
+    summed = ("queries", "conflicts", "trie_clauses")
+    stats: dict[str, Any] = {"validity": valid_stats | {"cpu_seconds": proof.cpu_seconds}, "completeness": {
         "seconds": round(time.perf_counter() - start, 6),
         "lengths": f"1-{max_len}",
-        **{key: sum(part[key] for part in parts) for key in ("queries", "conflicts", "trie_clauses")},
-        "spurious": dict(sorted(spurious.items())),
+        **{key: sum(f[key] for f in figures) for key in summed},
+        "spurious": dict(sorted(sum((Counter(f["spurious"]) for f in figures), Counter()).items())),
         "jobs": jobs,
-        "workers": workers,
+        "workers": {str(w + 1): {"cubes": len(share), "seconds": f["seconds"], "cpu_seconds": d.cpu_seconds,
+                                 **{key: f[key] for key in summed}}
+                    for w, (share, f, d) in enumerate(zip(shares, figures, done))},
     }}
     stats["seconds"] = round(time.perf_counter() - start, 6)
-    missed = tuple(sorted((p for _, strategy in runs for p in strategy.missed), key=lambda p: (len(p), p)))
+    missed = tuple(canonical_order([p for _, strategy in runs for p in strategy.missed]))
     refuted.sort(key=lambda r: (len(r.program), r.program))
     status, reason = SolveStatus.COMPLETE, None
     if not answered:
