@@ -30,7 +30,7 @@ V100 = ["synth", "--system", "v100-2x8", "--axes", "2,8", "--reduce", "1", "--ma
 
 @pytest.fixture(autouse=True)
 def every_set_in_parallel(monkeypatch):
-    """The small problems here would be proved on one thread (``PARALLEL_FROM``)."""
+    """Every set here is split over threads, however small (``certify.PARALLEL_FROM``)."""
     monkeypatch.setattr(certify_module, "PARALLEL_FROM", 1)
 
 
