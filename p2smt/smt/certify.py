@@ -33,9 +33,9 @@ from p2smt.smt.strategy import Enumerate, Phase
 VALIDITY_BATCH = 512  # candidates proved per checker query (a failing batch is split by the checker)
 PARALLEL_FROM = 256
 """Proposed programs from which ``jobs`` > 1 splits the proof over threads. Each thread builds and
-preprocesses its own encoding (≈ 0.3 s on P²'s grid placements, ≈ 1 s on BlueConnect's hierarchy at
-length 5); on P²'s grid (at most 235 programs a placement, a proof ≈ 1 s) two threads took twice the
-CPU of one, on BlueConnect's (1,635 programs, ≈ 14 s) 15% more."""
+preprocesses its own encoding: ≈ 0.3 s on a placement of P²'s grid (at most 235 programs, its whole
+completeness proof ≈ 0.6 s; over the grid two threads took twice the CPU of one), ≈ 1 s on BlueConnect's
+hierarchy at length 5 (1,635 programs; its units run one after another cost the CPU of the one proof)."""
 
 
 @dataclass(frozen=True)
