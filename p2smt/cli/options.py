@@ -102,13 +102,16 @@ def add_plan_input(p: argparse.ArgumentParser, hlo: bool = False) -> None:
                                               "--json, or a list); XLA id i is system device order[i]")
 
 
-def add_search(p: argparse.ArgumentParser, max_len: int = 5, engine: str = "certified") -> None:
+def add_search(p: argparse.ArgumentParser, max_len: int = 5, engine: str = "certified", jobs: bool = True) -> None:
     p.add_argument("--engine", default=engine,
                    help=f"default {engine}. certified: a proposer's programs proved valid and complete by Z3 | auto: "
                         "the exact explicit engine for the size (enumerative up to 64 devices, pieces above) | "
                         "enumerative | pieces (compressed state, any size) | z3 | z3-cegis | symmetric")
     p.add_argument("--proposer", help="certified engine's proposer: enumerative | pieces (default: pieces)")
     p.add_argument("--max-len", type=int, default=max_len)
+    if jobs:
+        p.add_argument("--jobs", type=int, default=1, metavar="N",
+                       help="certified engine: Z3's proofs on N threads (0: one per core; default 1)")
 
 
 def add_allow_noop(p: argparse.ArgumentParser) -> None:
@@ -223,4 +226,5 @@ def engine_config(args: argparse.Namespace):
         prune=getattr(args, "prune", "none"),
         proposer=getattr(args, "proposer", None),
         certificate=getattr(args, "certificate", None),
+        jobs=getattr(args, "jobs", 1),
     )

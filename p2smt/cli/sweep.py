@@ -14,7 +14,7 @@ def register(sub) -> None:
     p.add_argument("--paper", action="store_true", help="run the P² paper's grid: synthesis + ranking")
     p.add_argument("--grid", help="grid YAML file or shipped grid name")
     p.add_argument("--out", help="--paper: output folder (p2-sweep); --grid: JSONL file (sweep.jsonl)")
-    add_search(p, engine="auto")  # certification costs seconds per placement: see docs/results
+    add_search(p, engine="auto", jobs=False)  # certification costs seconds per placement: see docs/results
     p.add_argument("--no-plots", action="store_true")
     p.add_argument("--progress", action="store_true",
                    help="--paper: show progress on stderr (default: on a terminal; --grid shows it unless --json)")

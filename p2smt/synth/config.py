@@ -46,6 +46,9 @@ class EngineConfig:
     >>> EngineConfig(engine="enumerative", encoding="bitvec")
     Traceback (most recent call last):
     p2smt.errors.P2Error: --encoding: only with --engine z3 (got --engine enumerative)
+    >>> EngineConfig(jobs=-1)
+    Traceback (most recent call last):
+    p2smt.errors.P2Error: --jobs must be an integer ≥ 0 (0: every core), got -1
     """
 
     engine: Engine = Engine.CERTIFIED
@@ -57,6 +60,7 @@ class EngineConfig:
     prune: str = "none"
     proposer: Engine | None = None
     certificate: str | None = None
+    jobs: int = 1  # the certified engine's Z3 proof on this many threads (0: one per core)
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "engine", Engine.parse(self.engine))
@@ -64,8 +68,10 @@ class EngineConfig:
             object.__setattr__(self, "proposer", Engine.parse(self.proposer))
             if self.proposer not in PROPOSERS:
                 raise P2Error(f"--proposer: one of {', '.join(PROPOSERS)} (got {self.proposer})")
-        cert_only = [flag for flag, value in (("--proposer", self.proposer), ("--certificate", self.certificate))
-                     if value]
+        if isinstance(self.jobs, bool) or not isinstance(self.jobs, int) or self.jobs < 0:
+            raise P2Error(f"--jobs must be an integer ≥ 0 (0: every core), got {self.jobs!r}")
+        cert_only = [flag for flag, value in (("--proposer", self.proposer), ("--certificate", self.certificate),
+                                              ("--jobs", self.jobs != 1)) if value]
         if cert_only and self.engine != Engine.CERTIFIED:
             raise P2Error(f"{', '.join(cert_only)}: only with --engine certified (got --engine {self.engine})")
         if isinstance(self.max_len, bool) or not isinstance(self.max_len, int):
@@ -91,6 +97,7 @@ class EngineConfig:
             "prune": self.prune,
             "proposer": self.proposer.value if self.proposer is not None else None,
             "certificate": self.certificate,
+            "jobs": self.jobs,
         }
 
     @classmethod

@@ -156,17 +156,18 @@ def _certified(prob: SynthesisProblem, max_len: int, opts: EngineOptions,
     from pathlib import Path
 
     from p2smt.smt.certify import certify
+    from p2smt.smt.parallel import threads
 
     proposer = proposer_of(opts, prob.num_devices)
     start = time.perf_counter()
-    proposed = run_engine(prob, replace(opts, engine=proposer, proposer=None, certificate=None), h,
+    proposed = run_engine(prob, replace(opts, engine=proposer, proposer=None, certificate=None, jobs=1), h,
                           on_first_step=on_first_step)
     stats: dict[str, Any] = {"proposer": proposer.value, "proposer_seconds": round(time.perf_counter() - start, 6)}
     if prob.num_devices > CERTIFY_LIMIT:
         reason = f"{prob.num_devices} devices: above the Z3 certificate's limit of {CERTIFY_LIMIT}"
         return EngineOutcome(proposed.status, proposed.programs, stats | {"certified": False, "why_not": reason})
     cert = certify(prob, max_len, proposed.programs, timeout_ms=opts.timeout_ms,
-                   certificate=Path(opts.certificate) if opts.certificate else None)
+                   certificate=Path(opts.certificate) if opts.certificate else None, jobs=threads(opts.jobs))
     if cert.refuted or cert.missed:
         raise InternalError(disagreement(prob, proposer, cert))
     stats |= {"certified": cert.certified, "certificate": cert.stats}
