@@ -117,6 +117,10 @@ class _Block:
     frames: tuple[_Frame, ...]
 
 
+MEMO_MEMBERS = 256
+LARGE_MEMO_BYTES = 64 << 20
+"""The outcomes of groups of more than ``MEMO_MEMBERS`` members (whose keys and outcomes cost O(members)
+bytes) are memoized up to about this many bytes, then forgotten."""
 _MIX = np.random.default_rng(20261202).integers(1, 2**63, size=4096, dtype=np.uint64) | np.uint64(1)
 
 
@@ -152,7 +156,9 @@ class _Machine:
         self.kept: list[int | None] = []  # by token: see _kept
         self.free = np.zeros(0, dtype=bool)  # by token: see _free
         self.levels = np.arange(len(self.digits.sizes), dtype=np.int64)
-        self.memo: dict[tuple, tuple[tuple[int, ...], tuple[int, ...]] | str] = {}
+        self.memo: dict[tuple, tuple[np.ndarray, np.ndarray] | str] = {}  # (collective, frame, row) -> outcome
+        self.large: dict[tuple, tuple[np.ndarray, np.ndarray] | str] = {}  # the same for large groups
+        self.large_bytes = 0
         self.blocks: list[tuple[_Block, ...] | None] = [None] * len(problem.candidates)
         self.initial = (np.full(k, self.token(((full, 1),)), dtype=np.int32), np.zeros(k, np.int32))
         goal = np.full(k, self.token(()), dtype=np.int32)
@@ -185,9 +191,15 @@ class _Machine:
                 row = keys[first[d]]
                 frame = b.frames[row[0]]
                 key = (coll, frame.id, row.tobytes())
-                out = self.memo.get(key)
+                memo = self.memo if m <= MEMO_MEMBERS else self.large
+                out = memo.get(key)
                 if out is None:
-                    out = self.memo[key] = self._outcome(coll, frame, row[1 : m + 1], row[m + 1 :])
+                    out = memo[key] = self._outcome(coll, frame, row[1 : m + 1], row[m + 1 :])
+                    if m > MEMO_MEMBERS:
+                        self.large_bytes += 3 * len(key[2])
+                        if self.large_bytes > LARGE_MEMO_BYTES:
+                            self.large.clear()
+                            self.large_bytes = 0
                 if out.__class__ is str:
                     g = int(b.index[first[d]])
                     if failure is None or g < failure[0]:
