@@ -98,12 +98,11 @@ class _Digits:
 
 @dataclass(frozen=True)
 class _Frame:
-    """The members' digit-wise offsets from the first member of a group: per member and level, the id
-    moved to (``up``) and back (``down``); ``id`` names the offsets in the outcome memo."""
+    """A group's members' digit-wise offsets from its first member (the same in every group of this frame):
+    ``devices`` is one such group; ``id`` names the offsets in the outcome memo."""
 
     id: int
-    up: np.ndarray
-    down: np.ndarray
+    devices: np.ndarray
 
 
 @dataclass(frozen=True)
@@ -218,10 +217,10 @@ class _Machine:
         out = []
         for m in sorted({len(g) for g in groups}):
             index = np.array([j for j, g in enumerate(groups) if len(g) == m], dtype=np.int64)
-            members = np.array([groups[j] for j in index], dtype=np.int64).reshape(len(index), m)
-            up, down = self.digits.offsets(members)
-            codes, first, frame = np.unique(up.sum(axis=2), axis=0, return_index=True, return_inverse=True)
-            frames = tuple(_Frame(self.frames.id(tuple(c)), up[f], down[f]) for c, f in zip(codes.tolist(), first))
+            members = np.array([groups[j] for j in index], dtype=np.int32).reshape(len(index), m)
+            codes = self.digits.offsets(members)[0].sum(axis=2)
+            codes, first, frame = np.unique(codes, axis=0, return_index=True, return_inverse=True)
+            frames = tuple(_Frame(self.frames.id(tuple(c)), members[f]) for c, f in zip(codes.tolist(), first))
             out.append(_Block(index, members, frame.reshape(-1).astype(np.int32), frames))
         return tuple(out)
 
@@ -235,7 +234,8 @@ class _Machine:
         digits = self.digits
         tokens, which = np.unique(members, return_inverse=True)
         kept = np.array([self._kept(t) for t in tokens.tolist()], dtype=np.int64)[which.reshape(-1)]
-        moves = (frame.up * (((kept[:, None] >> self.levels) & 1) ^ 1)).sum(axis=1)
+        up, down = (a[0] for a in digits.offsets(frame.devices[None, :].astype(np.int64)))
+        moves = (up * (((kept[:, None] >> self.levels) & 1) ^ 1)).sum(axis=1)
         placed, which = np.unique(np.stack([members, moves, shifts], axis=1), axis=0, return_inverse=True)
         states = [tuple((r << s, digits.translate(c, o)) for r, c in self.states[t]) for t, o, s in placed.tolist()]
         before = [states[j] for j in which.reshape(-1).tolist()]
@@ -251,7 +251,7 @@ class _Machine:
             st = out[js[0]]
             low = min(((r & -r).bit_length() - 1 for r, _ in st), default=0)
             keep = digits.kept(c for _, c in st)
-            back = (frame.down[js] * (((keep >> self.levels) & 1) ^ 1)).sum(axis=1)
+            back = (down[js] * (((keep >> self.levels) & 1) ^ 1)).sum(axis=1)
             codes, where = np.unique(back, return_inverse=True)
             made = [self.token(tuple((r >> low, digits.translate(c, o)) for r, c in st)) for o in codes.tolist()]
             tokens[js] = np.array(made, dtype=np.int32)[where.reshape(-1)]
