@@ -11,7 +11,7 @@ programs), ``z3:bool-matrix`` (the exact default encoding) and
 ``z3:representative`` (size-2 hierarchy; its real-size check is a Z3 proof up to its
 ``z3_check_max_devices`` and the driver's re-check above, see p2smt/smt/representative.py) and
 ``symmetric`` (P²'s search on the generic size-2 instance, docs/symmetry.md; every program checked at
-the real size by ``synth.recheck`` and the invalid ones dropped; status ``conjectured``; refused above 16,384
+the real size by ``synth.recheck`` and the invalid ones dropped; status ``conjectured``; refused above 65,536
 devices). Every
 program a z3 engine returns (and ``pieces``' up to ``PIECES_ABOVE``) is re-checked by ``synth.recheck`` (the numpy interpreter up to
 ``synth.PIECES_ABOVE`` devices, ``pieces.py`` above, ``vectorized.py`` above 4,096); ``seconds`` includes that re-check. Once a point

@@ -214,12 +214,17 @@ def test_cli_reports_conjectured_status_and_dropped_programs(run_cli, gpu, dropp
         assert rc == 0 and "dropped 2 programs of the generic instance" in text and "status conjectured" in text
 
 
-def test_refuses_above_the_real_size_check_limit(run_cli):
-    """Above 16,384 devices the real-size check is out of reach, and unchecked generic programs are not
-    known valid: one line, exit 2, no output."""
-    rc, out, err = run_cli("synth", "--system", "h100-superpod", "--level", "node=1024", "--axes", "32768",
+def test_refuses_above_the_real_size_check_limit(run_cli, monkeypatch):
+    """Above ``CHECK_LIMIT`` devices (65,536, also the CLI's largest system: lowered here to reach the refusal)
+    the real-size check is out of reach, and unchecked generic programs are not known valid: one line, exit 2,
+    no output."""
+    from p2smt.synth import symmetric
+
+    assert symmetric.CHECK_LIMIT == 65536
+    monkeypatch.setattr(symmetric, "CHECK_LIMIT", 4096)
+    rc, out, err = run_cli("synth", "--system", "h100-superpod", "--level", "node=256", "--axes", "8192",
                            "--reduce", "0", "--max-len", "3", "--engine", "symmetric", "--json")
-    assert rc == 2 and out == "" and "out of reach above 16384 devices (32768 here)" in err
+    assert rc == 2 and out == "" and "out of reach above 4096 devices (8192 here)" in err
     assert len(err.strip().splitlines()) == 1
 
 

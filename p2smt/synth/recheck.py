@@ -11,7 +11,7 @@ from p2smt.semantics.dense import execute_all
 
 PIECES_ABOVE = 128  # devices; above this the compressed interpreter re-checks (the k^3 one costs GiBs)
 VECTORIZED_ABOVE = 4096  # devices; above this its vectorized form (faster and smaller from 16,384 devices on)
-RECHECK_LIMIT = 16384  # devices; above this no interpreter re-checks and the result says what it rests on
+RECHECK_LIMIT = 65536  # devices; above this no interpreter re-checks and the result says what it rests on
 
 
 INTERPRETERS = {"numpy": "the dense interpreter", "pieces": "the compressed interpreter",

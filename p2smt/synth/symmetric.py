@@ -43,8 +43,8 @@ levels, valid iff s0·s1 divides s3: docs/symmetry.md); at that length and beyon
 levels, the engine refuses."""
 CHECK_LIMIT = RECHECK_LIMIT
 """Devices above which the real-size check of the generic programs is refused: the superpod's 7,636
-programs at length 5 took the vectorized check about a minute at 16,384 devices (the compressed one about 3
-minutes and 1.5 GiB) and, at 65,536, longer than is useful (docs/symmetry.md)."""
+programs at length 5 took the vectorized check 51 s / 287 MiB at 16,384 devices (the compressed one 87 s /
+1.5 GiB) and about 11 minutes / 1.7 GiB at 65,536 (docs/symmetry.md)."""
 Tokens = tuple[int, ...]  # a search state: its devices' tokens
 
 
