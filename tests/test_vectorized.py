@@ -8,6 +8,7 @@ import random
 from itertools import product
 from math import prod
 
+import numpy as np
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -82,3 +83,15 @@ def test_bad_sizes_and_programs_are_refused():
         vectorized.check_programs(prob, [[0]], sizes=(2, 2))
     with pytest.raises(P2Error):
         vectorized.check_programs(prob, [[len(prob.candidates)]])
+
+
+def test_stored_states_of_small_integers_step_to_full_width_tokens():
+    """States are stored in 16 bits when they fit; a step from one must not wrap new tokens past 65,535."""
+    prob = _problem((2, 2), "per-ancestor", True)
+    machine = vectorized._Machine(prob, (2, 2))
+    store = vectorized._Store(prob.num_devices)
+    start = store.arrays(store.id(machine.initial))
+    assert start[0].dtype == np.uint16
+    machine.states.extend([((1, 1),)] * 70000)  # push the next new token past 2**16
+    tokens, shifts = machine.step(start, 5)  # (l0, InsideGroup, AllReduce): new device states
+    assert tokens.dtype == shifts.dtype == np.int32 and tokens.max() >= 1 << 16

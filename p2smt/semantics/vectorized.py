@@ -172,7 +172,7 @@ class _Machine:
         if blocks is None:
             blocks = self.blocks[i] = self._blocks_of(self.problem.candidates[i].groups)
         tokens, shifts = state
-        new_tokens, new_shifts = tokens.copy(), shifts.copy()
+        new_tokens, new_shifts = tokens.astype(np.int32), shifts.astype(np.int32)  # stored states may be uint16
         failure: tuple[int, str] | None = None
         coll = self.problem.candidates[i].collective
         for b in blocks:
