@@ -90,6 +90,17 @@ def test_synth_human_output_ends_with_next_steps_and_legend(run_cli):
     assert "rows = parallelism axes, columns = system levels" in " ".join(out.split())
 
 
+def test_next_steps_keep_the_resized_system(run_cli):
+    """The suggested rank and best commands keep --nodes and --level, so they ask about the same system."""
+    rc, out, _ = run_cli("synth", "--system", "dgx-h100", "--nodes", "4", "--axes", "32", "--reduce", "0",
+                         "--max-len", "2", "--engine", "pieces")
+    tail = " ".join(out.split())
+    assert rc == 0 and "p2smt rank --system dgx-h100 --nodes 4 --axes 32 --reduce 0" in tail
+    rc, out, _ = run_cli("synth", "--system", "fig2-16gpu", "--level", "gpu=3", "--axes", "12", "--reduce", "0",
+                         "--max-len", "2", "--engine", "pieces")
+    assert rc == 0 and "p2smt best --system fig2-16gpu --level gpu=3 --axes 12" in " ".join(out.split())
+
+
 def test_rank_deadline_ranks_the_placements_found(run_cli, monkeypatch):
     from dataclasses import replace
 

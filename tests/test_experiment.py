@@ -324,3 +324,19 @@ def test_bad_run_parameters(tmp_path):
     (tmp_path / "file").write_text("")
     with pytest.raises(P2Error, match="cannot write"):
         run_experiment(variants, points, tmp_path / "file" / "r.jsonl")
+
+
+def test_a_representative_run_without_its_certificate_is_conjectured_not_complete(tmp_path):
+    """Every program re-checked but completeness not proved: the row and the summary say conjectured, and
+    the set is still compared with the complete runs' sets."""
+    cfg = tmp_path / "one.yaml"
+    cfg.write_text("max_len: 3\nconfigs:\n  - levels: [2, 3]\n")
+    variants = parse_variants("representative,bool-matrix", ['representative={"certify": "never"}'])
+    rows = run_experiment(variants, load_configs(cfg), tmp_path / "r.jsonl", timeout_s=120)
+    by = {r["encoding"]: r for r in rows}
+    assert by["representative"]["status"] == "conjectured" and by["bool-matrix"]["status"] == "complete"
+    assert by["representative"]["programs_sha256"] == by["bool-matrix"]["programs_sha256"] is not None
+    summary = summarize(rows)
+    counts = {v["variant"].split()[0]: (v["complete"], v["conjectured"]) for v in summary["variants"]}
+    assert counts == {"representative": (0, 1), "bool-matrix": (1, 0)}
+    assert summary["disagreements"] == []

@@ -184,6 +184,14 @@ def test_runaway_task_is_killed_and_reported_as_timeout_then_the_runner_recovers
     assert quick["status"] == "ok"
 
 
+def test_a_conjectured_result_is_its_own_status_not_unknown():
+    """The symmetric engine proves every program valid but not the set complete: the row says so."""
+    row = evaluate(Task("a100-2x16", 2, (32,), (0,), "ring", "default", "symmetric", None, 3, 60.0))
+    exact = evaluate(Task("a100-2x16", 2, (32,), (0,), "ring", "default", "pieces", None, 3, 60.0))
+    assert row["status"] == "conjectured" and exact["status"] == "ok"
+    assert row["programs"] == exact["programs"] > 0
+
+
 def test_task_failure_is_an_error_line_not_an_exception():
     row = run_task(Task("a100-2x16", 2, (2, 16), (0,), "ring", "default", "z3", "no-such-encoding", 3, 5.0))
     assert row["status"] == "error" and "no-such-encoding" in row["error"]

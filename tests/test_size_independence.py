@@ -19,7 +19,7 @@ from p2smt.model.dsl import parse_program, problem, program_steps
 from p2smt.semantics.bitmatrix import is_valid
 from p2smt.semantics.dense import execute
 from p2smt.semantics.pieces import check_program
-from p2smt.synth.lockstep import included, lockstep
+from p2smt.synth.lockstep import included, lockstep, real_included
 from p2smt.synth.symmetric import generic_hierarchy, one_group_hierarchy, search
 
 slow = pytest.mark.skipif(not os.environ.get("P2SMT_SLOW"), reason="heavy: set P2SMT_SLOW=1")
@@ -288,3 +288,21 @@ def test_inclusion_conjecture_three_levels_up_to_5(scope, progress):
 def test_inclusion_conjecture_four_levels(real):
     """Four levels, per-ancestor scope, progress rule: every program valid at ``real`` is valid at (2, 2, 2, 2)."""
     assert included(real, (2, 2, 2, 2)).counterexample is None
+
+
+@pytest.mark.parametrize(("real", "scope", "progress"), [
+    ((3, 4), "per-ancestor", True), ((2, 3, 5), "per-ancestor", True), ((3, 2, 4), "global", False),
+    ((2, 2, 2, 4), "per-ancestor", True),
+])
+def test_real_included_on_the_compressed_interpreter_is_the_bitmatrix_decision(real, scope, progress):
+    """The real side on ``pieces`` (as the symmetric engine runs it) explores the same pairs and reaches the
+    same decision and counterexample as the bitmatrix exploration of ``included``."""
+    generic = tuple(2 for _ in real)
+    plain = included(real, generic, scope, progress)
+
+    def prob(sizes):
+        return problem(_hier(sizes, scope), progress)
+
+    mixed = real_included(prob(real), real, prob(generic), generic, scope)
+    assert (mixed.pairs, mixed.counterexample) == (plain.pairs, plain.counterexample)
+    assert (mixed.counterexample is None) == (real != (2, 2, 2, 4))

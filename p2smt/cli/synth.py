@@ -67,7 +67,11 @@ def bounded_synthesis(args: argparse.Namespace, req, config, label: str, keep_pa
 
 def next_steps(args: argparse.Namespace) -> str:
     """How to rank or pick the best of the programs just listed (same request options)."""
-    req = f"--system {args.system} --axes {args.axes} --reduce {args.reduce}"
+    req = f"--system {args.system}"
+    if getattr(args, "nodes", None) is not None:
+        req += f" --nodes {args.nodes}"
+    req += "".join(f" --level {item}" for item in getattr(args, "level", None) or [])
+    req += f" --axes {args.axes} --reduce {args.reduce}"
     if args.matrix:
         req += f" --matrix '{args.matrix}'"
     return (f"next: `p2smt rank {req}` orders these by predicted time; `p2smt best {req}` finds the cheapest "

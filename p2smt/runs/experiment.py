@@ -107,7 +107,8 @@ def run_variant(request: dict[str, Any]) -> dict[str, Any]:
     start = time.perf_counter()
     res = enumerate_z3(prob, request["max_len"], encoding=request["encoding"], options=request["options"],
                        timeout_ms=request["timeout_ms"], extra_dirs=request["extra_dirs"], hierarchy=h)
-    out = {"status": res.status, "wall_seconds": time.perf_counter() - start,
+    conjectured = res.status == "complete" and res.stats.get("completeness") == "conjectured"
+    out = {"status": "conjectured" if conjectured else res.status, "wall_seconds": time.perf_counter() - start,
            "programs": [list(p) for p in res.programs], "stats": res.stats}
     try:
         import resource
@@ -180,8 +181,8 @@ def measure(point: Point, index: int, variant: Variant, rep: int, *, seed: int, 
         "status": status,
         "wall_seconds": round(answer.get("wall_seconds", outcome.seconds), 6),
         "declare_seconds": stats.get("declare_seconds"),
-        "programs": len(programs) if status in ("complete", "unknown") else None,
-        "programs_sha256": _digest(programs) if status == "complete" else None,
+        "programs": len(programs) if status in ("complete", "conjectured", "unknown") else None,
+        "programs_sha256": _digest(programs) if status in ("complete", "conjectured") else None,
         "solver_calls": stats.get("solver_calls"),
         "conflicts": stats.get("conflicts"),
         "decisions": stats.get("decisions"),

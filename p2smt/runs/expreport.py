@@ -9,15 +9,17 @@ from typing import Any
 
 from p2smt.errors import P2Error
 
-STATUSES = ("complete", "unknown", "timeout", "error", "unsound", "skipped")
-"""complete: every length exhausted; unknown: Z3 gave up (its timeout); timeout: killed at the wall-clock
+STATUSES = ("complete", "conjectured", "unknown", "timeout", "error", "unsound", "skipped")
+"""complete: every length exhausted; conjectured: every program valid, completeness not proved (e.g.
+``representative`` above the size its sets are certified at); unknown: Z3 gave up (its timeout); timeout: killed at the wall-clock
 limit; error: the run failed (message in ``error``); unsound: the interpreter rejected a returned
 program; skipped: the configuration is above the variant's ``max_k``."""
 
 
 def summarize(rows: Sequence[dict[str, Any]]) -> dict[str, Any]:
     """Per variant: configurations, runs by status, median and total wall time, programs (summed over
-    configurations with a complete run); and every configuration whose complete runs disagree."""
+    configurations with a complete or conjectured run); and every configuration whose complete or
+    conjectured runs disagree."""
     variants: dict[str, dict[str, Any]] = {}
     by_config: dict[int, dict[str, set[tuple[int, str]]]] = {}
     labels: dict[int, str] = {}
@@ -31,7 +33,7 @@ def summarize(rows: Sequence[dict[str, Any]]) -> dict[str, Any]:
         v["configs"].add(r["config_index"])
         v["runs"] += 1
         v["times"].append(r["wall_seconds"])
-        if r["status"] == "complete":
+        if r["status"] in ("complete", "conjectured"):
             v["programs"].setdefault(r["config_index"], r["programs"])
             labels[r["config_index"]] = r["config"]
             by_config.setdefault(r["config_index"], {}).setdefault(r["variant"], set()).add(
@@ -63,21 +65,23 @@ def render_summary(summary: dict[str, Any], title: str = "experiment"):
     from rich.panel import Panel
     from rich.table import Table
 
-    t = Table(title=title, caption="ok: complete; unk: Z3 gave up (its timeout); t/o: killed at the wall-clock "
-              "limit; median and total over the runs that were not skipped")
+    t = Table(title=title, caption="ok: complete; conj: every program valid, completeness not proved; unk: Z3 "
+              "gave up (its timeout); t/o: killed at the wall-clock limit; median and total over the runs that "
+              "were not skipped")
     t.add_column("variant", min_width=14, overflow="fold")
-    for col in ("configs", "runs", "ok", "unk", "t/o", "err", "skip", "median s", "total s", "programs"):
+    for col in ("configs", "runs", "ok", "conj", "unk", "t/o", "err", "skip", "median s", "total s", "programs"):
         t.add_column(col, justify="right", overflow="fold")
     for v in summary["variants"]:
         med = "—" if v["median_seconds"] is None else f"{v['median_seconds']:.3f}"
-        t.add_row(v["variant"], str(v["configs"]), str(v["runs"]), str(v["complete"]), str(v["unknown"]),
+        t.add_row(v["variant"], str(v["configs"]), str(v["runs"]), str(v["complete"]), str(v["conjectured"]),
+                  str(v["unknown"]),
                   str(v["timeout"]), str(v["error"] + v["unsound"]), str(v["skipped"]), med,
                   f"{v['total_seconds']:.2f}", str(v["programs"]))
     out: list[Any] = [t]
     if summary["disagreements"]:
         lines = [f"{d['config']}: " + "; ".join(f"{var} -> {counts}" for var, counts in d["answers"].items())
                  for d in summary["disagreements"]]
-        out.append(Panel("\n".join(lines), title="CONFORMANCE DISAGREEMENT: complete runs found different "
+        out.append(Panel("\n".join(lines), title="CONFORMANCE DISAGREEMENT: complete or conjectured runs found different "
                          "program sets", style="bold red"))
     if summary["failures"]:
         lines = [f"{f['variant']} on {f['config']}: {f['status']}: {f['error']}" for f in summary["failures"]]
@@ -87,7 +91,7 @@ def render_summary(summary: dict[str, Any], title: str = "experiment"):
 
 def plot(rows: Sequence[dict[str, Any]], path: str | Path, title: str = "") -> Path:
     """PNG: wall time vs reduction-group size k (log-log); per variant a line through the median time of
-    its complete runs at each k, every run a dot, runs without an answer (unknown, timeout) an ×."""
+    its complete (or conjectured) runs at each k, every run a dot, runs without an answer (unknown, timeout) an ×."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -98,8 +102,8 @@ def plot(rows: Sequence[dict[str, Any]], path: str | Path, title: str = "") -> P
     for i, variant in enumerate(order):
         color = f"C{i % 10}"
         mine = [r for r in rows if r["variant"] == variant and r["status"] not in ("skipped", "error", "unsound")]
-        done = [r for r in mine if r["status"] == "complete"]
-        cut = [r for r in mine if r["status"] != "complete"]
+        done = [r for r in mine if r["status"] in ("complete", "conjectured")]
+        cut = [r for r in mine if r["status"] not in ("complete", "conjectured")]
         ks = sorted({r["k"] for r in done})
         med = [statistics.median(r["wall_seconds"] for r in done if r["k"] == k) for k in ks]
         ax.plot(ks, med, "-", color=color, label=variant, linewidth=1.6)

@@ -20,9 +20,10 @@ from p2smt.model.request import Request
 from p2smt.runs.gridfile import Grid
 from p2smt.synth.config import EngineConfig
 
-STATUSES = ("ok", "unknown", "timeout", "error", "skipped")
-"""Statuses of a result line: synthesis complete / engine gave up / killed at the hard limit /
-failed (message in ``error``) / not runnable on that system (reason in ``reason``)."""
+STATUSES = ("ok", "conjectured", "unknown", "timeout", "error", "skipped")
+"""Statuses of a result line: synthesis complete / every program valid but completeness not proved (the
+``symmetric`` engine, ``representative`` above its certified size) / engine gave up / killed at the hard
+limit / failed (message in ``error``) / not runnable on that system (reason in ``reason``)."""
 FAILURES = ("error", "lost")
 """Statuses that make a sweep unsuccessful ("lost": the task's execution failed outside the task)."""
 BEATS = 1 - 1e-9
@@ -200,7 +201,7 @@ def evaluate(task: Task) -> dict[str, Any]:
         return row(task, "error", time.perf_counter() - start, error=str(err))
     except Exception as err:  # noqa: BLE001 - a task failure must become a result line, not a crash
         return row(task, "error", time.perf_counter() - start, error=f"{type(err).__name__}: {err}")
-    status = "ok" if result.status == "complete" else "unknown"
+    status = {"complete": "ok", "conjectured": "conjectured"}.get(str(result.status), "unknown")
     return row(task, status, time.perf_counter() - start, **ranked_fields(result, report))
 
 

@@ -37,7 +37,9 @@ exact regardless: the ``bool-matrix`` synthesizer runs at the real size with the
 blocked and must answer unsat for every length (a program it finds is added and counted in
 ``certificate_additions``); ``certify="auto"`` does so up to ``certify_max_devices`` devices. It is
 skipped, and the result called ``exact``, when the inner encoding solved the real problem itself
-(real sizes of 2, a last refinement round at the real size, or a fallback).
+(real sizes of 2, a last refinement round at the real size, or a fallback). A ``conjectured`` result is
+then proved complete by the driver where it can (``synth.driver``: up to three non-trivial levels and
+4,096 devices, the inclusion exploration shows size 2 safe at the real size, docs/symmetry.md, Theorem 3').
 """
 
 from __future__ import annotations

@@ -63,8 +63,47 @@ def _z3(prob: SynthesisProblem, max_len: int, opts: EngineOptions, h: SynthesisH
         emit_smt2=Path(opts.emit_smt2) if opts.emit_smt2 else None,
         hierarchy=h,
     )
-    conjectured = res.status is SolveStatus.COMPLETE and res.stats.get("completeness") == "conjectured"
-    return EngineOutcome(SolveStatus.CONJECTURED if conjectured else res.status, tuple(res.programs), dict(res.stats))
+    stats = dict(res.stats)
+    conjectured = res.status is SolveStatus.COMPLETE and stats.get("completeness") == "conjectured"
+    if conjectured and stats.get("encoding") == "representative":
+        proved = _representative_completeness(prob, max_len, h, tuple(res.programs), stats)
+        if proved is not None:
+            return proved
+    return EngineOutcome(SolveStatus.CONJECTURED if conjectured else res.status, tuple(res.programs), stats)
+
+
+def _representative_completeness(prob: SynthesisProblem, max_len: int, h: SynthesisHierarchy | None,
+                                 programs: tuple[tuple[int, ...], ...], stats: dict[str, Any]
+                                 ) -> EngineOutcome | None:
+    """representative's size 2 proved safe at the real size (docs/symmetry.md, Theorem 3'): up to three
+    non-trivial levels and 4,096 devices, every program valid at the real size is valid at size 2, so its
+    first round (every size-2 program, each checked at the real size) is exact. A program the exploration
+    finds valid here and invalid at size 2 within ``max_len`` steps: the exact search at the real size
+    instead. None when not run or not decided (the result stays conjectured)."""
+    from p2smt.synth.lockstep import generic_completeness
+    from p2smt.synth.symmetric import INCLUSION_DEVICES, INCLUSION_LEVELS, INCLUSION_PAIRS
+
+    levels = sum(s > 1 for s in h.sizes) if h is not None else 0
+    if h is None or levels > INCLUSION_LEVELS or prob.num_devices > INCLUSION_DEVICES:
+        return None
+    proof = generic_completeness(prob, h, 2, INCLUSION_PAIRS)
+    if proof is None or proof["completeness"] != "proved" and "missed" not in proof:
+        return None
+    missed = proof.pop("missed", None)
+    if missed is not None and len(missed) > max_len:
+        return None
+    if missed is not None:
+        from p2smt.synth.pieces import enumerate_programs
+
+        why = f"size 2 misses {'; '.join(missed)!r}, valid at the real size"
+        return EngineOutcome(SolveStatus.COMPLETE, tuple(enumerate_programs(prob, max_len)),
+                             stats | {"rests_on": f"search at the real size ({why})", "real_check": "search",
+                                      "inclusion_pairs": proof["inclusion_pairs"]})
+    words = (f"proved at the real size: every program valid here, of any length, is valid at size 2 "
+             f"(docs/symmetry.md, Theorem 3': {proof['inclusion_pairs']} pairs of states explored)")
+    return EngineOutcome(SolveStatus.COMPLETE, programs, stats | {
+        "completeness": "proved", "rests_on": words, "inclusion_pairs": proof["inclusion_pairs"]})
+
 
 
 def _z3_cegis(
@@ -82,7 +121,7 @@ def _symmetric(prob: SynthesisProblem, max_len: int, opts: EngineOptions,
     from p2smt.synth.symmetric import synthesize
 
     programs, stats = synthesize(prob, max_len, h, **(opts.encoding_options or {}), on_first_step=on_first_step)
-    status = SolveStatus.CONJECTURED if "dropped_at_real_size" in stats else SolveStatus.COMPLETE
+    status = SolveStatus.CONJECTURED if stats.get("completeness") == "conjectured" else SolveStatus.COMPLETE
     return EngineOutcome(status, tuple(programs), stats)
 
 
@@ -172,13 +211,15 @@ ENGINES: dict[Engine, tuple[str, EngineFn]] = {
     Engine.CERTIFIED: (("a proposer's programs (pieces by default) proved valid and "
                        "complete by Z3 (the default)"), _certified),
     Engine.SYMMETRIC: (("P²'s search on the generic size-2 copy of the hierarchy, each program then checked at "
-                        "the real size (completeness conjectured, docs/symmetry.md)"), _symmetric),
+                        "the real size; completeness proved at the real size up to three levels, conjectured above "
+                        "(docs/symmetry.md)"), _symmetric),
 }
 
 
-DROPPED_KEYS = ("dropped_at_real_size", "dropped_example")
+DROPPED_KEYS = ("dropped_at_real_size", "dropped_example", "inclusion_pairs", "generic_misses")
 """The symmetric engine's keys of a placement's JSON: how many generic-instance programs the real-size
-check rejected, and the shortest of them."""
+check rejected, and the shortest of them; the pairs of states its completeness proof explored (the status
+says whether it proved it), and a program the generic instance misses (longer than the maximum length)."""
 
 CERTIFICATE_KEYS = ("proposer", "certified", "why_not", "certificate")
 """The certified engine's keys of a placement's JSON: its proposer, whether Z3 certified the set
@@ -347,7 +388,8 @@ SEARCHES = {
     Engine.ENUMERATIVE: "the dense interpreter's exhaustive search at the real size",
     Engine.PIECES: "the compressed interpreter's exhaustive search at the real size",
     Engine.SYMMETRIC: ("the symmetric engine's search (on the generic instance where the problem allows, each "
-                       "program checked at the real size; completeness conjectured, docs/symmetry.md)"),
+                       "program checked at the real size; completeness proved at the real size up to three "
+                       "levels, conjectured above, docs/symmetry.md)"),
 }
 
 

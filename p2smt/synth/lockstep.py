@@ -40,15 +40,21 @@ from __future__ import annotations
 from collections import deque
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any
 
 from p2smt.errors import P2Error
 from p2smt.model.dsl import problem
-from p2smt.model.hierarchy import MasterScope
+from p2smt.model.hierarchy import ROOT, MasterScope, SynthesisHierarchy
 from p2smt.model.problem import SynthesisProblem
 from p2smt.semantics.bitmatrix import Device, Machine, State
-from p2smt.synth.symmetric import one_group_hierarchy
+from p2smt.semantics.pieces import Stepper
+from p2smt.synth.symmetric import generic_hierarchy, one_group_hierarchy
 
 Pair = tuple[State, State]
+
+
+class Undecided(P2Error):
+    """The exploration reached its bound on pairs of states before a decision."""
 
 
 @dataclass(frozen=True)
@@ -77,19 +83,35 @@ class LockstepResult:
 
 
 class _Side:
-    """One size: its problem, machine, memoized group outcomes and goal reachability."""
+    """One size: its problem, its interpreter's step function, memoized outcomes and goal reachability.
 
-    def __init__(self, sizes: Sequence[int], scope: MasterScope, progress: bool) -> None:
+    The bitmatrix interpreter by default; the compressed one (``pieces``: one token per device, no k²
+    matrix) for a real size with many devices. Both decide the same Hoare rules exactly."""
+
+    def __init__(self, prob: SynthesisProblem, sizes: Sequence[int], interpreter: str = "bitmatrix") -> None:
         self.sizes = tuple(sizes)
-        self.prob: SynthesisProblem = problem(
-            one_group_hierarchy([(f"l{j}", s) for j, s in enumerate(sizes)], scope), progress)
-        self.machine = Machine(self.prob.num_devices)
-        self.goal = self.machine.goal(self.prob.goal_groups)
+        self.prob = prob
+        if interpreter == "pieces":
+            stepper = Stepper(prob)
+            self.initial, self.goal, self._step = stepper.initial, stepper.goal, stepper.step
+        else:
+            machine = Machine(prob.num_devices)
+            self.machine = machine
+            self.initial, self.goal, self._step = machine.initial(), machine.goal(prob.goal_groups), self._matrix_step
         self._outcomes: dict[tuple, list[Device] | None] = {}
         self._dead: set[State] = set()
 
+    @classmethod
+    def of_sizes(cls, sizes: Sequence[int], scope: MasterScope, progress: bool) -> _Side:
+        """One reduction group over levels of these sizes (bitmatrix interpreter)."""
+        return cls(problem(one_group_hierarchy([(f"l{j}", s) for j, s in enumerate(sizes)], scope), progress),
+                   sizes)
+
     def step(self, state: State, i: int) -> State | None:
         """The state after candidate ``i`` (None: a precondition or, if required, progress fails)."""
+        return self._step(state, i)
+
+    def _matrix_step(self, state: State, i: int) -> State | None:
         cand = self.prob.candidates[i]
         new = list(state)
         for g in cand.groups:
@@ -141,7 +163,7 @@ class _Exploration:
         self.labels = [c.label for c in a.prob.candidates]
         if self.labels != [c.label for c in b.prob.candidates]:
             raise P2Error("the two sizes have different candidate instructions")
-        start = (a.machine.initial(), b.machine.initial())
+        start = (a.initial, b.initial)
         self.parent: dict[Pair, tuple[Pair, int] | None] = {start: None}
         self.queue = deque([start])
         self.dead_ends = 0
@@ -187,7 +209,7 @@ class _Exploration:
                 self.parent[nxt] = (pair, i)
                 self.queue.append(nxt)
                 if self.max_pairs is not None and len(self.parent) > self.max_pairs:
-                    raise P2Error(f"more than {self.max_pairs} reachable pairs of states: no decision")
+                    raise Undecided(f"more than {self.max_pairs} reachable pairs of states: no decision")
         return None
 
     def run(self) -> Counterexample | None:
@@ -211,7 +233,13 @@ def _decide(sizes_a: Sequence[int], sizes_b: Sequence[int], master_scope: Master
     """The exploration of ``sizes_a`` against ``sizes_b``, checking side a only (``one_way``) or both."""
     if [s == 1 for s in sizes_a] != [s == 1 for s in sizes_b]:
         raise P2Error("the two size vectors must have the same trivial levels")
-    a, b = _Side(sizes_a, master_scope, require_progress), _Side(sizes_b, master_scope, require_progress)
+    a = _Side.of_sizes(sizes_a, master_scope, require_progress)
+    b = _Side.of_sizes(sizes_b, master_scope, require_progress)
+    return _explored(a, b, master_scope, require_progress, max_pairs, one_way)
+
+
+def _explored(a: _Side, b: _Side, master_scope: MasterScope, require_progress: bool, max_pairs: int | None,
+              one_way: bool) -> LockstepResult:
     explore = _Exploration(a, b, (0,) if one_way else (0, 1), max_pairs)
     found = explore.run()
     states = (len({p[0] for p in explore.parent}), len({p[1] for p in explore.parent}))
@@ -234,3 +262,49 @@ def included(sizes_a: Sequence[int], sizes_b: Sequence[int], master_scope: Maste
 
     ``max_pairs`` bounds the exploration (P2Error when exceeded: no decision)."""
     return _decide(sizes_a, sizes_b, master_scope, require_progress, max_pairs, one_way=True)
+
+
+def real_included(real: SynthesisProblem, real_sizes: Sequence[int], generic: SynthesisProblem,
+                  generic_sizes: Sequence[int], master_scope: MasterScope, max_pairs: int | None = None
+                  ) -> LockstepResult:
+    """``included`` with the real size given as its problem and run on the compressed interpreter: is every
+    program valid at ``real`` (every length) valid at ``generic``? The two problems must be one reduction
+    group over the same levels (same candidate labels). Its cost is the pairs explored times the devices,
+    so it reaches sizes where the bitmatrix's k² bits per device do not."""
+    if real.require_progress != generic.require_progress:
+        raise P2Error("the two problems differ in the progress rule")
+    a = _Side(real, real_sizes, "pieces")
+    b = _Side(generic, generic_sizes)
+    return _explored(a, b, master_scope, real.require_progress, max_pairs, one_way=True)
+
+
+def inclusion_proof(prob: SynthesisProblem, small: SynthesisProblem, h: SynthesisHierarchy, size: int,
+                    bound: int) -> dict[str, Any]:
+    """``real_included`` of ``prob`` (built from ``h``) against its generic instance ``small`` (every
+    non-trivial level of size ``size``), at most ``bound`` pairs of states, as engine statistics:
+    ``completeness`` "proved" or "conjectured", the pairs explored, and ``missed`` (the labels of a program
+    valid at the real size and invalid at the generic one) when it finds one."""
+    sizes = tuple(s for name, s in h.levels if name != ROOT)
+    generic_sizes = tuple(size if s > 1 else 1 for s in sizes)
+    try:
+        found = real_included(prob, sizes, small, generic_sizes, h.master_scope, bound)
+    except Undecided:
+        return {"completeness": "conjectured", "inclusion_pairs": f"more than {bound}: no decision"}
+    out: dict[str, Any] = {"completeness": "conjectured" if found.counterexample else "proved",
+                           "inclusion_pairs": found.pairs}
+    if found.counterexample is not None:
+        out["missed"] = found.counterexample.labels
+    return out
+
+
+def generic_completeness(prob: SynthesisProblem, h: SynthesisHierarchy | None, size: int, bound: int
+                         ) -> dict[str, Any] | None:
+    """``inclusion_proof`` against the size-``size`` instance of ``h``, or None when ``prob`` is not one
+    reduction group over a kind-(d) hierarchy with that instance's candidates (no generic instance)."""
+    k = prob.num_devices
+    if not isinstance(h, SynthesisHierarchy) or h.kind != "d" or h.goal_groups != (tuple(range(k)),):
+        return None
+    small = problem(generic_hierarchy(h, size), prob.require_progress)
+    if [c.label for c in small.candidates] != [c.label for c in prob.candidates]:
+        return None
+    return inclusion_proof(prob, small, h, size, bound)

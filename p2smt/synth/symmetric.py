@@ -11,10 +11,16 @@ The program set is **not** size-independent (docs/symmetry.md: a 7-step program 
 (a, b, c) iff a divides c, so it is valid at (2, 2, 2) and invalid at (2, 3, 5)). The generic
 instance's programs are therefore only candidates: each is checked at the real size by the
 driver's independent interpreter (``synth.recheck``: the dense one up to 128 devices, the compressed one
-above, its vectorized form above 4,096) and the invalid ones are dropped (``stats["dropped_at_real_size"]``). Every returned program is valid; completeness is not proved and
-fails in general: a 7-step program on four levels is valid wherever s0·s1 divides s3 and so invalid at
-size 2 (docs/symmetry.md), so with four or more levels the engine refuses lengths of 7 or more; no
-missed program is known on fewer levels or with fewer steps. ``stats["rests_on"]`` says so. When the generic instance is the problem itself
+above, its vectorized form above 4,096) and the invalid ones are dropped (``stats["dropped_at_real_size"]``).
+Every returned program is valid.
+Completeness fails in general: a 7-step program on four levels is valid wherever s0·s1 divides s3 and so
+invalid at size 2 (docs/symmetry.md). The engine therefore *proves* it at the real size where it can: the
+inclusion exploration (``synth.lockstep.real_included``, Theorem 3') decides whether every program valid at
+the real size, of any length, is valid at the generic instance; then the checked set is exact (status
+complete). It runs by default up to three non-trivial levels and 4,096 devices (tens to hundreds of pairs
+of states); beyond, only when asked, and the result is ``conjectured`` (with four or more levels lengths of
+7 or more are then refused). If it finds a missed program within ``max_len`` steps the engine searches at the real size
+instead. ``stats["rests_on"]`` says which. When the generic instance is the problem itself
 (every non-trivial level already of size ``size``) the result is exact. Problems that are not one
 reduction group over a kind-(d) hierarchy fall back to the same search at the real size (exact).
 """
@@ -45,6 +51,15 @@ CHECK_LIMIT = RECHECK_LIMIT
 """Devices above which the real-size check of the generic programs is refused: the superpod's 7,636
 programs at length 5 took the vectorized check 51 s / 287 MiB at 16,384 devices (the compressed one 87 s /
 1.5 GiB) and about 11 minutes / 1.7 GiB at 65,536 (docs/symmetry.md)."""
+INCLUSION_LEVELS = 3
+"""Up to this many non-trivial levels the engine proves its completeness at the real size by the inclusion
+exploration (docs/symmetry.md, Theorem 3'): measured 40 pairs of states for two levels and 722-769 for
+three (0.6 s and 8.1 s at 4,096 devices). Four levels need about 24,500 pairs on the superpod's shape (160 s
+and 2.2 GiB at 1,024 devices), so there it runs only when asked (``inclusion_pairs``)."""
+INCLUSION_PAIRS = 5_000
+"""The bound on the pairs of states the default inclusion proof explores (no decision above it)."""
+INCLUSION_DEVICES = 4_096
+"""The default proof runs up to this many devices: its cost is the pairs explored times the devices."""
 Tokens = tuple[int, ...]  # a search state: its devices' tokens
 
 
@@ -235,7 +250,7 @@ def _rests_on(h: SynthesisHierarchy, checks: list[int]) -> str:
         + f" checked at the real size by {INTERPRETERS[checker(h.num_devices)]}, the invalid ones dropped; "
         "completeness: NOT proved: the generic instance "
         f"misses programs valid at some real sizes (docs/symmetry.md: {KNOWN_COMPLETE_BELOW} steps on four "
-        f"levels); none is known on fewer levels or with fewer steps"
+        f"levels); none is known on fewer levels (where the engine proves it) or with fewer steps"
     )
 
 
@@ -265,11 +280,18 @@ def generic_search(
 def synthesize(
     prob: SynthesisProblem, max_len: int, h: SynthesisHierarchy | None = None, size: int = GENERIC_SIZE,
     cross_check: int | None = None, on_first_step: FirstStepReport | None = None,
+    inclusion_pairs: int | None = None,
 ) -> tuple[list[tuple[int, ...]], dict[str, Any]]:
     """The engine: programs as candidate indices of ``prob`` (built from hierarchy ``h``; canonical order)
     and stats (``rests_on`` says what the result rests on). The generic instance's programs are checked at
     the real size and the invalid ones dropped; other problems fall back to the same search at the real
-    size. ``on_first_step`` (as in ``search_programs``) is only fed indices of ``prob``, after the check."""
+    size. ``on_first_step`` (as in ``search_programs``) is only fed indices of ``prob``, after the check.
+
+    Completeness is proved (``stats["completeness"] == "proved"``) when the inclusion exploration shows that
+    every program valid at the real size is valid at the generic one: by default with up to
+    ``INCLUSION_LEVELS`` non-trivial levels and ``INCLUSION_PAIRS`` pairs of states; ``inclusion_pairs``
+    sets the bound and asks for it at any number of levels (0: never). When it finds a program of at most
+    ``max_len`` steps that the generic instance misses, the engine searches at the real size instead."""
     why = _why_not_generic(h, prob.num_devices)
     if why is None:
         small = problem(generic_hierarchy(h, size), prob.require_progress)
@@ -277,19 +299,45 @@ def synthesize(
             if small.num_devices == prob.num_devices:
                 return generic_search(h, max_len, prob.require_progress, size, cross_check, on_first_step)[1:]
             levels = sum(s > 1 for s in h.sizes)
-            if max_len >= KNOWN_COMPLETE_BELOW and levels >= 4:
-                raise P2Error(
-                    f"the symmetric engine's generic instance is known to miss valid programs of "
-                    f"{KNOWN_COMPLETE_BELOW} or more steps on four or more levels (docs/symmetry.md); use "
-                    f"--max-len {KNOWN_COMPLETE_BELOW - 1} or less, or --engine pieces")
             if prob.num_devices > CHECK_LIMIT:
                 raise P2Error(
                     f"the symmetric engine checks every program of its generic instance at the real size, which is "
                     f"out of reach above {CHECK_LIMIT} devices ({prob.num_devices} here); unchecked, those programs "
                     "are not known valid (the program set depends on the sizes: docs/symmetry.md)")
-            return _checked_generic(prob, h, max_len, size, cross_check, on_first_step)
+            # lockstep builds its hierarchies with this module: imported here, not at the top
+            from p2smt.synth.lockstep import inclusion_proof
+
+            by_default = levels <= INCLUSION_LEVELS and prob.num_devices <= INCLUSION_DEVICES
+            bound = inclusion_pairs if inclusion_pairs is not None else (INCLUSION_PAIRS if by_default else 0)
+            proof = inclusion_proof(prob, small, h, size, bound) if bound > 0 else {"completeness": "conjectured"}
+            missed = proof.pop("missed", None)
+            if missed is not None and len(missed) <= max_len:
+                from p2smt.synth.pieces import enumerate_programs
+
+                why = f"the generic instance misses {'; '.join(missed)!r}, valid at the real size"
+                return enumerate_programs(prob, max_len, on_first_step), {
+                    "rests_on": f"search at the real size ({why})", "generic_size": None,
+                    "inclusion_pairs": proof["inclusion_pairs"]}
+            if missed is not None:
+                proof["generic_misses"] = "; ".join(missed)
+            if proof["completeness"] != "proved" and max_len >= KNOWN_COMPLETE_BELOW and levels >= 4:
+                raise P2Error(
+                    f"the symmetric engine's generic instance is known to miss valid programs of "
+                    f"{KNOWN_COMPLETE_BELOW} or more steps on four or more levels (docs/symmetry.md); use "
+                    f"--max-len {KNOWN_COMPLETE_BELOW - 1} or less, or --engine pieces")
+            programs, stats = _checked_generic(prob, h, max_len, size, cross_check, on_first_step)
+            if proof["completeness"] == "proved":
+                stats["rests_on"] = _proved_words(stats["rests_on"], proof["inclusion_pairs"])
+            return programs, stats | proof
         why = "the generic instance has other candidate instructions"
     return search(prob, max_len, on_first_step), {"rests_on": f"search at the real size ({why})", "generic_size": None}
+
+
+def _proved_words(rests_on: str, pairs: int) -> str:
+    """``_rests_on``'s validity part, then what the completeness proof rests on."""
+    return (rests_on.split("; completeness:")[0] + "; completeness: proved at the real size: every program valid "
+            "here, of any length, is valid at the generic instance (docs/symmetry.md, Theorem 3': "
+            f"{pairs} pairs of states explored on the compressed interpreter)")
 
 
 def _checked_generic(
