@@ -50,7 +50,7 @@ levels, the engine refuses."""
 CHECK_LIMIT = RECHECK_LIMIT
 """Devices above which the real-size check of the generic programs is refused: the superpod's 7,636
 programs at length 5 took the vectorized check 51 s / 287 MiB at 16,384 devices (the compressed one 87 s /
-1.5 GiB) and about 11 minutes / 1.7 GiB at 65,536 (docs/symmetry.md)."""
+1.5 GiB) and 10 minutes / 1.7 GiB at 65,536 (docs/symmetry.md)."""
 INCLUSION_LEVELS = 3
 """Up to this many non-trivial levels the engine proves its completeness at the real size by the inclusion
 exploration (docs/symmetry.md, Theorem 3'): measured 40 pairs of states for two levels and 722-769 for
