@@ -11,10 +11,10 @@ programs), ``z3:bool-matrix`` (the exact default encoding) and
 ``z3:representative`` (size-2 hierarchy; its real-size check is a Z3 proof up to its
 ``z3_check_max_devices`` and the driver's re-check above, see p2smt/smt/representative.py) and
 ``symmetric`` (P²'s search on the generic size-2 instance, docs/symmetry.md; every program checked at
-the real size by ``synth.recheck`` and the invalid ones dropped; status ``conjectured``; refused above 4,096
+the real size by ``synth.recheck`` and the invalid ones dropped; status ``conjectured``; refused above 65,536
 devices). Every
 program a z3 engine returns (and ``pieces``' up to ``PIECES_ABOVE``) is re-checked by ``synth.recheck`` (the numpy interpreter up to
-``synth.PIECES_ABOVE`` devices, ``pieces.py`` above); ``seconds`` includes that re-check. Once a point
+``synth.PIECES_ABOVE`` devices, ``pieces.py`` above, ``vectorized.py`` above 4,096); ``seconds`` includes that re-check. Once a point
 times out, the larger sizes of the same (max length, levels, engine) are skipped, except for
 ``z3:representative`` (its size-2 solve is the same at every size, and its check mode changes). Prints the machine,
 one line per point, a summary table per max length, and writes a PNG (and the rows as JSONL).
@@ -89,7 +89,7 @@ def child(spec: dict) -> dict:
     t1 = time.perf_counter()
     checked_by = rechecked_by(config.engine, k)  # the driver's policy: it raises on a failing program, except
     if checked_by:  # for representative's unchecked size-2 candidates, which it drops
-        recheck(prob, res.programs, engine, drop=res.stats.get("real_check") == "recheck")
+        recheck(prob, res.programs, engine, drop=res.stats.get("real_check") == "recheck", sizes=h.sizes)
     usage = resource.getrusage(resource.RUSAGE_SELF)
     out = {
         "status": res.status,

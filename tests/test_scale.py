@@ -241,8 +241,8 @@ def test_pieces_engine_is_rechecked_by_numpy_only_where_numpy_fits(monkeypatch):
 
     calls = []
     real = synth.recheck
-    monkeypatch.setattr(synth, "recheck", lambda prob, progs, engine, drop=False: calls.append(prob.num_devices) or
-                        real(prob, progs, engine, drop))
+    monkeypatch.setattr(synth, "recheck", lambda prob, progs, engine, drop=False, sizes=None:
+                        calls.append(prob.num_devices) or real(prob, progs, engine, drop, sizes))
     small = _hierarchy((2, 4), ("node", "gpu"))
     big = _hierarchy((4, 8, 4, 2), SUPERPOD)
     progs_small, _, _ = synth.synthesize_hierarchy(small, EngineConfig(engine="pieces", max_len=3))

@@ -238,13 +238,29 @@ def test_a_missed_program_is_named_or_makes_the_engine_search_at_the_real_size()
     assert programs == pieces_programs(_problem(sizes), 7)
 
 
-def test_refuses_above_the_real_size_check_limit(run_cli):
-    """Above 4,096 devices the real-size check is out of reach, and unchecked generic programs are not
-    known valid: one line, exit 2, no output."""
+def test_refuses_above_the_real_size_check_limit(run_cli, monkeypatch):
+    """Above ``CHECK_LIMIT`` devices (65,536, also the CLI's largest system: lowered here to reach the refusal)
+    the real-size check is out of reach, and unchecked generic programs are not known valid: one line, exit 2,
+    no output."""
+    from p2smt.synth import symmetric
+
+    assert symmetric.CHECK_LIMIT == 65536
+    monkeypatch.setattr(symmetric, "CHECK_LIMIT", 4096)
     rc, out, err = run_cli("synth", "--system", "h100-superpod", "--level", "node=256", "--axes", "8192",
                            "--reduce", "0", "--max-len", "3", "--engine", "symmetric", "--json")
     assert rc == 2 and out == "" and "out of reach above 4096 devices (8192 here)" in err
     assert len(err.strip().splitlines()) == 1
+
+
+def test_vectorized_check_above_4096_devices(run_cli):
+    """8,192 devices: every generic program is checked by the vectorized interpreter, and the result says so."""
+    import json
+
+    rc, out, _ = run_cli("synth", "--system", "h100-superpod", "--level", "node=256", "--axes", "8192",
+                         "--reduce", "0", "--max-len", "2", "--engine", "symmetric", "--json")
+    (m,) = json.loads(out)["matrices"]
+    assert rc == 0 and m["status"] == "conjectured" and len(m["programs"]) == 9 and m["dropped_at_real_size"] == 0
+    assert "checked at the real size by the vectorized compressed interpreter" in m["rests_on"]
 
 
 def test_refuses_lengths_where_the_generic_instance_is_known_to_miss_programs():

@@ -282,6 +282,20 @@ def _one_piece_group(coll: Collective, group: tuple[int, ...], states: list[Stat
     return [((b, contrib),) if b else () for b in _blocks(r0, m)]
 
 
+def outcome(coll: Collective, group: tuple[int, ...], before: list[State], progress: bool) -> list[State] | str:
+    """The members' new states (the one-piece path, else ``apply_group``), or the name of the rule the group
+    violates (``progress``: some member must change)."""
+    try:
+        out = _one_piece_group(coll, group, before)
+        if out is None:
+            out = apply_group(coll, group, before)
+    except _Fail as fail:
+        return fail.rule
+    if progress and out == before:
+        return "progress"
+    return out
+
+
 def _initial(k: int) -> list[State]:
     """Device d holds its own contribution in every chunk."""
     full = (1 << k) - 1
@@ -378,14 +392,9 @@ class _Interned:
     def _outcome(self, coll: Collective, group: tuple[int, ...], members: Tokens) -> Tokens | str:
         """The members' new tokens, or the name of the rule the group violates."""
         before = [self.states[t] for t in members]
-        try:
-            out = _one_piece_group(coll, group, before)
-            if out is None:
-                out = apply_group(coll, group, before)
-        except _Fail as fail:
-            return fail.rule
-        if self.problem.require_progress and out == before:
-            return "progress"
+        out = outcome(coll, group, before, self.problem.require_progress)
+        if out.__class__ is str:
+            return out
         if out[0] is out[-1] and out.count(out[0]) == len(out):  # AllReduce, AllGather, Broadcast
             return (members[0] if out[0] is before[0] else self.token(out[0]),) * len(out)
         return tuple(map(self.token, out))

@@ -18,7 +18,7 @@ from p2smt.model.system import System
 from p2smt.semantics.dense import execute_all
 from p2smt.synth.config import Engine, EngineConfig
 from p2smt.synth.partial import FirstStepPrograms
-from p2smt.synth.recheck import INTERPRETERS, PIECES_ABOVE, RECHECK_LIMIT, dropped_stats, recheck
+from p2smt.synth.recheck import INTERPRETERS, PIECES_ABOVE, RECHECK_LIMIT, checker, dropped_stats, recheck
 from p2smt.synth.search import FirstStepReport
 from p2smt.timings import split_timings
 
@@ -307,7 +307,7 @@ def run_engine(prob: SynthesisProblem, config: EngineConfig, hierarchy: Synthesi
 
 def rechecked_by(engine: str, k: int, proposer: str | None = None) -> str | None:
     """The interpreter that re-checks ``engine``'s programs on ``k`` devices ("numpy": the k×k×k one,
-    up to ``PIECES_ABOVE``; "pieces" above), or None for an engine that is that interpreter itself or
+    up to ``PIECES_ABOVE``; "pieces" above, "vectorized" above ``VECTORIZED_ABOVE``), or None for an engine that is that interpreter itself or
     runs the same check on its candidates itself (symmetric); the certified engine's programs are its
     proposer's."""
     if engine == Engine.CERTIFIED:
@@ -318,7 +318,7 @@ def rechecked_by(engine: str, k: int, proposer: str | None = None) -> str | None
         return "numpy"
     if engine == "pieces":
         return None
-    return "pieces"
+    return checker(k)
 
 
 def rests_on(engine: str, k: int, outcome: EngineOutcome) -> str:
@@ -362,7 +362,7 @@ def _solve(prob: SynthesisProblem, config: EngineConfig, h: SynthesisHierarchy |
     programs = list(outcome.programs)
     if rechecked_by(config.engine, prob.num_devices, outcome.stats.get("proposer")):
         drop = outcome.stats.get("real_check") == "recheck"  # representative: size-2 candidates, unchecked
-        rejected = recheck(prob, programs, config.engine, drop=drop)
+        rejected = recheck(prob, programs, config.engine, drop=drop, sizes=h.sizes if h is not None else None)
         if drop:
             gone = set(rejected)
             programs = [p for p in programs if p not in gone]

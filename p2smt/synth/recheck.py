@@ -1,6 +1,7 @@
 """The independent re-check of an engine's programs at the real size, by an interpreter that shares no code
 with the engine or the encodings: the dense k×k×k interpreter up to ``PIECES_ABOVE`` devices, the
-compressed one up to ``RECHECK_LIMIT``."""
+compressed one up to ``VECTORIZED_ABOVE``, its vectorized form above (the symmetric engine refuses above
+``RECHECK_LIMIT``)."""
 
 from __future__ import annotations
 
@@ -9,15 +10,17 @@ from p2smt.model.problem import SynthesisProblem
 from p2smt.semantics.dense import execute_all
 
 PIECES_ABOVE = 128  # devices; above this the compressed interpreter re-checks (the k^3 one costs GiBs)
-RECHECK_LIMIT = 4096  # devices; above this no interpreter re-checks and the result says what it rests on
+VECTORIZED_ABOVE = 4096  # devices; above this its vectorized form (faster and smaller from 16,384 devices on)
+RECHECK_LIMIT = 65536  # devices; above this no interpreter re-checks and the result says what it rests on
 
 
-INTERPRETERS = {"numpy": "the dense interpreter", "pieces": "the compressed interpreter"}
+INTERPRETERS = {"numpy": "the dense interpreter", "pieces": "the compressed interpreter",
+                "vectorized": "the vectorized compressed interpreter"}
 
 
 def checker(k: int) -> str:
     """The interpreter ``recheck`` runs on ``k`` devices (a key of ``INTERPRETERS``)."""
-    return "numpy" if k <= PIECES_ABOVE else "pieces"
+    return "numpy" if k <= PIECES_ABOVE else "pieces" if k <= VECTORIZED_ABOVE else "vectorized"
 
 
 def dropped_stats(prob: SynthesisProblem, rejected) -> dict:
@@ -28,13 +31,15 @@ def dropped_stats(prob: SynthesisProblem, rejected) -> dict:
     return stats
 
 
-def recheck(prob: SynthesisProblem, programs, engine: str, drop: bool = False) -> list:
+def recheck(prob: SynthesisProblem, programs, engine: str, drop: bool = False, sizes=None) -> list:
     """Every engine's program must be valid in an independent concrete interpreter; else fail loudly.
 
-    Up to ``PIECES_ABOVE`` devices that is the k×k×k interpreter (``semantics.py``); above, the
-    compressed one (``pieces.py``), exact at any size. Neither shares code with the encodings.
+    Up to ``PIECES_ABOVE`` devices that is the k×k×k interpreter (``dense.py``); above, the compressed
+    one (``pieces.py``), exact at any size, and above ``VECTORIZED_ABOVE`` its vectorized form
+    (``vectorized.py``: the same rule code and verdicts). None shares code with the encodings.
     ``drop``: the engine proposes candidates that may be invalid at the real size (a generic-instance
-    search); the invalid ones are returned instead of raising. Returns the rejected programs.
+    search); the invalid ones are returned instead of raising. ``sizes``: the hierarchy's level sizes, which
+    only speed up the vectorized check. Returns the rejected programs.
     """
     cands = prob.candidates
     rejected = []
@@ -44,10 +49,17 @@ def recheck(prob: SynthesisProblem, programs, engine: str, drop: bool = False) -
             raise InternalError(f"engine {engine!r} returned {prob.label(prog)!r}, which the interpreter rejects: {why}")
         rejected.append(prog)
 
-    if checker(prob.num_devices) == "pieces":
-        from p2smt.semantics.pieces import check_programs
+    which = checker(prob.num_devices)
+    if which != "numpy":
+        if which == "pieces":
+            from p2smt.semantics.pieces import check_programs
 
-        for prog, verdict in zip(programs, check_programs(prob, programs), strict=True):
+            verdicts = check_programs(prob, programs)
+        else:
+            from p2smt.semantics.vectorized import check_programs as check_vectorized
+
+            verdicts = check_vectorized(prob, programs, sizes=sizes)
+        for prog, verdict in zip(programs, verdicts, strict=True):
             if not verdict.proved:
                 reject(prog, f"step {verdict.step}: {verdict.rule}" if verdict.step is not None else verdict.rule)
         return rejected

@@ -1,0 +1,361 @@
+"""The compressed interpreter's check (``pieces.check_programs``) at 10⁴–10⁵ devices: the per-device work in numpy.
+
+The same rule code (``pieces.apply_group``) and the same verdicts as ``pieces.check_programs``; two changes
+of representation make a step cost a few numpy passes over the devices plus Python work per *distinct*
+group, instead of Python work per device:
+
+* A state is two int32 arrays over the devices (a token and a chunk shift); a step gathers the groups'
+  members as a groups × members array, computes each distinct row's outcome once with the pieces rule code
+  (memoized) and scatters the new tokens back. Programs are walked as a prefix trie (lexicographic order),
+  keeping only the current path's states.
+* A device stores its state *in its own frame*: its chunks shifted down to its lowest chunk (the rules
+  read chunks through equality, disjointness, sizes and their order, which a common shift keeps) and its
+  contributions translated by minus its position in the hierarchy (digit-wise, modulo each level's size;
+  the rules read contributions through union, intersection and equality, which any relabeling keeps).
+  A group's members are brought to one frame before the rules run and each outcome is taken back to its
+  member's frame, so groups that differ only by where they sit in the hierarchy share one outcome.
+
+``sizes`` (the hierarchy's level sizes, outermost first) only decides which groups share outcomes; any
+factorization of k (or none: one level of size k) gives the same verdicts. It shares no code with the
+encodings (an independent re-check).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+from math import prod
+
+import numpy as np
+
+from p2smt.errors import P2Error
+from p2smt.model.failure import Rule
+from p2smt.model.problem import SynthesisProblem
+from p2smt.semantics.pieces import Verdict, _Fail, _program, _Table, outcome
+
+
+class _Digits:
+    """Device ids as digits of the hierarchy's levels, and the translation of a set of devices by a digit
+    vector (each digit modulo its level's size); a digit vector is coded as the id it moves 0 to."""
+
+    def __init__(self, k: int, sizes: Sequence[int]):
+        sizes = tuple(s for s in sizes if s > 1)
+        if prod(sizes) != k:
+            raise P2Error(f"level sizes {list(sizes)} do not multiply to the {k} devices")
+        self.k, self.full = k, (1 << k) - 1
+        self.sizes = sizes
+        self.strides = tuple(prod(sizes[i + 1 :]) for i in range(len(sizes)))
+        self._masks: dict[tuple[int, int], int] = {}
+        self._moves: dict[int, tuple[tuple[int, int, int], ...]] = {}
+
+    def offsets(self, members: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """Each member's digit-wise offset from the first member of its row, per level (rows × members ×
+        levels, each digit times its level's stride), and the inverse offsets."""
+        up = np.zeros((*members.shape, len(self.sizes)), dtype=np.int64)
+        down = np.zeros_like(up)
+        for level, (s, w) in enumerate(zip(self.sizes, self.strides)):
+            digit = (members // w) % s
+            up[:, :, level] = ((digit - digit[:, :1]) % s) * w
+            down[:, :, level] = ((digit[:, :1] - digit) % s) * w
+        return up, down
+
+    def inverse(self, code: int) -> int:
+        return sum(((-(code // w)) % s) * w for s, w in zip(self.sizes, self.strides))
+
+    def translate(self, bits: int, code: int) -> int:
+        if not code or not bits:
+            return bits
+        moves = self._moves.get(code)
+        if moves is None:
+            moves = self._moves[code] = tuple(
+                (self._mask(level, t), t * w, (s - t) * w)
+                for level, (s, w) in enumerate(zip(self.sizes, self.strides))
+                if (t := (code // w) % s)
+            )
+        for low, up, down in moves:
+            bits = ((bits & low) << up) | ((bits & ~low) >> down)
+        return bits
+
+    def kept(self, sets) -> int:
+        """The levels (a bit set) whose translations map every one of ``sets`` to itself."""
+        out = (1 << len(self.sizes)) - 1
+        for bits in sets:
+            for level, w in enumerate(self.strides):
+                if out >> level & 1 and self.translate(bits, w) != bits:
+                    out &= ~(1 << level)
+        return out
+
+    def _mask(self, level: int, t: int) -> int:
+        """The devices whose digit at ``level`` is below its size minus ``t`` (those that move up by t)."""
+        found = self._masks.get((level, t))
+        if found is None:
+            s, w = self.sizes[level], self.strides[level]
+            below = (np.arange(self.k) // w) % s < s - t
+            found = self._masks[level, t] = int.from_bytes(np.packbits(below, bitorder="little").tobytes(), "little")
+        return found
+
+
+@dataclass(frozen=True)
+class _Frame:
+    """A group's members' digit-wise offsets from its first member (the same in every group of this frame):
+    ``devices`` is one such group; ``id`` names the offsets in the outcome memo."""
+
+    id: int
+    devices: np.ndarray
+
+
+@dataclass(frozen=True)
+class _Block:
+    """The groups of one instruction with one number of members: ``members`` (groups × members) are their
+    devices, ``index`` their positions in the instruction, ``frame`` each group's frame (into ``frames``)."""
+
+    index: np.ndarray
+    members: np.ndarray
+    frame: np.ndarray
+    frames: tuple[_Frame, ...]
+
+
+MEMO_MEMBERS = 256
+LARGE_MEMO_BYTES = 64 << 20
+"""The outcomes of groups of more than ``MEMO_MEMBERS`` members (whose keys and outcomes cost O(members)
+bytes) are memoized up to about this many bytes, then forgotten."""
+_MIX = np.random.default_rng(20261202).integers(1, 2**63, size=4096, dtype=np.uint64) | np.uint64(1)
+
+
+def _distinct_rows(keys: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(first row index of each distinct row, each row's distinct index): a hash of each row, checked exactly."""
+    if len(keys) == 1:
+        return np.zeros(1, np.int64), np.zeros(1, np.int64)
+    width = keys.shape[1]
+    mix = _MIX[:width] if width <= len(_MIX) else np.resize(_MIX, width) ^ np.arange(width, dtype=np.uint64)
+    with np.errstate(over="ignore"):
+        h = (keys.astype(np.uint64) * mix).sum(axis=1, dtype=np.uint64)
+    _, first, inverse = np.unique(h, return_index=True, return_inverse=True)
+    inverse = inverse.reshape(-1)
+    if not np.array_equal(keys[first][inverse], keys):  # a collision: decide exactly
+        _, first, inverse = np.unique(keys, axis=0, return_index=True, return_inverse=True)
+        inverse = inverse.reshape(-1)
+    return first, inverse
+
+
+class _Machine:
+    """Device states as (token, chunk shift) arrays: a device's state is ``states[token]`` with its chunks
+    shifted up by ``shift`` (the lowest chunk it holds) and its contributions translated by its position.
+    ``step`` maps the arrays to the next ones or raises ``_Fail`` with the first failing group and rule."""
+
+    def __init__(self, problem: SynthesisProblem, sizes: Sequence[int] | None = None):
+        self.problem = problem
+        self.k = k = problem.num_devices
+        self.full = full = (1 << k) - 1
+        self.digits = _Digits(k, (k,) if sizes is None else sizes)
+        self.states = _Table()
+        self.token = self.states.id
+        self.frames = _Table()  # members' contribution offsets
+        self.kept: list[int | None] = []  # by token: see _kept
+        self.free = np.zeros(0, dtype=bool)  # by token: see _free
+        self.levels = np.arange(len(self.digits.sizes), dtype=np.int64)
+        self.memo: dict[tuple, tuple[np.ndarray, np.ndarray] | str] = {}  # (collective, frame, row) -> outcome
+        self.large: dict[tuple, tuple[np.ndarray, np.ndarray] | str] = {}  # the same for large groups
+        self.large_bytes = 0
+        self.blocks: list[tuple[_Block, ...] | None] = [None] * len(problem.candidates)
+        self.initial = (np.full(k, self.token(((full, 1),)), dtype=np.int32), np.zeros(k, np.int32))
+        goal = np.full(k, self.token(()), dtype=np.int32)
+        for g in problem.goal_groups:
+            mask = sum(1 << d for d in g)
+            for d in g:
+                goal[d] = self.token(((full, self.digits.translate(mask, self.digits.inverse(d))),))
+        self.goal = (goal, np.zeros(k, np.int32))
+
+    def step(self, state: tuple[np.ndarray, np.ndarray], i: int) -> tuple[np.ndarray, np.ndarray]:
+        blocks = self.blocks[i]
+        if blocks is None:
+            blocks = self.blocks[i] = self._blocks_of(self.problem.candidates[i].groups)
+        tokens, shifts = state
+        new_tokens, new_shifts = tokens.astype(np.int32), shifts.astype(np.int32)  # stored states may be uint16
+        failure: tuple[int, str] | None = None
+        coll = self.problem.candidates[i].collective
+        for b in blocks:
+            rows, sh = tokens[b.members], shifts[b.members]
+            free = self._free(rows)
+            base = np.where(free, self.k, sh).min(axis=1)
+            base[base == self.k] = 0
+            sh = np.where(free, 0, sh - base[:, None])
+            m = rows.shape[1]
+            keys = np.concatenate([b.frame[:, None], rows, sh], axis=1)
+            first, inverse = _distinct_rows(keys)
+            out_tokens = np.empty((len(first), m), dtype=np.int32)
+            out_shifts = np.empty((len(first), m), dtype=np.int32)
+            for d in np.argsort(first, kind="stable").tolist():
+                row = keys[first[d]]
+                frame = b.frames[row[0]]
+                key = (coll, frame.id, row.tobytes())
+                memo = self.memo if m <= MEMO_MEMBERS else self.large
+                out = memo.get(key)
+                if out is None:
+                    out = memo[key] = self._outcome(coll, frame, row[1 : m + 1], row[m + 1 :])
+                    if m > MEMO_MEMBERS:
+                        self.large_bytes += 3 * len(key[2])
+                        if self.large_bytes > LARGE_MEMO_BYTES:
+                            self.large.clear()
+                            self.large_bytes = 0
+                if out.__class__ is str:
+                    g = int(b.index[first[d]])
+                    if failure is None or g < failure[0]:
+                        failure = (g, out)
+                    break
+                out_tokens[d], out_shifts[d] = out
+            if failure is None:
+                placed = out_tokens[inverse]
+                new_tokens[b.members] = placed
+                new_shifts[b.members] = np.where(self._free(placed), 0, out_shifts[inverse] + base[:, None])
+        if failure is not None:
+            raise _Fail(self.problem.candidates[i].groups[failure[0]], failure[1])
+        return new_tokens, new_shifts
+
+    def _blocks_of(self, groups: Sequence[tuple[int, ...]]) -> tuple[_Block, ...]:
+        out = []
+        for m in sorted({len(g) for g in groups}):
+            index = np.array([j for j, g in enumerate(groups) if len(g) == m], dtype=np.int64)
+            members = np.array([groups[j] for j in index], dtype=np.int32).reshape(len(index), m)
+            codes = self.digits.offsets(members)[0].sum(axis=2)
+            if (codes == codes[0]).all():  # hierarchy-shaped: one frame
+                codes, first, frame = codes[:1], np.zeros(1, np.int64), np.zeros(len(codes), np.int64)
+            else:
+                codes, first, frame = np.unique(codes, axis=0, return_index=True, return_inverse=True)
+            frames = tuple(_Frame(self.frames.id(tuple(c)), members[f]) for c, f in zip(codes.tolist(), first))
+            out.append(_Block(index, members, frame.reshape(-1).astype(np.int32), frames))
+        return tuple(out)
+
+    def _outcome(self, coll, frame: _Frame, members: np.ndarray, shifts: np.ndarray):
+        """The members' new (tokens, shifts relative to the group's lowest), or the rule the group violates.
+
+        The members are brought to one frame (member 0's contributions, the group's lowest chunk shift),
+        the pieces rule code decides, and each new state is normalized back to its own frame. A state
+        whose contributions a level's translations keep is not translated along that level (so members
+        alike in the group's frame are brought to it once)."""
+        digits = self.digits
+        tokens, which = np.unique(members, return_inverse=True)
+        kept = np.array([self._kept(t) for t in tokens.tolist()], dtype=np.int64)[which.reshape(-1)]
+        up, down = (a[0] for a in digits.offsets(frame.devices[None, :].astype(np.int64)))
+        moves = (up * (((kept[:, None] >> self.levels) & 1) ^ 1)).sum(axis=1)
+        placed, which = np.unique(np.stack([members, moves, shifts], axis=1), axis=0, return_inverse=True)
+        states = [tuple((r << s, digits.translate(c, o)) for r, c in self.states[t]) for t, o, s in placed.tolist()]
+        before = [states[j] for j in which.reshape(-1).tolist()]
+        out = outcome(coll, tuple(range(len(before))), before, self.problem.require_progress)
+        if out.__class__ is str:
+            return out
+        tokens = np.empty(len(out), dtype=np.int32)
+        lows = np.empty(len(out), dtype=np.int32)
+        alike: dict[int, list[int]] = {}  # members whose new state is one object (AllReduce, AllGather, …)
+        for j, st in enumerate(out):
+            alike.setdefault(id(st), []).append(j)
+        for js in alike.values():
+            st = out[js[0]]
+            low = min(((r & -r).bit_length() - 1 for r, _ in st), default=0)
+            keep = digits.kept(c for _, c in st)
+            back = (down[js] * (((keep >> self.levels) & 1) ^ 1)).sum(axis=1)
+            codes, where = np.unique(back, return_inverse=True)
+            made = [self.token(tuple((r >> low, digits.translate(c, o)) for r, c in st)) for o in codes.tolist()]
+            tokens[js] = np.array(made, dtype=np.int32)[where.reshape(-1)]
+            lows[js] = low
+        return tokens, lows
+
+    def _free(self, tokens: np.ndarray) -> np.ndarray:
+        """Whether each token is a state whose chunks need no shift: empty, or one piece holding every chunk.
+
+        Such a member keeps its chunks when its group is brought to one frame: the rules compare them with
+        the others' only by equality, disjointness, inclusion and size, which that keeps (the others hold
+        some chunks and not all), and they are never cut into blocks next to other chunks."""
+        known = len(self.free)
+        if known < len(self.states):
+            self.free = np.concatenate([self.free, np.fromiter(
+                (not s or (len(s) == 1 and s[0][0] == self.full) for s in self.states[known:]), dtype=bool)])
+        return self.free[tokens]
+
+    def _kept(self, token: int) -> int:
+        """The levels whose translations keep the contributions of device state ``token`` (a bit set)."""
+        while len(self.kept) <= token:
+            self.kept.append(None)
+        found = self.kept[token]
+        if found is None:
+            found = self.kept[token] = self.digits.kept(c for _, c in self.states[token])
+        return found
+
+class _Store:
+    """Whole states (token and shift arrays) interned by their exact bytes, so a step from a state reached
+    by two prefixes is computed once: ``id`` numbers a state, ``arrays`` gives it back (a read-only view)."""
+
+    def __init__(self, k: int):
+        self.k = k
+        self.ids: dict[bytes, int] = {}
+        self.keys: list[bytes] = []
+
+    def id(self, state: tuple[np.ndarray, np.ndarray]) -> int:
+        both = np.stack(state)
+        small = both.max(initial=0) < 1 << 16
+        key = (b"h" if small else b"i") + both.astype(np.uint16 if small else np.int32).tobytes()
+        found = self.ids.setdefault(key, len(self.keys))
+        if found == len(self.keys):
+            self.keys.append(key)
+        return found
+
+    def arrays(self, sid: int) -> tuple[np.ndarray, np.ndarray]:
+        key = self.keys[sid]
+        both = np.frombuffer(key, dtype=np.uint16 if key[:1] == b"h" else np.int32, offset=1).reshape(2, self.k)
+        return both[0], both[1]
+
+
+def check_programs(
+    problem: SynthesisProblem, programs: Sequence[Sequence[int]], timeout_ms: int | None = None,
+    sizes: Sequence[int] | None = None,
+) -> list[Verdict]:
+    """``pieces.check_programs``: one verdict per program (in the given order), the same verdicts.
+    ``sizes``: the hierarchy's level sizes (their product is the number of devices), for speed only.
+    Programs are taken in lexicographic order along one path of prefix states; each distinct (state,
+    candidate) step is computed once (every distinct state is kept, in 4 or 8 bytes per device)."""
+    if timeout_ms is not None and timeout_ms <= 0:
+        raise P2Error(f"timeout must be positive, got {timeout_ms} ms")
+    progs = [_program(problem, p) for p in programs]
+    deadline = None if timeout_ms is None else time.perf_counter() + timeout_ms / 1000
+    machine = _Machine(problem, sizes)
+    store = _Store(problem.num_devices)
+    successor: dict[tuple[int, int], int | _Fail] = {}
+    goal = store.id(machine.goal)
+    prefix: list[int] = []
+    stack = [store.id(machine.initial)]
+    failed_at: int | None = None
+    failure: _Fail | None = None
+    out: dict[int, Verdict] = {}
+    for n in sorted(range(len(progs)), key=lambda n: progs[n]):
+        p = progs[n]
+        if deadline is not None and time.perf_counter() > deadline:
+            out[n] = Verdict(p, "unknown")
+            continue
+        common = 0
+        while common < min(len(prefix), len(p)) and prefix[common] == p[common]:
+            common += 1
+        if failed_at is None or common < failed_at:
+            del prefix[common:]
+            del stack[common + 1:]
+            failed_at, failure = None, None
+            for t in range(common, len(p)):
+                prefix.append(p[t])
+                nxt = successor.get((stack[-1], p[t]))
+                if nxt is None:
+                    try:
+                        nxt = store.id(machine.step(store.arrays(stack[-1]), p[t]))
+                    except _Fail as fail:
+                        nxt = fail
+                    successor[stack[-1], p[t]] = nxt
+                if isinstance(nxt, _Fail):
+                    failed_at, failure = t + 1, nxt
+                    break
+                stack.append(nxt)
+        if failure is not None:
+            out[n] = Verdict(p, "counterexample", failed_at, failure.group, Rule(failure.rule))
+        elif stack[-1] == goal:
+            out[n] = Verdict(p, "proved")
+        else:
+            out[n] = Verdict(p, "counterexample", None, None, Rule.GOAL)
+    return [out[n] for n in range(len(progs))]
