@@ -185,9 +185,10 @@ def test_runaway_task_is_killed_and_reported_as_timeout_then_the_runner_recovers
 
 
 def test_a_conjectured_result_is_its_own_status_not_unknown():
-    """The symmetric engine proves every program valid but not the set complete: the row says so."""
-    row = evaluate(Task("a100-2x16", 2, (32,), (0,), "ring", "default", "symmetric", None, 3, 60.0))
-    exact = evaluate(Task("a100-2x16", 2, (32,), (0,), "ring", "default", "pieces", None, 3, 60.0))
+    """On four levels the symmetric engine proves every program valid but not the set complete: the row
+    says so (the superpod with 2 nodes: su 4 > node 2 > pcie 4 > gpu 2, one 64-device reduction group)."""
+    row = evaluate(Task("h100-superpod", 2, (64,), (0,), "ring", "default", "symmetric", None, 3, 60.0))
+    exact = evaluate(Task("h100-superpod", 2, (64,), (0,), "ring", "default", "pieces", None, 3, 60.0))
     assert row["status"] == "conjectured" and exact["status"] == "ok"
     assert row["programs"] == exact["programs"] > 0
 
