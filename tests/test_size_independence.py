@@ -292,7 +292,7 @@ def test_inclusion_conjecture_four_levels(real):
 
 @pytest.mark.parametrize(("real", "scope", "progress"), [
     ((3, 4), "per-ancestor", True), ((2, 3, 5), "per-ancestor", True), ((3, 2, 4), "global", False),
-    ((2, 2, 2, 4), "per-ancestor", True),
+    pytest.param((2, 2, 2, 4), "per-ancestor", True, marks=slow),  # Q', 16,543 pairs: about 20 s
 ])
 def test_real_included_on_the_compressed_interpreter_is_the_bitmatrix_decision(real, scope, progress):
     """The real side on ``pieces`` (as the symmetric engine runs it) explores the same pairs and reaches the

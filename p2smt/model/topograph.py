@@ -263,10 +263,17 @@ class Topology:
     def _closest_nics(self, local: int) -> tuple[tuple[str, ...], tuple[int, ...]]:
         """On node 0 (nodes are identical): the local names of a GPU's closest NICs and the local
         GPUs that share exactly that set."""
-        g = self.graph
-        nics = sorted(v for v, d in g.nodes(data=True) if d["kind"] == "nic" and d["node"] == 0)
+        mine = self._closest(local)
+        peers = tuple(d for d in range(self.gpus_per_node) if self._closest(d) == mine)
+        return tuple(n.split(".", 1)[1] for n in mine), peers
 
-        def closest(dev: int) -> tuple[str, ...]:
+    def _closest(self, dev: int) -> tuple[str, ...]:
+        """Node 0's NICs closest to its local GPU ``dev`` (widest path, then fewest hops), computed once per
+        GPU: every GPU's peers are found by comparing these sets (72 GPUs × 72 NICs on a GB200 rack)."""
+        def make() -> tuple[str, ...]:
+            g = self.graph
+            nics = self.memo(("nics",), lambda: sorted(
+                v for v, d in g.nodes(data=True) if d["kind"] == "nic" and d["node"] == 0))
             labels = {}
             for nic in nics:
                 path = widest_path(g, f"n0.gpu{dev}", nic, lambda u, v: g.edges[u, v]["capacity"],
@@ -276,10 +283,7 @@ class Topology:
                     labels[nic] = (-bottleneck, len(path))
             best = min(labels.values(), default=None)
             return tuple(n for n in nics if labels.get(n) == best)
-
-        mine = closest(local)
-        peers = tuple(d for d in range(self.gpus_per_node) if closest(d) == mine)
-        return tuple(n.split(".", 1)[1] for n in mine), peers
+        return self.memo(("closest", dev), make)
 
     def route_latency(self, edges: tuple[int, ...]) -> float:
         """Latency of one hop over a route: the latency of its worst link class (NCCL's path type)."""
