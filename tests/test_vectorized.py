@@ -90,7 +90,7 @@ def test_stored_states_of_small_integers_step_to_full_width_tokens():
     prob = _problem((2, 2), "per-ancestor", True)
     machine = vectorized._Machine(prob, (2, 2))
     store = vectorized._Store(prob.num_devices)
-    start = store.arrays(store.id(machine.initial))
+    start = store[store.id(machine.initial)]
     assert start[0].dtype == np.uint16
     machine.states.extend([((1, 1),)] * 70000)  # push the next new token past 2**16
     tokens, shifts = machine.step(start, 5)  # (l0, InsideGroup, AllReduce): new device states

@@ -403,11 +403,15 @@ class _Interned:
 class _Runner:
     """The states along the current prefix (a stack of state ids), for programs taken in lexicographic
     order; every distinct state is kept once and each (state, candidate) step is computed once, so
-    programs that reach one state by different prefixes share its suffixes' work."""
+    programs that reach one state by different prefixes share its suffixes' work.
 
-    def __init__(self, machine: _Interned):
+    ``machine`` has ``initial``, ``goal`` and ``step(state, i)`` (raising _Fail); ``states`` interns whole
+    states (``id(state)``, ``states[id]``): a ``_Table`` of token tuples here, numpy arrays in
+    ``semantics.vectorized``."""
+
+    def __init__(self, machine, states=None):
         self.machine = machine
-        self.states = _Table()  # whole states (tuples of tokens) by id
+        self.states = _Table() if states is None else states  # whole states by id
         self.successor: dict[tuple[int, int], int | _Fail] = {}
         self.stack: list[int] = [self.states.id(machine.initial)]
         self.prefix: list[int] = []
@@ -454,11 +458,18 @@ def check_programs(
 ) -> list[Verdict]:
     """One verdict per program (in the given order): proved, counterexample, or unknown after
     ``timeout_ms`` (wall clock over the whole call). Exact at any number of devices."""
+    return run_checks(problem, programs, timeout_ms, lambda: _Runner(_Interned(problem)))
+
+
+def run_checks(problem: SynthesisProblem, programs: Sequence[Sequence[int]], timeout_ms: int | None,
+               runner_of: Callable[[], _Runner]) -> list[Verdict]:
+    """``check_programs`` on the runner ``runner_of()`` builds (after the arguments are validated): the
+    programs in lexicographic order along its prefix states, the verdicts in the given order."""
     if timeout_ms is not None and timeout_ms <= 0:
         raise P2Error(f"timeout must be positive, got {timeout_ms} ms")
     progs = [_program(problem, p) for p in programs]
     deadline = None if timeout_ms is None else time.perf_counter() + timeout_ms / 1000
-    runner = _Runner(_Interned(problem))
+    runner = runner_of()
     out: dict[int, Verdict] = {}
     for i in sorted(range(len(progs)), key=lambda i: progs[i]):
         p = progs[i]

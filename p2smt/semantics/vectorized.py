@@ -22,7 +22,6 @@ encodings (an independent re-check).
 
 from __future__ import annotations
 
-import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 from math import prod
@@ -30,9 +29,8 @@ from math import prod
 import numpy as np
 
 from p2smt.errors import P2Error
-from p2smt.model.failure import Rule
 from p2smt.model.problem import SynthesisProblem
-from p2smt.semantics.pieces import Verdict, _Fail, _program, _Table, outcome
+from p2smt.semantics.pieces import Verdict, _Fail, _Runner, _Table, outcome, run_checks
 
 
 class _Digits:
@@ -284,7 +282,7 @@ class _Machine:
 
 class _Store:
     """Whole states (token and shift arrays) interned by their exact bytes, so a step from a state reached
-    by two prefixes is computed once: ``id`` numbers a state, ``arrays`` gives it back (a read-only view)."""
+    by two prefixes is computed once: ``id`` numbers a state, ``store[id]`` gives it back (a read-only view)."""
 
     def __init__(self, k: int):
         self.k = k
@@ -300,7 +298,7 @@ class _Store:
             self.keys.append(key)
         return found
 
-    def arrays(self, sid: int) -> tuple[np.ndarray, np.ndarray]:
+    def __getitem__(self, sid: int) -> tuple[np.ndarray, np.ndarray]:
         key = self.keys[sid]
         both = np.frombuffer(key, dtype=np.uint16 if key[:1] == b"h" else np.int32, offset=1).reshape(2, self.k)
         return both[0], both[1]
@@ -314,48 +312,5 @@ def check_programs(
     ``sizes``: the hierarchy's level sizes (their product is the number of devices), for speed only.
     Programs are taken in lexicographic order along one path of prefix states; each distinct (state,
     candidate) step is computed once (every distinct state is kept, in 4 or 8 bytes per device)."""
-    if timeout_ms is not None and timeout_ms <= 0:
-        raise P2Error(f"timeout must be positive, got {timeout_ms} ms")
-    progs = [_program(problem, p) for p in programs]
-    deadline = None if timeout_ms is None else time.perf_counter() + timeout_ms / 1000
-    machine = _Machine(problem, sizes)
-    store = _Store(problem.num_devices)
-    successor: dict[tuple[int, int], int | _Fail] = {}
-    goal = store.id(machine.goal)
-    prefix: list[int] = []
-    stack = [store.id(machine.initial)]
-    failed_at: int | None = None
-    failure: _Fail | None = None
-    out: dict[int, Verdict] = {}
-    for n in sorted(range(len(progs)), key=lambda n: progs[n]):
-        p = progs[n]
-        if deadline is not None and time.perf_counter() > deadline:
-            out[n] = Verdict(p, "unknown")
-            continue
-        common = 0
-        while common < min(len(prefix), len(p)) and prefix[common] == p[common]:
-            common += 1
-        if failed_at is None or common < failed_at:
-            del prefix[common:]
-            del stack[common + 1:]
-            failed_at, failure = None, None
-            for t in range(common, len(p)):
-                prefix.append(p[t])
-                nxt = successor.get((stack[-1], p[t]))
-                if nxt is None:
-                    try:
-                        nxt = store.id(machine.step(store.arrays(stack[-1]), p[t]))
-                    except _Fail as fail:
-                        nxt = fail
-                    successor[stack[-1], p[t]] = nxt
-                if isinstance(nxt, _Fail):
-                    failed_at, failure = t + 1, nxt
-                    break
-                stack.append(nxt)
-        if failure is not None:
-            out[n] = Verdict(p, "counterexample", failed_at, failure.group, Rule(failure.rule))
-        elif stack[-1] == goal:
-            out[n] = Verdict(p, "proved")
-        else:
-            out[n] = Verdict(p, "counterexample", None, None, Rule.GOAL)
-    return [out[n] for n in range(len(progs))]
+    return run_checks(problem, programs, timeout_ms,
+                      lambda: _Runner(_Machine(problem, sizes), _Store(problem.num_devices)))
