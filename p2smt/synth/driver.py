@@ -83,27 +83,24 @@ def _representative_completeness(prob: SynthesisProblem, max_len: int, h: Synthe
     from p2smt.synth.lockstep import generic_completeness
     from p2smt.synth.symmetric import INCLUSION_DEVICES, INCLUSION_LEVELS, INCLUSION_PAIRS
 
-    levels = sum(s > 1 for s in h.sizes) if h is not None else 0
-    if h is None or levels > INCLUSION_LEVELS or prob.num_devices > INCLUSION_DEVICES:
+    if h is None or sum(s > 1 for s in h.sizes) > INCLUSION_LEVELS or prob.num_devices > INCLUSION_DEVICES:
         return None
     proof = generic_completeness(prob, h, 2, INCLUSION_PAIRS)
-    if proof is None or proof["completeness"] != "proved" and "missed" not in proof:
+    if proof is None:
         return None
-    missed = proof.pop("missed", None)
-    if missed is not None and len(missed) > max_len:
-        return None
-    if missed is not None:
+    if proof.missed_within(max_len):
         from p2smt.synth.pieces import enumerate_programs
 
-        why = f"size 2 misses {'; '.join(missed)!r}, valid at the real size"
+        why = f"size 2 misses {'; '.join(proof.missed)!r}, valid at the real size"
         return EngineOutcome(SolveStatus.COMPLETE, tuple(enumerate_programs(prob, max_len)),
                              stats | {"rests_on": f"search at the real size ({why})", "real_check": "search",
-                                      "inclusion_pairs": proof["inclusion_pairs"]})
+                                      "inclusion_pairs": proof.pairs})
+    if not proof.proved:  # undecided, or a missed program longer than max_len
+        return None
     words = (f"proved at the real size: every program valid here, of any length, is valid at size 2 "
-             f"(docs/symmetry.md, Theorem 3': {proof['inclusion_pairs']} pairs of states explored)")
+             f"(docs/symmetry.md, Theorem 3': {proof.pairs} pairs of states explored)")
     return EngineOutcome(SolveStatus.COMPLETE, programs, stats | {
-        "completeness": "proved", "rests_on": words, "inclusion_pairs": proof["inclusion_pairs"]})
-
+        "completeness": "proved", "rests_on": words, "inclusion_pairs": proof.pairs})
 
 
 def _z3_cegis(

@@ -48,7 +48,7 @@ from p2smt.model.hierarchy import ROOT, MasterScope, SynthesisHierarchy
 from p2smt.model.problem import SynthesisProblem
 from p2smt.semantics.bitmatrix import Device, Machine, State
 from p2smt.semantics.pieces import Stepper
-from p2smt.synth.symmetric import generic_hierarchy, one_group_hierarchy
+from p2smt.synth.symmetric import generic_hierarchy, one_group_hierarchy, same_candidates, why_not_generic
 
 Pair = tuple[State, State]
 
@@ -278,33 +278,54 @@ def real_included(real: SynthesisProblem, real_sizes: Sequence[int], generic: Sy
     return _explored(a, b, master_scope, real.require_progress, max_pairs, one_way=True)
 
 
+@dataclass(frozen=True)
+class InclusionProof:
+    """``real_included`` of a real problem against its generic instance, for an engine: ``proved`` (every
+    program valid at the real size, of any length, is valid at the generic one), the ``pairs`` of states
+    explored (None: the bound was reached, no decision) and ``missed`` (the labels of a program valid at
+    the real size and invalid at the generic one) when it found one."""
+
+    proved: bool
+    bound: int
+    pairs: int | None = None
+    missed: tuple[str, ...] | None = None
+
+    def missed_within(self, max_len: int) -> bool:
+        """Whether the generic instance provably misses a program of at most ``max_len`` steps."""
+        return self.missed is not None and len(self.missed) <= max_len
+
+    def stats(self) -> dict[str, Any]:
+        """The engine statistics: ``completeness``, ``inclusion_pairs`` and, if any, ``generic_misses``."""
+        out: dict[str, Any] = {"completeness": "proved" if self.proved else "conjectured",
+                               "inclusion_pairs": self.pairs if self.pairs is not None
+                               else f"more than {self.bound}: no decision"}
+        if self.missed is not None:
+            out["generic_misses"] = "; ".join(self.missed)
+        return out
+
+
 def inclusion_proof(prob: SynthesisProblem, small: SynthesisProblem, h: SynthesisHierarchy, size: int,
-                    bound: int) -> dict[str, Any]:
+                    bound: int) -> InclusionProof:
     """``real_included`` of ``prob`` (built from ``h``) against its generic instance ``small`` (every
-    non-trivial level of size ``size``), at most ``bound`` pairs of states, as engine statistics:
-    ``completeness`` "proved" or "conjectured", the pairs explored, and ``missed`` (the labels of a program
-    valid at the real size and invalid at the generic one) when it finds one."""
+    non-trivial level of size ``size``), at most ``bound`` pairs of states."""
     sizes = tuple(s for name, s in h.levels if name != ROOT)
     generic_sizes = tuple(size if s > 1 else 1 for s in sizes)
     try:
         found = real_included(prob, sizes, small, generic_sizes, h.master_scope, bound)
     except Undecided:
-        return {"completeness": "conjectured", "inclusion_pairs": f"more than {bound}: no decision"}
-    out: dict[str, Any] = {"completeness": "conjectured" if found.counterexample else "proved",
-                           "inclusion_pairs": found.pairs}
-    if found.counterexample is not None:
-        out["missed"] = found.counterexample.labels
-    return out
+        return InclusionProof(False, bound)
+    cex = found.counterexample
+    return InclusionProof(cex is None, bound, found.pairs, None if cex is None else cex.labels)
 
 
 def generic_completeness(prob: SynthesisProblem, h: SynthesisHierarchy | None, size: int, bound: int
-                         ) -> dict[str, Any] | None:
-    """``inclusion_proof`` against the size-``size`` instance of ``h``, or None when ``prob`` is not one
-    reduction group over a kind-(d) hierarchy with that instance's candidates (no generic instance)."""
-    k = prob.num_devices
-    if not isinstance(h, SynthesisHierarchy) or h.kind != "d" or h.goal_groups != (tuple(range(k)),):
+                         ) -> InclusionProof | None:
+    """``inclusion_proof`` against the size-``size`` instance of ``h``, or None when ``prob`` has no generic
+    instance (the symmetric engine's conditions: one reduction group over a kind-(d) hierarchy, and the
+    instance has its candidates)."""
+    if why_not_generic(h, prob.num_devices) is not None:
         return None
     small = problem(generic_hierarchy(h, size), prob.require_progress)
-    if [c.label for c in small.candidates] != [c.label for c in prob.candidates]:
+    if not same_candidates(small, prob):
         return None
     return inclusion_proof(prob, small, h, size, bound)

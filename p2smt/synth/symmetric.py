@@ -233,7 +233,7 @@ def one_group_hierarchy(levels: Sequence[tuple[str, int]], master_scope: MasterS
     return SynthesisHierarchy("d", ((ROOT, 1), *levels), (tuple(range(k)),), (tuple(range(k)),), master_scope)
 
 
-def _why_not_generic(h: object, k: int) -> str | None:
+def why_not_generic(h: object, k: int) -> str | None:
     if not isinstance(h, SynthesisHierarchy):
         return "the problem has no synthesis hierarchy"
     if h.kind != "d" or h.goal_groups != (tuple(range(k)),):
@@ -292,10 +292,10 @@ def synthesize(
     ``INCLUSION_LEVELS`` non-trivial levels and ``INCLUSION_PAIRS`` pairs of states; ``inclusion_pairs``
     sets the bound and asks for it at any number of levels (0: never). When it finds a program of at most
     ``max_len`` steps that the generic instance misses, the engine searches at the real size instead."""
-    why = _why_not_generic(h, prob.num_devices)
+    why = why_not_generic(h, prob.num_devices)
     if why is None:
         small = problem(generic_hierarchy(h, size), prob.require_progress)
-        if _same_candidates(small, prob):  # same candidates in the same order: the indices carry over
+        if same_candidates(small, prob):  # same candidates in the same order: the indices carry over
             if small.num_devices == prob.num_devices:
                 return generic_search(h, max_len, prob.require_progress, size, cross_check, on_first_step)[1:]
             levels = sum(s > 1 for s in h.sizes)
@@ -309,26 +309,24 @@ def synthesize(
 
             by_default = levels <= INCLUSION_LEVELS and prob.num_devices <= INCLUSION_DEVICES
             bound = inclusion_pairs if inclusion_pairs is not None else (INCLUSION_PAIRS if by_default else 0)
-            proof = inclusion_proof(prob, small, h, size, bound) if bound > 0 else {"completeness": "conjectured"}
-            missed = proof.pop("missed", None)
-            if missed is not None and len(missed) <= max_len:
+            proof = inclusion_proof(prob, small, h, size, bound) if bound > 0 else None
+            if proof is not None and proof.missed_within(max_len):
                 from p2smt.synth.pieces import enumerate_programs
 
-                why = f"the generic instance misses {'; '.join(missed)!r}, valid at the real size"
+                why = f"the generic instance misses {'; '.join(proof.missed)!r}, valid at the real size"
                 return enumerate_programs(prob, max_len, on_first_step), {
                     "rests_on": f"search at the real size ({why})", "generic_size": None,
-                    "inclusion_pairs": proof["inclusion_pairs"]}
-            if missed is not None:
-                proof["generic_misses"] = "; ".join(missed)
-            if proof["completeness"] != "proved" and max_len >= KNOWN_COMPLETE_BELOW and levels >= 4:
+                    "inclusion_pairs": proof.pairs}
+            proved = proof is not None and proof.proved
+            if not proved and max_len >= KNOWN_COMPLETE_BELOW and levels >= 4:
                 raise P2Error(
                     f"the symmetric engine's generic instance is known to miss valid programs of "
                     f"{KNOWN_COMPLETE_BELOW} or more steps on four or more levels (docs/symmetry.md); use "
                     f"--max-len {KNOWN_COMPLETE_BELOW - 1} or less, or --engine pieces")
             programs, stats = _checked_generic(prob, h, max_len, size, cross_check, on_first_step)
-            if proof["completeness"] == "proved":
-                stats["rests_on"] = _proved_words(stats["rests_on"], proof["inclusion_pairs"])
-            return programs, stats | proof
+            if proved:
+                stats["rests_on"] = _proved_words(stats["rests_on"], proof.pairs)
+            return programs, stats | (proof.stats() if proof is not None else {"completeness": "conjectured"})
         why = "the generic instance has other candidate instructions"
     return search(prob, max_len, on_first_step), {"rests_on": f"search at the real size ({why})", "generic_size": None}
 
@@ -370,5 +368,5 @@ def _checked_generic(
     return programs, stats | dropped_stats(prob, dropped)
 
 
-def _same_candidates(a: SynthesisProblem, b: SynthesisProblem) -> bool:
+def same_candidates(a: SynthesisProblem, b: SynthesisProblem) -> bool:
     return [(c.label, c.collective) for c in a.candidates] == [(c.label, c.collective) for c in b.candidates]
