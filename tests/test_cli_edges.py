@@ -96,9 +96,22 @@ def test_next_steps_keep_the_resized_system(run_cli):
                          "--max-len", "2", "--engine", "pieces")
     tail = " ".join(out.split())
     assert rc == 0 and "p2smt rank --system dgx-h100 --nodes 4 --axes 32 --reduce 0" in tail
+    rc, out, _ = run_cli("synth", "--system", "fig2-16gpu", "--level", "rack=2", "--axes", "32", "--reduce", "0",
+                         "--max-len", "2", "--engine", "pieces")
+    assert rc == 0 and "p2smt best --system fig2-16gpu --level rack=2 --axes 32" in " ".join(out.split())
+
+
+def test_a_node_resized_inside_is_not_offered_for_pricing(run_cli):
+    """Resizing a level inside a node leaves no physical wiring to price on: synth says so instead of
+    suggesting rank and best, and rank refuses with the same reason (exit 2, one line)."""
     rc, out, _ = run_cli("synth", "--system", "fig2-16gpu", "--level", "gpu=3", "--axes", "12", "--reduce", "0",
                          "--max-len", "2", "--engine", "pieces")
-    assert rc == 0 and "p2smt best --system fig2-16gpu --level gpu=3 --axes 12" in " ".join(out.split())
+    text = " ".join(out.split())
+    assert rc == 0 and "not priceable" in text and "p2smt rank" not in text
+    rc, out, err = run_cli("rank", "--system", "fig2-16gpu", "--level", "gpu=3", "--axes", "12", "--reduce", "0",
+                           "--max-len", "2")
+    assert rc == 2 and out == "" and len(err.strip().splitlines()) == 1
+    assert "physical.gpus_per_node is 8 (GPUs per 'server')" in err and "(cpu, gpu) hold 6" in err
 
 
 def test_rank_deadline_ranks_the_placements_found(run_cli, monkeypatch):

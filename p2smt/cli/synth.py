@@ -16,6 +16,7 @@ from p2smt.cli.options import (
     engine_config,
     request_of,
     seconds,
+    system_of,
 )
 from p2smt.cli.output import ExitCode, emit
 
@@ -74,6 +75,10 @@ def next_steps(args: argparse.Namespace) -> str:
     req += f" --axes {args.axes} --reduce {args.reduce}"
     if args.matrix:
         req += f" --matrix '{args.matrix}'"
+    from p2smt.model.topology import unpriceable
+
+    if (why := unpriceable(system_of(args))) is not None:
+        return f"not priceable: {why}"
     return (f"next: `p2smt rank {req}` orders these by predicted time; `p2smt best {req}` finds the cheapest "
             "with Z3 and proves it optimal")
 

@@ -31,7 +31,10 @@ from p2smt.model.hardware import NcclParams, PhysicalLayout
 from p2smt.model.system import System
 from p2smt.model.topograph import FABRIC_KINDS, INTERCONNECT_KIND, KIND_RANK, Fabric, Topology, widest_path
 
-__all__ = ["FABRIC_KINDS", "INTERCONNECT_KIND", "KIND_RANK", "Fabric", "Topology", "build_topology", "widest_path"]
+__all__ = [
+    "FABRIC_KINDS", "INTERCONNECT_KIND", "KIND_RANK", "Fabric", "Topology", "build_topology", "unpriceable",
+    "widest_path",
+]
 
 
 def _node_split(system: System, node_level: str) -> tuple[int, int]:
@@ -72,13 +75,27 @@ def _fabric(system: System, layout: PhysicalLayout, nodes: int) -> Fabric | None
                   net.pxn and rail_leaves)
 
 
+def unpriceable(system: System) -> str | None:
+    """Why ``system`` has no physical graph to price on (levels inside a node resized), or None; cheap."""
+    layout = system.physical
+    if layout is None:
+        return None
+    if not isinstance(layout, PhysicalLayout):
+        layout = PhysicalLayout.model_validate(layout)
+    node_level = layout.node_level or system.nodes_level
+    gpn = _node_split(system, node_level)[1]
+    if gpn == layout.gpus_per_node:
+        return None
+    inside = system.level_names[system.level_names.index(node_level) + 1:]
+    return (f"{system.name}: physical.gpus_per_node is {layout.gpus_per_node} (GPUs per {node_level!r}) but the "
+            f"levels below it ({', '.join(inside)}) hold {gpn}; a node's wiring cannot be resized, so pricing "
+            f"(rank, best, plan) needs the levels inside a node at the sizes its physical description wires")
+
+
 def _build_physical(system: System, layout: PhysicalLayout) -> tuple[nx.DiGraph, int, int, Fabric | None]:
+    if (why := unpriceable(system)) is not None:
+        raise P2Error(why)
     nodes, gpn = _node_split(system, layout.node_level or system.nodes_level)
-    if gpn != layout.gpus_per_node:
-        raise P2Error(
-            f"{system.name}: physical.gpus_per_node is {layout.gpus_per_node} but the levels below "
-            f"{layout.node_level or system.nodes_level!r} hold {gpn} devices"
-        )
     fabric = _fabric(system, layout, nodes)
     g = nx.DiGraph(name=system.name)
     if fabric is None and nodes > 1 and any(c.kind == "nic" for c in layout.components):
