@@ -241,13 +241,22 @@ def why_not_generic(h: object, k: int) -> str | None:
     return None
 
 
-def _rests_on(h: SynthesisHierarchy, checks: list[int]) -> str:
+def _rests_on(h: SynthesisHierarchy, checks: list[int], proved_pairs: int | None = None) -> str:
+    """What the result rests on: the real-size check of the generic programs, then completeness (proved by
+    the inclusion exploration's ``proved_pairs`` pairs of states, or not proved)."""
     if all(s == 1 or s == checks[0] for s in h.sizes):
         return "exact: the generic instance is the problem itself"
-    return (
+    validity = (
         f"validity: every program of the generic size-{checks[0]} instance"
         + (f" (cross-checked against generic size {checks[1]})" if len(checks) > 1 else "")
         + f" checked at the real size by {INTERPRETERS[checker(h.num_devices)]}, the invalid ones dropped; "
+    )
+    if proved_pairs is not None:
+        return validity + (
+            "completeness: proved at the real size: every program valid here, of any length, is valid at the "
+            f"generic instance (docs/symmetry.md, Theorem 3': {proved_pairs} pairs of states explored on the "
+            "compressed interpreter)")
+    return validity + (
         "completeness: NOT proved: the generic instance "
         f"misses programs valid at some real sizes (docs/symmetry.md: {KNOWN_COMPLETE_BELOW} steps on four "
         f"levels); none is known on fewer levels (where the engine proves it) or with fewer steps"
@@ -256,11 +265,12 @@ def _rests_on(h: SynthesisHierarchy, checks: list[int]) -> str:
 
 def generic_search(
     h: SynthesisHierarchy, max_len: int, require_progress: bool = True, size: int = GENERIC_SIZE,
-    cross_check: int | None = None, on_first_step: FirstStepReport | None = None,
+    cross_check: int | None = None, on_first_step: FirstStepReport | None = None, proved_pairs: int | None = None,
 ) -> tuple[SynthesisProblem, list[tuple[int, ...]], dict[str, Any]]:
     """The generic instance's problem, its programs (canonical order) and the stats; with
     ``cross_check`` the instance of that size must have the same program set (else InternalError).
-    ``on_first_step`` follows the generic instance's search (its candidate indices)."""
+    ``on_first_step`` follows the generic instance's search (its candidate indices); ``proved_pairs``: the
+    size of the completeness proof, if one was made (for ``rests_on``)."""
     small = problem(generic_hierarchy(h, size), require_progress)
     programs = search(small, max_len, on_first_step)
     checks = [size]
@@ -273,7 +283,7 @@ def generic_search(
                 f"({len(programs)} vs {len(other)} programs): the size-independence does not hold here"
             )
         checks.append(cross_check)
-    stats = {"generic_size": size, "generic_devices": small.num_devices, "rests_on": _rests_on(h, checks)}
+    stats = {"generic_size": size, "generic_devices": small.num_devices, "rests_on": _rests_on(h, checks, proved_pairs)}
     return small, programs, stats
 
 
@@ -323,24 +333,16 @@ def synthesize(
                     f"the symmetric engine's generic instance is known to miss valid programs of "
                     f"{KNOWN_COMPLETE_BELOW} or more steps on four or more levels (docs/symmetry.md); use "
                     f"--max-len {KNOWN_COMPLETE_BELOW - 1} or less, or --engine pieces")
-            programs, stats = _checked_generic(prob, h, max_len, size, cross_check, on_first_step)
-            if proved:
-                stats["rests_on"] = _proved_words(stats["rests_on"], proof.pairs)
+            programs, stats = _checked_generic(prob, h, max_len, size, cross_check, on_first_step,
+                                               proof.pairs if proved else None)
             return programs, stats | (proof.stats() if proof is not None else {"completeness": "conjectured"})
         why = "the generic instance has other candidate instructions"
     return search(prob, max_len, on_first_step), {"rests_on": f"search at the real size ({why})", "generic_size": None}
 
 
-def _proved_words(rests_on: str, pairs: int) -> str:
-    """``_rests_on``'s validity part, then what the completeness proof rests on."""
-    return (rests_on.split("; completeness:")[0] + "; completeness: proved at the real size: every program valid "
-            "here, of any length, is valid at the generic instance (docs/symmetry.md, Theorem 3': "
-            f"{pairs} pairs of states explored on the compressed interpreter)")
-
-
 def _checked_generic(
     prob: SynthesisProblem, h: SynthesisHierarchy, max_len: int, size: int, cross_check: int | None,
-    on_first_step: FirstStepReport | None,
+    on_first_step: FirstStepReport | None, proved_pairs: int | None,
 ) -> tuple[list[tuple[int, ...]], dict[str, Any]]:
     """The generic instance's programs that the driver's independent interpreter (``synth.recheck``: the
     dense one up to 128 devices, the compressed one above, its vectorized form above 4,096) proves valid at
@@ -353,7 +355,8 @@ def _checked_generic(
         return [p for p in programs if p not in rejected]
 
     if on_first_step is None:
-        _, candidates, stats = generic_search(h, max_len, prob.require_progress, size, cross_check)
+        _, candidates, stats = generic_search(h, max_len, prob.require_progress, size, cross_check,
+                                              proved_pairs=proved_pairs)
         programs = valid(candidates)
     else:
         programs = []
@@ -363,7 +366,7 @@ def _checked_generic(
             programs.extend(kept)
             on_first_step(i, kept)
 
-        stats = generic_search(h, max_len, prob.require_progress, size, cross_check, report)[2]
+        stats = generic_search(h, max_len, prob.require_progress, size, cross_check, report, proved_pairs)[2]
         programs = canonical_order(programs)
     return programs, stats | dropped_stats(prob, dropped)
 
