@@ -227,6 +227,27 @@ def test_four_levels_stay_conjectured_unless_the_proof_is_asked_for():
     assert bounded["completeness"] == "conjectured" and bounded["inclusion_pairs"] == "more than 50: no decision"
 
 
+def test_cli_inclusion_pairs_asks_for_or_skips_the_proof(run_cli):
+    """``--inclusion-pairs N`` is the API's ``inclusion_pairs``: on four levels it runs the proof (here the bound
+    is reached: no decision, conjectured); 0 skips it on three levels, where it runs by default."""
+    import json
+
+    def placement(*args: str) -> dict:
+        rc, out, _ = run_cli("synth", "--system", "fig2-16gpu", *args, "--reduce", "0", "--max-len", "3",
+                             "--engine", "symmetric", "--json")
+        assert rc == 0
+        (m,) = json.loads(out)["matrices"]
+        return m
+
+    four = placement("--level", "rack=2", "--axes", "32", "--inclusion-pairs", "50")
+    assert four["status"] == "conjectured" and four["inclusion_pairs"] == "more than 50: no decision"
+    three = placement("--axes", "16", "--matrix", "[[1,2,2,4]]")
+    assert three["status"] == "complete" and three["inclusion_pairs"] > 0
+    skipped = placement("--axes", "16", "--matrix", "[[1,2,2,4]]", "--inclusion-pairs", "0")
+    assert skipped["status"] == "conjectured" and "inclusion_pairs" not in skipped
+    assert skipped["programs"] == three["programs"]
+
+
 @pytest.mark.slow
 def test_a_missed_program_is_named_or_makes_the_engine_search_at_the_real_size():
     sizes = (2, 2, 2, 4)

@@ -112,6 +112,10 @@ def add_search(p: argparse.ArgumentParser, max_len: int = 5, engine: str = "cert
     if jobs:
         p.add_argument("--jobs", type=int, default=1, metavar="N",
                        help="certified engine: Z3's proofs on N threads (0: one per core; default 1)")
+    p.add_argument("--inclusion-pairs", type=int, metavar="N",
+                   help="symmetric engine: prove completeness at the real size exploring at most N pairs of states "
+                        "(any number of levels; 0: no proof). Default: the proof runs with up to 3 non-trivial "
+                        "levels and 4,096 devices, at most 5,000 pairs")
 
 
 def add_allow_noop(p: argparse.ArgumentParser) -> None:
@@ -227,4 +231,5 @@ def engine_config(args: argparse.Namespace):
         proposer=getattr(args, "proposer", None),
         certificate=getattr(args, "certificate", None),
         jobs=getattr(args, "jobs", 1),
+        inclusion_pairs=getattr(args, "inclusion_pairs", None),
     )

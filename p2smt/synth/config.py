@@ -61,6 +61,7 @@ class EngineConfig:
     proposer: Engine | None = None
     certificate: str | None = None
     jobs: int = 1  # the certified engine's Z3 proof on this many threads (0: one per core)
+    inclusion_pairs: int | None = None  # the symmetric engine's completeness proof: its bound (0: never)
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "engine", Engine.parse(self.engine))
@@ -70,6 +71,12 @@ class EngineConfig:
                 raise P2Error(f"--proposer: one of {', '.join(PROPOSERS)} (got {self.proposer})")
         if isinstance(self.jobs, bool) or not isinstance(self.jobs, int) or self.jobs < 0:
             raise P2Error(f"--jobs must be an integer ≥ 0 (0: every core), got {self.jobs!r}")
+        if self.inclusion_pairs is not None:
+            if isinstance(self.inclusion_pairs, bool) or not isinstance(self.inclusion_pairs, int) \
+                    or self.inclusion_pairs < 0:
+                raise P2Error(f"--inclusion-pairs must be an integer ≥ 0 (0: no proof), got {self.inclusion_pairs!r}")
+            if self.engine != Engine.SYMMETRIC:
+                raise P2Error(f"--inclusion-pairs: only with --engine symmetric (got --engine {self.engine})")
         cert_only = [flag for flag, value in (("--proposer", self.proposer), ("--certificate", self.certificate),
                                               ("--jobs", self.jobs != 1)) if value]
         if cert_only and self.engine != Engine.CERTIFIED:
@@ -98,6 +105,7 @@ class EngineConfig:
             "proposer": self.proposer.value if self.proposer is not None else None,
             "certificate": self.certificate,
             "jobs": self.jobs,
+            "inclusion_pairs": self.inclusion_pairs,
         }
 
     @classmethod

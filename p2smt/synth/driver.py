@@ -117,7 +117,7 @@ def _symmetric(prob: SynthesisProblem, max_len: int, opts: EngineOptions,
                h: SynthesisHierarchy | None = None, *, on_first_step: FirstStepReport | None = None) -> EngineOutcome:
     from p2smt.synth.symmetric import synthesize
 
-    programs, stats = synthesize(prob, max_len, h, **(opts.encoding_options or {}), on_first_step=on_first_step)
+    programs, stats = synthesize(prob, max_len, h, on_first_step=on_first_step, inclusion_pairs=opts.inclusion_pairs)
     status = SolveStatus.CONJECTURED if stats.get("completeness") == "conjectured" else SolveStatus.COMPLETE
     return EngineOutcome(status, tuple(programs), stats)
 
