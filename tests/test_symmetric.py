@@ -293,3 +293,16 @@ def test_refuses_lengths_where_the_generic_instance_is_known_to_miss_programs():
         _symmetric((2, 2, 2, 4), 7)
     exact = _symmetric((2, 2, 2, 2), 1)[1]  # the generic instance itself: exact, no limit applies
     assert exact["rests_on"].startswith("exact")
+
+
+def test_the_default_completeness_proof_depends_on_levels_and_devices():
+    """Two non-trivial levels up to 16,384 devices, three up to 4,096, never four (only when asked)."""
+    from p2smt.synth.symmetric import one_group_hierarchy, proof_by_default
+
+    def runs(*sizes: int) -> bool:
+        h = one_group_hierarchy([(f"l{j}", s) for j, s in enumerate(sizes)])
+        return proof_by_default(h, prod(sizes))
+
+    assert runs(128, 128) and not runs(256, 128)
+    assert runs(16, 16, 16) and runs(1, 16, 16, 16) and not runs(16, 16, 32)
+    assert not runs(2, 2, 2, 2)

@@ -75,15 +75,16 @@ def _z3(prob: SynthesisProblem, max_len: int, opts: EngineOptions, h: SynthesisH
 def _representative_completeness(prob: SynthesisProblem, max_len: int, h: SynthesisHierarchy | None,
                                  programs: tuple[tuple[int, ...], ...], stats: dict[str, Any]
                                  ) -> EngineOutcome | None:
-    """representative's size 2 proved safe at the real size (docs/symmetry.md, Theorem 3'): up to three
-    non-trivial levels and 4,096 devices, every program valid at the real size is valid at size 2, so its
+    """representative's size 2 proved safe at the real size (docs/symmetry.md, Theorem 3'): where the symmetric
+    engine runs that proof by default (``symmetric.INCLUSION_DEVICES``: two levels up to 16,384 devices,
+    three up to 4,096), every program valid at the real size is valid at size 2, so its
     first round (every size-2 program, each checked at the real size) is exact. A program the exploration
     finds valid here and invalid at size 2 within ``max_len`` steps: the exact search at the real size
     instead. None when not run or not decided (the result stays conjectured)."""
     from p2smt.synth.lockstep import generic_completeness
-    from p2smt.synth.symmetric import INCLUSION_DEVICES, INCLUSION_LEVELS, INCLUSION_PAIRS
+    from p2smt.synth.symmetric import INCLUSION_PAIRS, proof_by_default
 
-    if h is None or sum(s > 1 for s in h.sizes) > INCLUSION_LEVELS or prob.num_devices > INCLUSION_DEVICES:
+    if h is None or not proof_by_default(h, prob.num_devices):
         return None
     proof = generic_completeness(prob, h, 2, INCLUSION_PAIRS)
     if proof is None:
@@ -209,7 +210,8 @@ ENGINES: dict[Engine, tuple[str, EngineFn]] = {
     Engine.CERTIFIED: (("a proposer's programs (pieces by default) proved valid and "
                        "complete by Z3 (the default)"), _certified),
     Engine.SYMMETRIC: (("P²'s search on the generic size-2 copy of the hierarchy, each program then checked at "
-                        "the real size; completeness proved at the real size up to three levels, conjectured above "
+                        "the real size; completeness proved at the real size up to three levels (up to 16,384 / 4,096 devices), "
+                        "conjectured above "
                         "(docs/symmetry.md)"), _symmetric),
 }
 

@@ -51,15 +51,22 @@ CHECK_LIMIT = RECHECK_LIMIT
 """Devices above which the real-size check of the generic programs is refused: the superpod's 7,636
 programs at length 5 took the vectorized check 51 s / 287 MiB at 16,384 devices (the compressed one 87 s /
 1.5 GiB) and 10 minutes / 1.7 GiB at 65,536 (docs/symmetry.md)."""
-INCLUSION_LEVELS = 3
-"""Up to this many non-trivial levels the engine proves its completeness at the real size by the inclusion
-exploration (docs/symmetry.md, Theorem 3'): measured 40 pairs of states for two levels and 722-769 for
-three (0.6 s and 8.1 s at 4,096 devices). Four levels need about 24,500 pairs on the superpod's shape (160 s
-and 2.2 GiB at 1,024 devices), so there it runs only when asked (``inclusion_pairs``)."""
+INCLUSION_DEVICES = {1: 16_384, 2: 16_384, 3: 4_096}
+"""Non-trivial levels -> the devices up to which the engine proves its completeness at the real size by
+default (the inclusion exploration, docs/symmetry.md, Theorem 3'). Its cost is the pairs of states explored
+times the devices times the chunks each device's bit sets hold (quadratic in the devices): two levels
+explore 40 pairs (0.6 s at 4,096 devices, 7.7 s at 16,384, 160 s / 2.5 GiB at 65,536), three 722-769 (8.1 s
+at 4,096). Four levels need about 24,500 pairs on the superpod's shape (100-160 s and 2.2 GiB at 1,024
+devices), so there it runs only when asked (``inclusion_pairs``)."""
 INCLUSION_PAIRS = 5_000
 """The bound on the pairs of states the default inclusion proof explores (no decision above it)."""
-INCLUSION_DEVICES = 4_096
-"""The default proof runs up to this many devices: its cost is the pairs explored times the devices."""
+
+
+def proof_by_default(h: SynthesisHierarchy, devices: int) -> bool:
+    """Whether the completeness proof runs without being asked (``INCLUSION_DEVICES``)."""
+    return devices <= INCLUSION_DEVICES.get(sum(s > 1 for s in h.sizes), 0)
+
+
 Tokens = tuple[int, ...]  # a search state: its devices' tokens
 
 
@@ -298,9 +305,9 @@ def synthesize(
     size. ``on_first_step`` (as in ``search_programs``) is only fed indices of ``prob``, after the check.
 
     Completeness is proved (``stats["completeness"] == "proved"``) when the inclusion exploration shows that
-    every program valid at the real size is valid at the generic one: by default with up to
-    ``INCLUSION_LEVELS`` non-trivial levels and ``INCLUSION_PAIRS`` pairs of states; ``inclusion_pairs``
-    sets the bound and asks for it at any number of levels (0: never). When it finds a program of at most
+    every program valid at the real size is valid at the generic one: by default where ``INCLUSION_DEVICES``
+    allows it, at most ``INCLUSION_PAIRS`` pairs of states; ``inclusion_pairs`` sets the bound and asks for
+    it at any number of levels and devices (0: never). When it finds a program of at most
     ``max_len`` steps that the generic instance misses, the engine searches at the real size instead."""
     why = why_not_generic(h, prob.num_devices)
     if why is None:
@@ -317,7 +324,7 @@ def synthesize(
             # lockstep builds its hierarchies with this module: imported here, not at the top
             from p2smt.synth.lockstep import inclusion_proof
 
-            by_default = levels <= INCLUSION_LEVELS and prob.num_devices <= INCLUSION_DEVICES
+            by_default = proof_by_default(h, prob.num_devices)
             bound = inclusion_pairs if inclusion_pairs is not None else (INCLUSION_PAIRS if by_default else 0)
             proof = inclusion_proof(prob, small, h, size, bound) if bound > 0 else None
             if proof is not None and proof.missed_within(max_len):
