@@ -114,8 +114,8 @@ def add_search(p: argparse.ArgumentParser, max_len: int = 5, engine: str = "cert
                        help="certified engine: Z3's proofs on N threads (0: one per core; default 1)")
     p.add_argument("--inclusion-pairs", type=int, metavar="N",
                    help="symmetric engine: prove completeness at the real size exploring at most N pairs of states "
-                        "(any number of levels; 0: no proof). Default: the proof runs with up to 3 non-trivial "
-                        "levels and 4,096 devices, at most 5,000 pairs")
+                        "(any number of levels; 0: no proof). Default: the proof runs with 2 non-trivial levels up to "
+                        "16,384 devices and 3 up to 4,096, at most 5,000 pairs")
 
 
 def add_allow_noop(p: argparse.ArgumentParser) -> None:
