@@ -129,7 +129,7 @@ def test_best_deadline_keeps_the_finished_placements(run_cli, monkeypatch):
 def test_plan_deadline_keeps_the_finished_units(run_cli, monkeypatch):
     from p2smt.cost import plan as plan_module
 
-    monkeypatch.setattr(plan_module, "_reduction_choice", first_then_hang(plan_module._reduction_choice))
+    monkeypatch.setattr(plan_module, "_searched_choice", first_then_hang(plan_module._searched_choice))
     argv = ["plan", "--profile", "gpt3-13b-tp-dp", "--system", "dgx-a100", "--nodes", "4", "--deadline", "1.5"]
     rc, out, _ = run_cli(*argv, "--json")
     payload = json.loads(out)

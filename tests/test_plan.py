@@ -40,6 +40,20 @@ def test_data_parallel_profile_picks_the_placement_rank_picks_for_that_axis():
     assert report["best"]["total_seconds"] == pytest.approx(ranked["best"]["seconds"])
 
 
+@pytest.mark.parametrize(("profile", "system", "nodes", "algo"), [
+    ("gpt3-13b-tp-dp", "dgx-a100", 4, "ring"), ("gpt3-tp-pp-dp", "a100-4x16", None, "tree"),
+    ("resnet50-dp", "fig2-16gpu", None, "auto")])
+def test_branch_and_bound_plans_what_ranking_every_program_plans(profile, system, nodes, algo):
+    """The default plan (each placement's cheapest program by the branch and bound) is the report ranking
+    the pieces engine's whole program set gives: same programs, seconds, links, order and Pareto front."""
+    from p2smt.synth.config import EngineConfig
+
+    sys_ = load_system(system, nodes=nodes)
+    searched = plan(load_profile(profile), sys_, algo=algo)
+    ranked = plan(load_profile(profile), sys_, algo=algo, config=EngineConfig(engine="pieces"))
+    assert searched == ranked
+
+
 def test_dominant_tensor_parallel_volume_puts_tensor_inside_the_node():
     for system in (load_system("a100-4x16"), load_system("dgx-a100", nodes=4)):
         report = plan(load_profile("gpt3-13b-tp-dp"), system)

@@ -14,19 +14,23 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from p2smt.cost.best import best_on_hierarchy
+from p2smt.cost.branch import MAX_DEVICES as SEARCH_DEVICES
 from p2smt.cost.model import step_time
-from p2smt.cost.rank import rank_result
+from p2smt.cost.rank import allreduce_seconds, rank_result
 from p2smt.cost.tuner import HOP_CLASSES
 from p2smt.errors import P2Error
 from p2smt.model.collectives import Collective, Group
-from p2smt.model.dsl import format_program, lower_program
+from p2smt.model.dsl import candidate_instructions, format_program, lower_program, problem
+from p2smt.model.hierarchy import SynthesisHierarchy, synthesis_hierarchy
 from p2smt.model.placement import Matrix, Placement, matrices
 from p2smt.model.profile import Communication, Profile
 from p2smt.model.request import Request
 from p2smt.model.system import System
 from p2smt.model.topology import build_topology
 from p2smt.synth.config import Engine, EngineConfig
-from p2smt.synth.driver import MatrixResult, SynthesisResult, synthesize
+from p2smt.synth.driver import MatrixResult, SynthesisResult, placements_for, synthesize
+from p2smt.synth.recheck import recheck
 
 
 @dataclass(frozen=True)
@@ -91,6 +95,18 @@ def link_class(system: System, groups: tuple[Group, ...]) -> str:
 
 def _reduction_choices(system: System, axes: tuple[int, ...], comm: Communication, red: tuple[int, ...],
                        algo: str, config: EngineConfig, report: UnitReport | None = None) -> list[CommChoice]:
+    """One reduction's cheapest program on every placement: by the branch and bound when ``config`` is the
+    default (``auto``) and the synthesis hierarchy fits it, else by ranking the engine's whole program set."""
+    if config.engine is Engine.AUTO:
+        placements = placements_for(system, axes, None)
+        hierarchies = [synthesis_hierarchy(p, red, system.level_names) for p in placements]
+        if all(h.num_devices <= SEARCH_DEVICES for h in hierarchies):
+            out = []
+            for placement, h in zip(placements, hierarchies):
+                out.append(_searched_choice(system, axes, comm, red, algo, config.max_len, placement, h))
+                if report is not None:
+                    report(PlanUnit(placement.matrix, out[-1]))
+            return out
     chosen: dict[Matrix, CommChoice] = {}
 
     def choose(found: MatrixResult) -> CommChoice:
@@ -119,6 +135,25 @@ def _reduction_choice(system: System, axes: tuple[int, ...], comm: Communication
     baseline = Placement(system.sizes, axes, found.matrix).reduction_groups(red)
     return CommChoice(comm.name, "reduce", comm.count, best["seconds"], m["allreduce_seconds"], best["program"],
                       links, link_class(system, tuple(baseline)))
+
+
+def _searched_choice(system: System, axes: tuple[int, ...], comm: Communication, red: tuple[int, ...], algo: str,
+                     max_len: int, placement: Placement, h: SynthesisHierarchy) -> CommChoice:
+    """The cheapest program of one placement by ``cost.branch`` (the program ranking the whole set puts first,
+    ties included), re-checked at the real size by an interpreter independent of the search."""
+    found = best_on_hierarchy(system, h, max_len=max_len, top=1, algo=algo, bytes_per_device=comm.bytes_per_device,
+                              method="search", matrix=placement.matrix)
+    if not found.programs:
+        raise P2Error(f"no program reduces {comm.name!r} on matrix {[list(r) for r in placement.matrix]} within "
+                      f"length {max_len}")
+    best = found.programs[0]
+    index = {str(ins): i for i, (ins, _) in enumerate(candidate_instructions(h))}
+    recheck(problem(h), [tuple(index[str(ins)] for ins in best.program.instructions)], "plan's branch and bound")
+    links = tuple(link_class(system, step.groups) for step in lower_program(h, best.program))
+    baseline = placement.reduction_groups(red)
+    return CommChoice(comm.name, "reduce", comm.count, best.seconds,
+                      allreduce_seconds(system, placement.matrix, axes, red, algo, comm.bytes_per_device),
+                      best.text, links, link_class(system, tuple(baseline)))
 
 
 def plan(profile: Profile, system: System, *, algo: str = "ring", config: EngineConfig | None = None,
