@@ -1,7 +1,9 @@
 """Whole-model placement: the parallelism matrix that minimises all of a profile's communication together.
 
-For every placement, each reduction gets its best synthesized program under the cost model and each
-pipeline transfer its point-to-point time; the placement's per-step time is the count-weighted sum.
+For every placement, each reduction gets its best synthesized program under the cost model (found by the
+branch and bound of ``cost.branch`` under the default engine, else by ranking the engine's whole program
+set: the same program) and each pipeline transfer its point-to-point time; the placement's per-step time
+is the count-weighted sum.
 Placements are ranked by that total; the Pareto front keeps those no other placement beats on every
 communication at once.
 """
@@ -21,7 +23,7 @@ from p2smt.cost.rank import allreduce_seconds, rank_result
 from p2smt.cost.tuner import HOP_CLASSES
 from p2smt.errors import P2Error
 from p2smt.model.collectives import Collective, Group
-from p2smt.model.dsl import candidate_instructions, format_program, lower_program, problem
+from p2smt.model.dsl import Program, candidate_instructions, format_program, lower_program, problem
 from p2smt.model.hierarchy import SynthesisHierarchy, synthesis_hierarchy
 from p2smt.model.placement import Matrix, Placement, matrices
 from p2smt.model.profile import Communication, Profile
@@ -127,14 +129,12 @@ def _reduction_choice(system: System, axes: tuple[int, ...], comm: Communication
     """The cheapest of one placement's synthesized programs for one reduction."""
     one = SynthesisResult(system.name, axes, red, str(config.engine), config.max_len, (found,), found.seconds)
     (m,) = rank_result(system, one, algo=algo, bytes_per_device=comm.bytes_per_device, top=1)["matrices"]
-    best = m["programs"][0] if m["programs"] else None
-    if best is None:
-        raise P2Error(f"no program reduces {comm.name!r} on matrix {m['matrix']} within length {config.max_len}")
+    if not m["programs"]:
+        raise _no_program(comm, found.matrix, config.max_len)
+    best = m["programs"][0]
     (prog,) = [p for p in found.programs if format_program(p) == best["program"]]
-    links = tuple(link_class(system, step.groups) for step in lower_program(found.hierarchy, prog))
-    baseline = Placement(system.sizes, axes, found.matrix).reduction_groups(red)
-    return CommChoice(comm.name, "reduce", comm.count, best["seconds"], m["allreduce_seconds"], best["program"],
-                      links, link_class(system, tuple(baseline)))
+    placement = Placement(system.sizes, axes, found.matrix)
+    return _choice(system, comm, found.hierarchy, prog, best["seconds"], m["allreduce_seconds"], placement, red)
 
 
 def _searched_choice(system: System, axes: tuple[int, ...], comm: Communication, red: tuple[int, ...], algo: str,
@@ -144,16 +144,24 @@ def _searched_choice(system: System, axes: tuple[int, ...], comm: Communication,
     found = best_on_hierarchy(system, h, max_len=max_len, top=1, algo=algo, bytes_per_device=comm.bytes_per_device,
                               method="search", matrix=placement.matrix)
     if not found.programs:
-        raise P2Error(f"no program reduces {comm.name!r} on matrix {[list(r) for r in placement.matrix]} within "
-                      f"length {max_len}")
+        raise _no_program(comm, placement.matrix, max_len)
     best = found.programs[0]
     index = {str(ins): i for i, (ins, _) in enumerate(candidate_instructions(h))}
     recheck(problem(h), [tuple(index[str(ins)] for ins in best.program.instructions)], "plan's branch and bound")
-    links = tuple(link_class(system, step.groups) for step in lower_program(h, best.program))
-    baseline = placement.reduction_groups(red)
-    return CommChoice(comm.name, "reduce", comm.count, best.seconds,
-                      allreduce_seconds(system, placement.matrix, axes, red, algo, comm.bytes_per_device),
-                      best.text, links, link_class(system, tuple(baseline)))
+    allreduce = allreduce_seconds(system, placement.matrix, axes, red, algo, comm.bytes_per_device)
+    return _choice(system, comm, h, best.program, best.seconds, allreduce, placement, red)
+
+
+def _choice(system: System, comm: Communication, h: SynthesisHierarchy, program: Program, seconds: float,
+            allreduce: float, placement: Placement, red: tuple[int, ...]) -> CommChoice:
+    """A reduction's chosen program, with the link classes of its steps and of the AllReduce baseline."""
+    links = tuple(link_class(system, step.groups) for step in lower_program(h, program))
+    baseline = link_class(system, tuple(placement.reduction_groups(red)))
+    return CommChoice(comm.name, "reduce", comm.count, seconds, allreduce, format_program(program), links, baseline)
+
+
+def _no_program(comm: Communication, matrix: Matrix, max_len: int) -> P2Error:
+    return P2Error(f"no program reduces {comm.name!r} on matrix {[list(r) for r in matrix]} within length {max_len}")
 
 
 def plan(profile: Profile, system: System, *, algo: str = "ring", config: EngineConfig | None = None,
