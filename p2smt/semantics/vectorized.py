@@ -30,7 +30,7 @@ import numpy as np
 
 from p2smt.errors import P2Error
 from p2smt.model.problem import SynthesisProblem
-from p2smt.semantics.pieces import Verdict, _Fail, _Runner, _Table, outcome, run_checks
+from p2smt.semantics.pieces import BC, Verdict, _below, _Fail, _Runner, _Table, outcome, run_checks
 
 
 class _Digits:
@@ -112,6 +112,7 @@ class _Block:
     members: np.ndarray
     frame: np.ndarray
     frames: tuple[_Frame, ...]
+    offsets: tuple[np.ndarray, np.ndarray]  # each member's offsets from the first one's position and back
 
 
 MEMO_MEMBERS = 256
@@ -156,6 +157,9 @@ class _Machine:
         self.memo: dict[tuple, tuple[np.ndarray, np.ndarray] | str] = {}  # (collective, frame, row) -> outcome
         self.large: dict[tuple, tuple[np.ndarray, np.ndarray] | str] = {}  # the same for large groups
         self.large_bytes = 0
+        self.kept_bits = np.zeros(0, dtype=np.int64)  # by token: _kept
+        self.pairs: dict[tuple[int, int, int, int], tuple[bool, bool]] = {}  # see _pair
+        self.sent: dict[tuple[int, int], int] = {}  # see _sent
         self.blocks: list[tuple[_Block, ...] | None] = [None] * len(problem.candidates)
         self.initial = (np.full(k, self.token(((full, 1),)), dtype=np.int32), np.zeros(k, np.int32))
         goal = np.full(k, self.token(()), dtype=np.int32)
@@ -168,12 +172,20 @@ class _Machine:
     def step(self, state: tuple[np.ndarray, np.ndarray], i: int) -> tuple[np.ndarray, np.ndarray]:
         blocks = self.blocks[i]
         if blocks is None:
-            blocks = self.blocks[i] = self._blocks_of(self.problem.candidates[i].groups)
+            blocks = self.blocks[i] = self._blocks_of(self.problem.candidates[i].groups,
+                                                      self.problem.candidates[i].collective is BC)
         tokens, shifts = state
         new_tokens, new_shifts = tokens.astype(np.int32), shifts.astype(np.int32)  # stored states may be uint16
         failure: tuple[int, str] | None = None
         coll = self.problem.candidates[i].collective
         for b in blocks:
+            if coll is BC:
+                failed, placed = self._broadcast(b, tokens, shifts, failure is None)
+                if failed is not None and (failure is None or failed[0] < failure[0]):
+                    failure = failed
+                if failure is None:
+                    new_tokens[b.members], new_shifts[b.members] = placed
+                continue
             rows, sh = tokens[b.members], shifts[b.members]
             free = self._free(rows)
             base = np.where(free, self.k, sh).min(axis=1)
@@ -211,7 +223,7 @@ class _Machine:
             raise _Fail(self.problem.candidates[i].groups[failure[0]], failure[1])
         return new_tokens, new_shifts
 
-    def _blocks_of(self, groups: Sequence[tuple[int, ...]]) -> tuple[_Block, ...]:
+    def _blocks_of(self, groups: Sequence[tuple[int, ...]], broadcast: bool) -> tuple[_Block, ...]:
         out = []
         for m in sorted({len(g) for g in groups}):
             index = np.array([j for j, g in enumerate(groups) if len(g) == m], dtype=np.int64)
@@ -222,8 +234,73 @@ class _Machine:
             else:
                 codes, first, frame = np.unique(codes, axis=0, return_index=True, return_inverse=True)
             frames = tuple(_Frame(self.frames.id(tuple(c)), members[f]) for c, f in zip(codes.tolist(), first))
-            out.append(_Block(index, members, frame.reshape(-1).astype(np.int32), frames))
+            out.append(_Block(index, members, frame.reshape(-1).astype(np.int32), frames,
+                              self.digits.offsets(members) if broadcast else (np.zeros(0), np.zeros(0))))
         return tuple(out)
+
+    def _broadcast(self, b: _Block, tokens: np.ndarray, shifts: np.ndarray, place: bool):
+        """A Broadcast block decided member by member: a group fails ``below_root`` if some member is not
+        below its root (the first member), else ``information_increase`` if every member equals the root
+        (which also covers progress); else every member gets the root's state. Each distinct (root's token,
+        member's token, chunk shift between them, offset of the member from the root along the levels
+        its contributions are not kept by) is decided once. Returns (first failing group index and rule, or
+        None; the members' new tokens and shifts, when ``place`` and no group failed)."""
+        rows, sh = tokens[b.members], shifts[b.members]
+        root, root_sh = rows[:, :1], sh[:, :1]
+        free = self._free(rows)
+        d = np.where(free | free[:, :1], 0, sh.astype(np.int64) - root_sh)
+        up, down = b.offsets
+        off = self._moved(up, rows)
+        n, k = len(self.states), self.k
+        pair = np.unique(root.astype(np.int64) * n + rows, return_inverse=True)[1]
+        key = pair.reshape(rows.shape).astype(np.int64) * (2 * k * k) + (d + k) * k + off
+        distinct, first, inverse = np.unique(key, return_index=True, return_inverse=True)
+        flat_rows, flat_d, flat_off = rows.reshape(-1), d.reshape(-1), off.reshape(-1)
+        flat_root = np.broadcast_to(root, rows.shape).reshape(-1)
+        facts = np.empty((len(distinct), 2), dtype=bool)
+        for j, f in enumerate(first.tolist()):
+            facts[j] = self._pair(int(flat_root[f]), int(flat_rows[f]), int(flat_d[f]), int(flat_off[f]))
+        facts = facts[inverse.reshape(-1)].reshape(*rows.shape, 2)
+        below, same = facts[..., 0].all(axis=1), facts[..., 1].all(axis=1)
+        bad = np.flatnonzero(~below | same)
+        if len(bad):
+            g = int(bad[0])
+            return (int(b.index[g]), "Broadcast.below_root" if not below[g] else "Broadcast.information_increase"), None
+        if not place:
+            return None, None
+        back = self._moved(down, np.broadcast_to(root, rows.shape))
+        made, which = np.unique(root.astype(np.int64) * k + back, return_inverse=True)
+        new = np.array([self._sent(int(c // k), int(c % k)) for c in made.tolist()], dtype=np.int32)
+        return None, (new[which.reshape(-1)].reshape(rows.shape), np.broadcast_to(root_sh, rows.shape))
+
+    def _moved(self, offsets: np.ndarray, tokens: np.ndarray) -> np.ndarray:
+        """Each member's offset (groups × members × levels, coded by stride) along the levels the contributions
+        of its token are not kept by (along the others a translation changes nothing)."""
+        kept = self._kept_of(tokens)
+        return (offsets * (((kept[..., None] >> self.levels) & 1) ^ 1)).sum(axis=2)
+
+    def _pair(self, root: int, member: int, d: int, off: int) -> tuple[bool, bool]:
+        """(member below root, member equal to root): the member's state (token ``member``) with its chunks
+        ``d`` above the root's and its contributions translated by ``off`` into the root's frame."""
+        key = (root, member, d, off)
+        found = self.pairs.get(key)
+        if found is None:
+            translate = self.digits.translate
+            r_state = self.states[root]
+            m_state = tuple((r << d if d > 0 else r, translate(c, off)) for r, c in self.states[member])
+            if d < 0:
+                r_state = tuple((r << -d, c) for r, c in r_state)
+            found = self.pairs[key] = (_below(m_state, r_state), set(m_state) == set(r_state))
+        return found
+
+    def _sent(self, root: int, back: int) -> int:
+        """The token of state ``root`` with its contributions translated by ``back`` (into a member's frame)."""
+        key = (root, back)
+        found = self.sent.get(key)
+        if found is None:
+            translate = self.digits.translate
+            found = self.sent[key] = self.token(tuple((r, translate(c, back)) for r, c in self.states[root]))
+        return found
 
     def _outcome(self, coll, frame: _Frame, members: np.ndarray, shifts: np.ndarray):
         """The members' new (tokens, shifts relative to the group's lowest), or the rule the group violates.
@@ -270,6 +347,14 @@ class _Machine:
             self.free = np.concatenate([self.free, np.fromiter(
                 (not s or (len(s) == 1 and s[0][0] == self.full) for s in self.states[known:]), dtype=bool)])
         return self.free[tokens]
+
+    def _kept_of(self, tokens: np.ndarray) -> np.ndarray:
+        """``_kept`` of each token."""
+        known = len(self.kept_bits)
+        if known < len(self.states):
+            self.kept_bits = np.concatenate([self.kept_bits, np.fromiter(
+                (self._kept(t) for t in range(known, len(self.states))), dtype=np.int64)])
+        return self.kept_bits[tokens]
 
     def _kept(self, token: int) -> int:
         """The levels whose translations keep the contributions of device state ``token`` (a bit set)."""
