@@ -30,7 +30,21 @@ import numpy as np
 
 from p2smt.errors import P2Error
 from p2smt.model.problem import SynthesisProblem
-from p2smt.semantics.pieces import BC, Verdict, _below, _Fail, _Runner, _Table, outcome, run_checks
+from p2smt.semantics.pieces import (
+    AG,
+    AR,
+    BC,
+    RED,
+    Verdict,
+    _below,
+    _blocks,
+    _canon,
+    _Fail,
+    _Runner,
+    _Table,
+    outcome,
+    run_checks,
+)
 
 
 class _Digits:
@@ -119,6 +133,9 @@ MEMO_MEMBERS = 256
 LARGE_MEMO_BYTES = 64 << 20
 """The outcomes of groups of more than ``MEMO_MEMBERS`` members (whose keys and outcomes cost O(members)
 bytes) are memoized up to about this many bytes, then forgotten."""
+LARGE_MEMBERS = MEMO_MEMBERS
+"""Groups of more members are decided by ``_Machine._large`` when its structure applies."""
+GATHER_CLASSES = 64
 _MIX = np.random.default_rng(20261202).integers(1, 2**63, size=4096, dtype=np.uint64) | np.uint64(1)
 
 
@@ -160,6 +177,7 @@ class _Machine:
         self.kept_bits = np.zeros(0, dtype=np.int64)  # by token: _kept
         self.pairs: dict[tuple[int, int, int, int], tuple[bool, bool]] = {}  # see _pair
         self.sent: dict[tuple[int, int], int] = {}  # see _sent
+        self.frame_offsets: dict[int, tuple[np.ndarray, np.ndarray]] = {}  # see _frame_offsets
         self.blocks: list[tuple[_Block, ...] | None] = [None] * len(problem.candidates)
         self.initial = (np.full(k, self.token(((full, 1),)), dtype=np.int32), np.zeros(k, np.int32))
         goal = np.full(k, self.token(()), dtype=np.int32)
@@ -268,16 +286,21 @@ class _Machine:
             return (int(b.index[g]), "Broadcast.below_root" if not below[g] else "Broadcast.information_increase"), None
         if not place:
             return None, None
-        back = self._moved(down, np.broadcast_to(root, rows.shape))
-        made, which = np.unique(root.astype(np.int64) * k + back, return_inverse=True)
+        return None, (self._send(np.broadcast_to(root, rows.shape), down), np.broadcast_to(root_sh, rows.shape))
+
+    def _send(self, tokens: np.ndarray, down: np.ndarray) -> np.ndarray:
+        """Each member's token for state ``tokens`` (in its group's first member's frame) in its own frame,
+        ``down`` being its offsets back to it (… × levels); once per distinct (token, offset)."""
+        k = self.k
+        made, which = np.unique(tokens.astype(np.int64) * k + self._moved(down, tokens), return_inverse=True)
         new = np.array([self._sent(int(c // k), int(c % k)) for c in made.tolist()], dtype=np.int32)
-        return None, (new[which.reshape(-1)].reshape(rows.shape), np.broadcast_to(root_sh, rows.shape))
+        return new[which.reshape(-1)].reshape(tokens.shape)
 
     def _moved(self, offsets: np.ndarray, tokens: np.ndarray) -> np.ndarray:
         """Each member's offset (groups × members × levels, coded by stride) along the levels the contributions
         of its token are not kept by (along the others a translation changes nothing)."""
         kept = self._kept_of(tokens)
-        return (offsets * (((kept[..., None] >> self.levels) & 1) ^ 1)).sum(axis=2)
+        return (offsets * (((kept[..., None] >> self.levels) & 1) ^ 1)).sum(axis=-1)
 
     def _pair(self, root: int, member: int, d: int, off: int) -> tuple[bool, bool]:
         """(member below root, member equal to root): the member's state (token ``member``) with its chunks
@@ -309,10 +332,14 @@ class _Machine:
         the pieces rule code decides, and each new state is normalized back to its own frame. A state
         whose contributions a level's translations keep is not translated along that level (so members
         alike in the group's frame are brought to it once)."""
+        if len(members) > LARGE_MEMBERS:
+            found = self._large(coll, frame, members, shifts)
+            if found is not None:
+                return found
         digits = self.digits
         tokens, which = np.unique(members, return_inverse=True)
         kept = np.array([self._kept(t) for t in tokens.tolist()], dtype=np.int64)[which.reshape(-1)]
-        up, down = (a[0] for a in digits.offsets(frame.devices[None, :].astype(np.int64)))
+        up, down = self._frame_offsets(frame)
         moves = (up * (((kept[:, None] >> self.levels) & 1) ^ 1)).sum(axis=1)
         placed, which = np.unique(np.stack([members, moves, shifts], axis=1), axis=0, return_inverse=True)
         states = [tuple((r << s, digits.translate(c, o)) for r, c in self.states[t]) for t, o, s in placed.tolist()]
@@ -335,6 +362,115 @@ class _Machine:
             tokens[js] = np.array(made, dtype=np.int32)[where.reshape(-1)]
             lows[js] = low
         return tokens, lows
+
+    def _large(self, coll, frame: _Frame, members: np.ndarray, shifts: np.ndarray):
+        """``_outcome`` of a group of one-piece members (else None) by the rules' structure: each member's
+        chunks or contributions as positions in numpy (the chunks shifted, the contributions translated
+        digit-wise by the member's offset), their overlaps counted, the union built once, and the new
+        state sent to the members' frames once per distinct (state, offset)."""
+        tokens, which = np.unique(members, return_inverse=True)
+        which = which.reshape(-1)
+        states = [self.states[t] for t in tokens.tolist()]
+        if len(members) < 2 or any(len(st) != 1 for st in states):
+            return None
+        rows = [st[0][0] for st in states]
+        contribs = [st[0][1] for st in states]
+        up, down = self._frame_offsets(frame)
+        if coll is AG:
+            sizes = np.array([r.bit_count() for r in rows], dtype=np.int64)[which]
+            seen = self._union(rows, which, lambda pos, j: pos[None, :] + shifts[j, None])
+            if seen is None:
+                return "AllGather.disjoint_chunks"
+            if (sizes != sizes[0]).any():
+                return "AllGather.equal_sizes"
+            state = self._gathered(tokens, which, shifts, up)
+            if state is None:
+                return None
+        else:
+            chunks = np.array([rows.index(r) for r in rows], dtype=np.int64)[which]
+            if (chunks != chunks[0]).any() or (shifts != shifts[0]).any():
+                return f"{coll.value}.same_chunks"
+            union = self._union(contribs, which, lambda pos, j: self._moved_positions(pos, up[j]))
+            if union is None:
+                return f"{coll.value}.disjoint"
+            whole = rows[which[0]] << int(shifts[0])
+            if coll is AR:
+                counts = np.array([c.bit_count() for c in contribs], dtype=np.int64)[which]
+                if self.problem.require_progress and (counts == union.bit_count()).all():
+                    return "progress"
+                state = ((whole, union),)
+            elif coll is RED:
+                low = int(shifts[0])
+                first = self.token(((whole >> low, union),))
+                out = np.full(len(members), self.token(()), dtype=np.int32)
+                out[0] = first
+                lows = np.zeros(len(members), dtype=np.int32)
+                lows[0] = low
+                return out, lows
+            else:
+                if whole.bit_count() % len(members):
+                    return "ReduceScatter.divisible"
+                firsts, lows = [], []
+                for b in _blocks(whole, len(members)):
+                    low = (b & -b).bit_length() - 1
+                    firsts.append(self.token(((b >> low, union),)))
+                    lows.append(low)
+                return self._send(np.array(firsts, dtype=np.int32), down), np.array(lows, dtype=np.int32)
+        low = min((r & -r).bit_length() - 1 for r, _ in state)
+        first = self.token(tuple((r >> low, c) for r, c in state))
+        return self._send(np.full(len(members), first, dtype=np.int32), down), np.full(len(members), low, np.int32)
+
+    def _union(self, sets: list[int], which: np.ndarray, place) -> int | None:
+        """The union of the members' sets (member j's is ``sets[which[j]]`` placed by ``place(positions,
+        members)``), or None if two overlap."""
+        counts = np.array([c.bit_count() for c in sets], dtype=np.int64)
+        if counts[which].sum() > self.k:
+            return None
+        placed = [place(self._positions(bits), np.flatnonzero(which == t)).reshape(-1) for t, bits in enumerate(sets)]
+        seen = np.bincount(np.concatenate(placed), minlength=self.k)
+        if seen.max(initial=0) > 1:
+            return None
+        return int.from_bytes(np.packbits(seen > 0, bitorder="little").tobytes(), "little")
+
+    def _gathered(self, tokens, which, shifts, up):
+        """AllGather's new state (chunks relative to the group's lowest, contributions in its first member's
+        frame), or None when the members' contributions fall in more than ``GATHER_CLASSES`` classes."""
+        moved = self._moved(up, tokens[which])
+        keys, where = np.unique(which.astype(np.int64) * self.k + moved, return_inverse=True)
+        if len(keys) > GATHER_CLASSES:
+            return None
+        values = [self.digits.translate(self.states[int(tokens[c // self.k])][0][1], int(c % self.k))
+                  for c in keys.tolist()]
+        pieces: dict[int, int] = {}
+        where = where.reshape(-1)
+        for v, c in enumerate(values):
+            j = np.flatnonzero(where == v)
+            rows = np.zeros(self.k, dtype=bool)
+            for t in np.unique(which[j]).tolist():
+                jt = j[which[j] == t]
+                rows[(self._positions(self.states[int(tokens[t])][0][0])[None, :] + shifts[jt, None]).reshape(-1)] = True
+            pieces[c] = pieces.get(c, 0) | int.from_bytes(np.packbits(rows, bitorder="little").tobytes(), "little")
+        return _canon(pieces)
+
+    def _positions(self, bits: int) -> np.ndarray:
+        """The set bits of ``bits`` (< 2**k), ascending."""
+        raw = np.frombuffer(bits.to_bytes((self.k + 7) // 8, "little"), dtype=np.uint8)
+        return np.flatnonzero(np.unpackbits(raw, bitorder="little"))
+
+    def _moved_positions(self, positions: np.ndarray, up: np.ndarray) -> np.ndarray:
+        """Devices ``positions`` translated by each of the offsets ``up`` (members × levels): members × positions."""
+        out = np.zeros((len(up), len(positions)), dtype=np.int64)
+        for level, (s, w) in enumerate(zip(self.digits.sizes, self.digits.strides)):
+            out += ((positions[None, :] // w % s + up[:, level, None] // w) % s) * w
+        return out
+
+    def _frame_offsets(self, frame: _Frame) -> tuple[np.ndarray, np.ndarray]:
+        """Offsets (members × levels) of a frame's members from its first member and back (kept per frame)."""
+        found = self.frame_offsets.get(frame.id)
+        if found is None:
+            found = self.frame_offsets[frame.id] = tuple(
+                a[0] for a in self.digits.offsets(frame.devices[None, :].astype(np.int64)))
+        return found
 
     def _free(self, tokens: np.ndarray) -> np.ndarray:
         """Whether each token is a state whose chunks need no shift: empty, or one piece holding every chunk.
