@@ -37,7 +37,6 @@ from p2smt.semantics.pieces import (
     RED,
     Verdict,
     _below,
-    _blocks,
     _canon,
     _Fail,
     _Runner,
@@ -410,15 +409,21 @@ class _Machine:
             else:
                 if whole.bit_count() % len(members):
                     return "ReduceScatter.divisible"
-                firsts, lows = [], []
-                for b in _blocks(whole, len(members)):
-                    low = (b & -b).bit_length() - 1
-                    firsts.append(self.token(((b >> low, union),)))
-                    lows.append(low)
-                return self._send(np.array(firsts, dtype=np.int32), down), np.array(lows, dtype=np.int32)
+                lows, shapes = self._cut(whole, len(members))
+                firsts = np.array([self.token(((b, union),)) for b in shapes[0]], dtype=np.int32)[shapes[1]]
+                return self._send(firsts, down), lows
         low = min((r & -r).bit_length() - 1 for r, _ in state)
         first = self.token(tuple((r >> low, c) for r, c in state))
         return self._send(np.full(len(members), first, dtype=np.int32), down), np.full(len(members), low, np.int32)
+
+    def _cut(self, rows: int, m: int) -> tuple[np.ndarray, tuple[list[int], np.ndarray]]:
+        """``pieces._blocks(rows, m)`` (m divides its size) as each block's lowest chunk and its shape (the
+        block shifted down to chunk 0): the distinct shapes and each block's index into them."""
+        positions = self._positions(rows).reshape(m, -1)
+        lows = positions[:, 0]
+        first, which = _distinct_rows(positions - lows[:, None])
+        shapes = [self._bits(positions[f] - lows[f]) for f in first.tolist()]
+        return lows.astype(np.int32), (shapes, which)
 
     def _union(self, sets: list[int], which: np.ndarray, place) -> int | None:
         """The union of the members' sets (member j's is ``sets[which[j]]`` placed by ``place(positions,
@@ -430,7 +435,7 @@ class _Machine:
         seen = np.bincount(np.concatenate(placed), minlength=self.k)
         if seen.max(initial=0) > 1:
             return None
-        return int.from_bytes(np.packbits(seen > 0, bitorder="little").tobytes(), "little")
+        return self._bits(np.flatnonzero(seen))
 
     def _gathered(self, tokens, which, shifts, up):
         """AllGather's new state (chunks relative to the group's lowest, contributions in its first member's
@@ -445,12 +450,16 @@ class _Machine:
         where = where.reshape(-1)
         for v, c in enumerate(values):
             j = np.flatnonzero(where == v)
-            rows = np.zeros(self.k, dtype=bool)
-            for t in np.unique(which[j]).tolist():
-                jt = j[which[j] == t]
-                rows[(self._positions(self.states[int(tokens[t])][0][0])[None, :] + shifts[jt, None]).reshape(-1)] = True
-            pieces[c] = pieces.get(c, 0) | int.from_bytes(np.packbits(rows, bitorder="little").tobytes(), "little")
+            rows = [(self._positions(self.states[int(tokens[t])][0][0])[None, :] + shifts[j[which[j] == t], None])
+                    for t in np.unique(which[j]).tolist()]
+            pieces[c] = pieces.get(c, 0) | self._bits(np.concatenate([r.reshape(-1) for r in rows]))
         return _canon(pieces)
+
+    def _bits(self, positions: np.ndarray) -> int:
+        """The bit set of ``positions`` (each below k)."""
+        marked = np.zeros(self.k, dtype=bool)
+        marked[positions] = True
+        return int.from_bytes(np.packbits(marked, bitorder="little").tobytes(), "little")
 
     def _positions(self, bits: int) -> np.ndarray:
         """The set bits of ``bits`` (< 2**k), ascending."""
