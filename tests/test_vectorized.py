@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import random
 from collections import Counter
+from dataclasses import replace
 from itertools import product
 from math import prod
 
@@ -164,3 +165,14 @@ def test_broadcast_member_by_member(monkeypatch, sizes):
         facts = _assert_same(prob, programs, sizes)
         rules = Counter(str(rule) for *_, rule in facts)
         assert rules["Broadcast.below_root"] and rules["Broadcast.information_increase"]
+
+
+
+@pytest.mark.parametrize("goal", [((0, 1, 2), (3, 4, 5), (6, 7, 8), (9, 10, 11)), ((0, 3), (1, 4), (2, 5), (6, 9),
+                                                                                   (7, 10), (8, 11))])
+def test_several_goal_groups(goal):
+    """Goals of several groups (each device's goal in its own frame): the verdicts of pieces, some proved."""
+    prob = replace(_problem((2, 2, 3), "per-ancestor", True), goal_groups=goal)
+    rng = random.Random(3)
+    facts = _assert_same(prob, _mix(prob, rng, 3), (2, 2, 3))
+    assert any(status == "proved" for _, status, *_ in facts)

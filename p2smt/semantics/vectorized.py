@@ -125,7 +125,7 @@ class _Block:
     members: np.ndarray
     frame: np.ndarray
     frames: tuple[_Frame, ...]
-    offsets: tuple[np.ndarray, np.ndarray]  # each member's offsets from the first one's position and back
+    offsets: tuple[np.ndarray, np.ndarray]  # each member's offsets from the first one's and back (levels first)
 
 
 MEMO_MEMBERS = 256
@@ -169,7 +169,6 @@ class _Machine:
         self.frames = _Table()  # members' contribution offsets
         self.kept: list[int | None] = []  # by token: see _kept
         self.free = np.zeros(0, dtype=bool)  # by token: see _free
-        self.levels = np.arange(len(self.digits.sizes), dtype=np.int64)
         self.memo: dict[tuple, tuple[np.ndarray, np.ndarray] | str] = {}  # (collective, frame, row) -> outcome
         self.large: dict[tuple, tuple[np.ndarray, np.ndarray] | str] = {}  # the same for large groups
         self.large_bytes = 0
@@ -181,9 +180,11 @@ class _Machine:
         self.initial = (np.full(k, self.token(((full, 1),)), dtype=np.int32), np.zeros(k, np.int32))
         goal = np.full(k, self.token(()), dtype=np.int32)
         for g in problem.goal_groups:
-            mask = sum(1 << d for d in g)
-            for d in g:
-                goal[d] = self.token(((full, self.digits.translate(mask, self.digits.inverse(d))),))
+            devices = np.array(g, dtype=np.int64)
+            mask = self._bits(devices)
+            first = self.token(((full, mask),))  # in device 0's frame, then sent to each device's
+            back = self._level_major(np.stack([np.zeros_like(devices), devices], axis=1))[1][:, :, 1]
+            goal[devices] = self._send(np.full(len(g), first, dtype=np.int32), back)
         self.goal = (goal, np.zeros(k, np.int32))
 
     def step(self, state: tuple[np.ndarray, np.ndarray], i: int) -> tuple[np.ndarray, np.ndarray]:
@@ -252,7 +253,7 @@ class _Machine:
                 codes, first, frame = np.unique(codes, axis=0, return_index=True, return_inverse=True)
             frames = tuple(_Frame(self.frames.id(tuple(c)), members[f]) for c, f in zip(codes.tolist(), first))
             out.append(_Block(index, members, frame.reshape(-1).astype(np.int32), frames,
-                              self.digits.offsets(members) if broadcast else (np.zeros(0), np.zeros(0))))
+                              self._level_major(members) if broadcast else (np.zeros(0), np.zeros(0))))
         return tuple(out)
 
     def _broadcast(self, b: _Block, tokens: np.ndarray, shifts: np.ndarray, place: bool):
@@ -260,24 +261,28 @@ class _Machine:
         below its root (the first member), else ``information_increase`` if every member equals the root
         (which also covers progress); else every member gets the root's state. Each distinct (root's token,
         member's token, chunk shift between them, offset of the member from the root along the levels
-        its contributions are not kept by) is decided once. Returns (first failing group index and rule, or
+        neither's contributions are kept by: a translation along a level the root keeps maps the root to
+        itself, so it decides nothing) is decided once. Returns (first failing group index and rule, or
         None; the members' new tokens and shifts, when ``place`` and no group failed)."""
         rows, sh = tokens[b.members], shifts[b.members]
         root, root_sh = rows[:, :1], sh[:, :1]
         free = self._free(rows)
         d = np.where(free | free[:, :1], 0, sh.astype(np.int64) - root_sh)
         up, down = b.offsets
-        off = self._moved(up, rows)
+        kept = self._kept_of(rows)
+        kept_root = kept[:, :1]
+        off = self._moved(up, kept | kept_root)
         n, k = len(self.states), self.k
         pair = np.unique(root.astype(np.int64) * n + rows, return_inverse=True)[1]
         key = pair.reshape(rows.shape).astype(np.int64) * (2 * k * k) + (d + k) * k + off
-        distinct, first, inverse = np.unique(key, return_index=True, return_inverse=True)
-        flat_rows, flat_d, flat_off = rows.reshape(-1), d.reshape(-1), off.reshape(-1)
-        flat_root = np.broadcast_to(root, rows.shape).reshape(-1)
-        facts = np.empty((len(distinct), 2), dtype=bool)
-        for j, f in enumerate(first.tolist()):
-            facts[j] = self._pair(int(flat_root[f]), int(flat_rows[f]), int(flat_d[f]), int(flat_off[f]))
-        facts = facts[inverse.reshape(-1)].reshape(*rows.shape, 2)
+        first, inverse = np.unique(key, return_index=True, return_inverse=True)[1:]
+        memo, decide = self.pairs, self._pair
+        facts = []
+        for key in zip(np.broadcast_to(root, rows.shape).reshape(-1)[first].tolist(), rows.reshape(-1)[first].tolist(),
+                       d.reshape(-1)[first].tolist(), off.reshape(-1)[first].tolist()):
+            found = memo.get(key)
+            facts.append(decide(*key) if found is None else found)
+        facts = np.array(facts, dtype=bool)[inverse.reshape(-1)].reshape(*rows.shape, 2)
         below, same = facts[..., 0].all(axis=1), facts[..., 1].all(axis=1)
         bad = np.flatnonzero(~below | same)
         if len(bad):
@@ -285,21 +290,30 @@ class _Machine:
             return (int(b.index[g]), "Broadcast.below_root" if not below[g] else "Broadcast.information_increase"), None
         if not place:
             return None, None
-        return None, (self._send(np.broadcast_to(root, rows.shape), down), np.broadcast_to(root_sh, rows.shape))
+        return None, (self._send(np.broadcast_to(root, rows.shape), down, np.broadcast_to(kept_root, rows.shape)),
+                      np.broadcast_to(root_sh, rows.shape))
 
-    def _send(self, tokens: np.ndarray, down: np.ndarray) -> np.ndarray:
+    def _send(self, tokens: np.ndarray, down: np.ndarray, kept: np.ndarray | None = None) -> np.ndarray:
         """Each member's token for state ``tokens`` (in its group's first member's frame) in its own frame,
-        ``down`` being its offsets back to it (… × levels); once per distinct (token, offset)."""
+        ``down`` being its offsets back to it (levels × …); once per distinct (token, offset). ``kept``:
+        ``_kept_of(tokens)`` when known."""
         k = self.k
-        made, which = np.unique(tokens.astype(np.int64) * k + self._moved(down, tokens), return_inverse=True)
+        kept = self._kept_of(tokens) if kept is None else kept
+        made, which = np.unique(tokens.astype(np.int64) * k + self._moved(down, kept), return_inverse=True)
         new = np.array([self._sent(int(c // k), int(c % k)) for c in made.tolist()], dtype=np.int32)
         return new[which.reshape(-1)].reshape(tokens.shape)
 
-    def _moved(self, offsets: np.ndarray, tokens: np.ndarray) -> np.ndarray:
-        """Each member's offset (groups × members × levels, coded by stride) along the levels the contributions
-        of its token are not kept by (along the others a translation changes nothing)."""
-        kept = self._kept_of(tokens)
-        return (offsets * (((kept[..., None] >> self.levels) & 1) ^ 1)).sum(axis=-1)
+    def _moved(self, offsets: np.ndarray, kept: np.ndarray) -> np.ndarray:
+        """The offsets (levels × …, coded by stride) along the levels not in ``kept`` (a bit set of levels per
+        entry: those a state's contributions are kept by, along which a translation changes nothing)."""
+        out = np.zeros(kept.shape, dtype=np.int64)
+        for level, along in enumerate(offsets):
+            out += np.where(kept >> level & 1, 0, along)
+        return out
+
+    def _level_major(self, members: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """``_Digits.offsets`` with the levels first, in 32 bits."""
+        return tuple(np.moveaxis(a, -1, 0).astype(np.int32) for a in self.digits.offsets(members))
 
     def _pair(self, root: int, member: int, d: int, off: int) -> tuple[bool, bool]:
         """(member below root, member equal to root): the member's state (token ``member``) with its chunks
@@ -339,7 +353,7 @@ class _Machine:
         tokens, which = np.unique(members, return_inverse=True)
         kept = np.array([self._kept(t) for t in tokens.tolist()], dtype=np.int64)[which.reshape(-1)]
         up, down = self._frame_offsets(frame)
-        moves = (up * (((kept[:, None] >> self.levels) & 1) ^ 1)).sum(axis=1)
+        moves = self._moved(up, kept)
         placed, which = np.unique(np.stack([members, moves, shifts], axis=1), axis=0, return_inverse=True)
         states = [tuple((r << s, digits.translate(c, o)) for r, c in self.states[t]) for t, o, s in placed.tolist()]
         before = [states[j] for j in which.reshape(-1).tolist()]
@@ -355,7 +369,7 @@ class _Machine:
             st = out[js[0]]
             low = min(((r & -r).bit_length() - 1 for r, _ in st), default=0)
             keep = digits.kept(c for _, c in st)
-            back = (down[js] * (((keep >> self.levels) & 1) ^ 1)).sum(axis=1)
+            back = self._moved(down[:, js], np.full(len(js), keep))
             codes, where = np.unique(back, return_inverse=True)
             made = [self.token(tuple((r >> low, digits.translate(c, o)) for r, c in st)) for o in codes.tolist()]
             tokens[js] = np.array(made, dtype=np.int32)[where.reshape(-1)]
@@ -389,7 +403,7 @@ class _Machine:
             chunks = np.array([rows.index(r) for r in rows], dtype=np.int64)[which]
             if (chunks != chunks[0]).any() or (shifts != shifts[0]).any():
                 return f"{coll.value}.same_chunks"
-            union = self._union(contribs, which, lambda pos, j: self._moved_positions(pos, up[j]))
+            union = self._union(contribs, which, lambda pos, j: self._moved_positions(pos, up[:, j]))
             if union is None:
                 return f"{coll.value}.disjoint"
             whole = rows[which[0]] << int(shifts[0])
@@ -440,7 +454,7 @@ class _Machine:
     def _gathered(self, tokens, which, shifts, up):
         """AllGather's new state (chunks relative to the group's lowest, contributions in its first member's
         frame), or None when the members' contributions fall in more than ``GATHER_CLASSES`` classes."""
-        moved = self._moved(up, tokens[which])
+        moved = self._moved(up, self._kept_of(tokens[which]))
         keys, where = np.unique(which.astype(np.int64) * self.k + moved, return_inverse=True)
         if len(keys) > GATHER_CLASSES:
             return None
@@ -467,18 +481,17 @@ class _Machine:
         return np.flatnonzero(np.unpackbits(raw, bitorder="little"))
 
     def _moved_positions(self, positions: np.ndarray, up: np.ndarray) -> np.ndarray:
-        """Devices ``positions`` translated by each of the offsets ``up`` (members × levels): members × positions."""
-        out = np.zeros((len(up), len(positions)), dtype=np.int64)
+        """Devices ``positions`` translated by each of the offsets ``up`` (levels × members): members × positions."""
+        out = np.zeros((up.shape[1], len(positions)), dtype=np.int64)
         for level, (s, w) in enumerate(zip(self.digits.sizes, self.digits.strides)):
-            out += ((positions[None, :] // w % s + up[:, level, None] // w) % s) * w
+            out += ((positions[None, :] // w % s + up[level, :, None] // w) % s) * w
         return out
 
     def _frame_offsets(self, frame: _Frame) -> tuple[np.ndarray, np.ndarray]:
-        """Offsets (members × levels) of a frame's members from its first member and back (kept per frame)."""
+        """Offsets (levels × members) of a frame's members from its first member and back (kept per frame)."""
         found = self.frame_offsets.get(frame.id)
         if found is None:
-            found = self.frame_offsets[frame.id] = tuple(
-                a[0] for a in self.digits.offsets(frame.devices[None, :].astype(np.int64)))
+            found = self.frame_offsets[frame.id] = tuple(a[:, 0] for a in self._level_major(frame.devices[None, :]))
         return found
 
     def _free(self, tokens: np.ndarray) -> np.ndarray:
