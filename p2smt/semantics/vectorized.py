@@ -23,7 +23,7 @@ encodings (an independent re-check).
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from math import prod
 
 import numpy as np
@@ -126,6 +126,7 @@ class _Block:
     frame: np.ndarray
     frames: tuple[_Frame, ...]
     offsets: tuple[np.ndarray, np.ndarray]  # each member's offsets from the first one's and back (levels first)
+    moved: dict = field(default_factory=dict)  # see _Machine._uniform
 
 
 MEMO_MEMBERS = 256
@@ -268,13 +269,15 @@ class _Machine:
         root, root_sh = rows[:, :1], sh[:, :1]
         free = self._free(rows)
         d = np.where(free | free[:, :1], 0, sh.astype(np.int64) - root_sh)
-        up, down = b.offsets
         kept = self._kept_of(rows)
         kept_root = kept[:, :1]
-        off = self._moved(up, kept | kept_root)
+        off = self._uniform(b, 0, kept | kept_root)[0]
         n, k = len(self.states), self.k
-        pair = np.unique(root.astype(np.int64) * n + rows, return_inverse=True)[1]
-        key = pair.reshape(rows.shape).astype(np.int64) * (2 * k * k) + (d + k) * k + off
+        if n * n * 2 * k * k < 1 << 62:
+            key = (root.astype(np.int64) * n + rows) * (2 * k * k) + (d + k) * k + off
+        else:
+            pair = np.unique(root.astype(np.int64) * n + rows, return_inverse=True)[1]
+            key = pair.reshape(rows.shape).astype(np.int64) * (2 * k * k) + (d + k) * k + off
         first, inverse = np.unique(key, return_index=True, return_inverse=True)[1:]
         memo, decide = self.pairs, self._pair
         facts = []
@@ -290,8 +293,25 @@ class _Machine:
             return (int(b.index[g]), "Broadcast.below_root" if not below[g] else "Broadcast.information_increase"), None
         if not place:
             return None, None
-        return None, (self._send(np.broadcast_to(root, rows.shape), down, np.broadcast_to(kept_root, rows.shape)),
-                      np.broadcast_to(root_sh, rows.shape))
+        codes, where = self._uniform(b, 1, np.broadcast_to(kept_root, rows.shape))[1:]
+        if codes is not None and (root == root[0, 0]).all():  # one state sent: once per distinct offset
+            new = np.array([self._sent(int(root[0, 0]), c) for c in codes.tolist()], dtype=np.int32)[where]
+        else:
+            new = self._send(np.broadcast_to(root, rows.shape), b.offsets[1], np.broadcast_to(kept_root, rows.shape))
+        return None, (new.reshape(rows.shape), np.broadcast_to(root_sh, rows.shape))
+
+    def _uniform(self, b: _Block, which: int, kept: np.ndarray):
+        """``_moved(b.offsets[which], kept)``, and when every entry keeps the same levels, its distinct values
+        and each entry's index into them (kept with the block per set of levels)."""
+        v = int(kept.flat[0])
+        if not (kept == v).all():
+            return self._moved(b.offsets[which], kept), None, None
+        found = b.moved.get((which, v))
+        if found is None:
+            moved = self._moved(b.offsets[which], np.full(kept.shape, v))
+            codes, where = np.unique(moved, return_inverse=True)
+            found = b.moved[which, v] = (moved.astype(np.int32), codes, where.reshape(-1).astype(np.int32))
+        return found
 
     def _send(self, tokens: np.ndarray, down: np.ndarray, kept: np.ndarray | None = None) -> np.ndarray:
         """Each member's token for state ``tokens`` (in its group's first member's frame) in its own frame,
