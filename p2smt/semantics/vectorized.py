@@ -177,6 +177,7 @@ class _Machine:
         self.pairs: dict[tuple[int, int, int, int], tuple[bool, bool]] = {}  # see _pair
         self.sent: dict[tuple[int, int], int] = {}  # see _sent
         self.frame_offsets: dict[int, tuple[np.ndarray, np.ndarray]] = {}  # see _frame_offsets
+        self.kept_states: dict[tuple[int, ...], int] = {}  # see _kept_state
         self.blocks: list[tuple[_Block, ...] | None] = [None] * len(problem.candidates)
         self.initial = (np.full(k, self.token(((full, 1),)), dtype=np.int32), np.zeros(k, np.int32))
         goal = np.full(k, self.token(()), dtype=np.int32)
@@ -380,21 +381,23 @@ class _Machine:
         out = outcome(coll, tuple(range(len(before))), before, self.problem.require_progress)
         if out.__class__ is str:
             return out
-        tokens = np.empty(len(out), dtype=np.int32)
-        lows = np.empty(len(out), dtype=np.int32)
-        alike: dict[int, list[int]] = {}  # members whose new state is one object (AllReduce, AllGather, …)
-        for j, st in enumerate(out):
-            alike.setdefault(id(st), []).append(j)
-        for js in alike.values():
-            st = out[js[0]]
-            low = min(((r & -r).bit_length() - 1 for r, _ in st), default=0)
-            keep = digits.kept(c for _, c in st)
-            back = self._moved(down[:, js], np.full(len(js), keep))
-            codes, where = np.unique(back, return_inverse=True)
-            made = [self.token(tuple((r >> low, digits.translate(c, o)) for r, c in st)) for o in codes.tolist()]
-            tokens[js] = np.array(made, dtype=np.int32)[where.reshape(-1)]
-            lows[js] = low
-        return tokens, lows
+        alike: dict[int, int] = {}  # new states by object (AllReduce, AllGather, … give every member one)
+        kind = np.array([alike.setdefault(id(st), len(alike)) for st in out], dtype=np.int64)
+        states = [out[j] for j in np.unique(kind, return_index=True)[1].tolist()]
+        lows = np.array([min(((r & -r).bit_length() - 1 for r, _ in st), default=0) for st in states], dtype=np.int32)
+        keep = np.array([self._kept_state(st) for st in states], dtype=np.int64)
+        made, where = np.unique(kind * self.k + self._moved(down, keep[kind]), return_inverse=True)
+        tokens = [self.token(tuple((r >> int(lows[c // self.k]), digits.translate(x, c % self.k))
+                                   for r, x in states[c // self.k])) for c in made.tolist()]
+        return np.array(tokens, dtype=np.int32)[where.reshape(-1)], lows[kind]
+
+    def _kept_state(self, state) -> int:
+        """``_Digits.kept`` of a state's contributions (remembered by their values)."""
+        contributions = tuple(c for _, c in state)
+        found = self.kept_states.get(contributions)
+        if found is None:
+            found = self.kept_states[contributions] = self.digits.kept(contributions)
+        return found
 
     def _large(self, coll, frame: _Frame, members: np.ndarray, shifts: np.ndarray):
         """``_outcome`` of a group of one-piece members (else None) by the rules' structure: each member's
