@@ -139,6 +139,17 @@ GATHER_CLASSES = 64
 _MIX = np.random.default_rng(20261202).integers(1, 2**63, size=4096, dtype=np.uint64) | np.uint64(1)
 
 
+def _by_rows(ufunc: np.ufunc, a: np.ndarray) -> np.ndarray:
+    """``ufunc.reduce(a, axis=1)``, column by column when rows are short (numpy's reduction along a short last
+    axis costs several times more per entry)."""
+    if a.shape[1] > 16:
+        return ufunc.reduce(a, axis=1)
+    out = a[:, 0].copy()
+    for j in range(1, a.shape[1]):
+        ufunc(out, a[:, j], out=out)
+    return out
+
+
 def _distinct_rows(keys: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """(first row index of each distinct row, each row's distinct index): a hash of each row, checked exactly."""
     if len(keys) == 1:
@@ -146,7 +157,7 @@ def _distinct_rows(keys: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     width = keys.shape[1]
     mix = _MIX[:width] if width <= len(_MIX) else np.resize(_MIX, width) ^ np.arange(width, dtype=np.uint64)
     with np.errstate(over="ignore"):
-        h = (keys.astype(np.uint64) * mix).sum(axis=1, dtype=np.uint64)
+        h = _by_rows(np.add, keys.astype(np.uint64) * mix)
     _, first, inverse = np.unique(h, return_index=True, return_inverse=True)
     inverse = inverse.reshape(-1)
     if not np.array_equal(keys[first][inverse], keys):  # a collision: decide exactly
@@ -208,7 +219,7 @@ class _Machine:
                 continue
             rows, sh = tokens[b.members], shifts[b.members]
             free = self._free(rows)
-            base = np.where(free, self.k, sh).min(axis=1)
+            base = _by_rows(np.minimum, np.where(free, self.k, sh))
             base[base == self.k] = 0
             sh = np.where(free, 0, sh - base[:, None])
             m = rows.shape[1]
@@ -287,7 +298,7 @@ class _Machine:
             found = memo.get(key)
             facts.append(decide(*key) if found is None else found)
         facts = np.array(facts, dtype=bool)[inverse.reshape(-1)].reshape(*rows.shape, 2)
-        below, same = facts[..., 0].all(axis=1), facts[..., 1].all(axis=1)
+        below, same = _by_rows(np.logical_and, facts[..., 0]), _by_rows(np.logical_and, facts[..., 1])
         bad = np.flatnonzero(~below | same)
         if len(bad):
             g = int(bad[0])
