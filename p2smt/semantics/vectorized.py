@@ -133,8 +133,9 @@ MEMO_MEMBERS = 256
 LARGE_MEMO_BYTES = 64 << 20
 """The outcomes of groups of more than ``MEMO_MEMBERS`` members (whose keys and outcomes cost O(members)
 bytes) are memoized up to about this many bytes, then forgotten."""
-LARGE_MEMBERS = MEMO_MEMBERS
-"""Groups of more members are decided by ``_Machine._large`` when its structure applies."""
+LARGE_MEMBERS = 16
+"""Groups of more members are decided by ``_Machine._large`` when its structure applies (its numpy passes cost
+O(k) per group, less than translating each member's k-bit contributions from about this many members)."""
 GATHER_CLASSES = 64
 _MIX = np.random.default_rng(20261202).integers(1, 2**63, size=4096, dtype=np.uint64) | np.uint64(1)
 
