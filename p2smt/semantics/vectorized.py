@@ -61,14 +61,14 @@ class _Digits:
         self._moves: dict[int, tuple[tuple[int, int, int], ...]] = {}
 
     def offsets(self, members: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """Each member's digit-wise offset from the first member of its row, per level (rows × members ×
-        levels, each digit times its level's stride), and the inverse offsets."""
-        up = np.zeros((*members.shape, len(self.sizes)), dtype=np.int64)
+        """Each member's digit-wise offset from the first member of its row, per level (levels × rows ×
+        members, each digit times its level's stride, in 32 bits), and the inverse offsets."""
+        up = np.zeros((len(self.sizes), *members.shape), dtype=np.int32)
         down = np.zeros_like(up)
         for level, (s, w) in enumerate(zip(self.sizes, self.strides)):
             digit = (members // w) % s
-            up[:, :, level] = ((digit - digit[:, :1]) % s) * w
-            down[:, :, level] = ((digit[:, :1] - digit) % s) * w
+            up[level] = ((digit - digit[:, :1]) % s) * w
+            down[level] = ((digit[:, :1] - digit) % s) * w
         return up, down
 
     def inverse(self, code: int) -> int:
@@ -197,7 +197,7 @@ class _Machine:
             devices = np.array(g, dtype=np.int64)
             mask = self._bits(devices)
             first = self.token(((full, mask),))  # in device 0's frame, then sent to each device's
-            back = self._level_major(np.stack([np.zeros_like(devices), devices], axis=1))[1][:, :, 1]
+            back = self.digits.offsets(np.stack([np.zeros_like(devices), devices], axis=1))[1][:, :, 1]
             goal[devices] = self._send(np.full(len(g), first, dtype=np.int32), back)
         self.goal = (goal, np.zeros(k, np.int32))
 
@@ -260,14 +260,14 @@ class _Machine:
         for m in sorted({len(g) for g in groups}):
             index = np.array([j for j, g in enumerate(groups) if len(g) == m], dtype=np.int64)
             members = np.array([groups[j] for j in index], dtype=np.int32).reshape(len(index), m)
-            codes = self.digits.offsets(members)[0].sum(axis=2)
+            codes = self.digits.offsets(members)[0].sum(axis=0)
             if (codes == codes[0]).all():  # hierarchy-shaped: one frame
                 codes, first, frame = codes[:1], np.zeros(1, np.int64), np.zeros(len(codes), np.int64)
             else:
                 codes, first, frame = np.unique(codes, axis=0, return_index=True, return_inverse=True)
             frames = tuple(_Frame(self.frames.id(tuple(c)), members[f]) for c, f in zip(codes.tolist(), first))
             out.append(_Block(index, members, frame.reshape(-1).astype(np.int32), frames,
-                              self._level_major(members) if broadcast else (np.zeros(0), np.zeros(0))))
+                              self.digits.offsets(members) if broadcast else (np.zeros(0), np.zeros(0))))
         return tuple(out)
 
     def _broadcast(self, b: _Block, tokens: np.ndarray, shifts: np.ndarray, place: bool):
@@ -343,10 +343,6 @@ class _Machine:
         for level, along in enumerate(offsets):
             out += np.where(kept >> level & 1, 0, along)
         return out
-
-    def _level_major(self, members: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """``_Digits.offsets`` with the levels first, in 32 bits."""
-        return tuple(np.moveaxis(a, -1, 0).astype(np.int32) for a in self.digits.offsets(members))
 
     def _pair(self, root: int, member: int, d: int, off: int) -> tuple[bool, bool]:
         """(member below root, member equal to root): the member's state (token ``member``) with its chunks
@@ -526,7 +522,7 @@ class _Machine:
         """Offsets (levels × members) of a frame's members from its first member and back (kept per frame)."""
         found = self.frame_offsets.get(frame.id)
         if found is None:
-            found = self.frame_offsets[frame.id] = tuple(a[:, 0] for a in self._level_major(frame.devices[None, :]))
+            found = self.frame_offsets[frame.id] = tuple(a[:, 0] for a in self.digits.offsets(frame.devices[None, :]))
         return found
 
     def _free(self, tokens: np.ndarray) -> np.ndarray:
