@@ -15,6 +15,12 @@ group, instead of Python work per device:
   A group's members are brought to one frame before the rules run and each outcome is taken back to its
   member's frame, so groups that differ only by where they sit in the hierarchy share one outcome.
 
+Two kinds of groups skip the per-group rule code (same rules, same order, same verdicts): a Broadcast is
+decided member by member (each member below its root, none or all equal to it), each distinct (root, member,
+relative shift and offset) pair once over all of an instruction's groups; a group of more than
+``LARGE_MEMBERS`` one-piece members is decided on positions in numpy (overlaps counted, the union built once)
+instead of k-bit integers per member.
+
 ``sizes`` (the hierarchy's level sizes, outermost first) only decides which groups share outcomes; any
 factorization of k (or none: one level of size k) gives the same verdicts. It shares no code with the
 encodings (an independent re-check).
