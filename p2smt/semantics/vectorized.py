@@ -266,14 +266,15 @@ class _Machine:
         for m in sorted({len(g) for g in groups}):
             index = np.array([j for j, g in enumerate(groups) if len(g) == m], dtype=np.int64)
             members = np.array([groups[j] for j in index], dtype=np.int32).reshape(len(index), m)
-            codes = self.digits.offsets(members)[0].sum(axis=0)
+            offsets = self.digits.offsets(members)
+            codes = offsets[0].sum(axis=0)
             if (codes == codes[0]).all():  # hierarchy-shaped: one frame
                 codes, first, frame = codes[:1], np.zeros(1, np.int64), np.zeros(len(codes), np.int64)
             else:
                 codes, first, frame = np.unique(codes, axis=0, return_index=True, return_inverse=True)
             frames = tuple(_Frame(self.frames.id(tuple(c)), members[f]) for c, f in zip(codes.tolist(), first))
             out.append(_Block(index, members, frame.reshape(-1).astype(np.int32), frames,
-                              self.digits.offsets(members) if broadcast else (np.zeros(0), np.zeros(0))))
+                              offsets if broadcast else (np.zeros(0), np.zeros(0))))
         return tuple(out)
 
     def _broadcast(self, b: _Block, tokens: np.ndarray, shifts: np.ndarray, place: bool):
