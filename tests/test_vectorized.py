@@ -176,3 +176,25 @@ def test_several_goal_groups(goal):
     rng = random.Random(3)
     facts = _assert_same(prob, _mix(prob, rng, 3), (2, 2, 3))
     assert any(status == "proved" for _, status, *_ in facts)
+
+
+@pytest.mark.parametrize("sizes", [(2, 3, 2), (3, 2, 2, 2)])
+def test_repeating_states_step_one_run(monkeypatch, sizes):
+    """An instruction whose groups repeat run by run, on a state that repeats with the same period, is
+    stepped on the first run and repeated (``_Local``): the verdicts of pieces, their failing groups (the
+    first copy of the first failing group) included, and the path taken."""
+    taken: Counter = Counter()
+    original = vectorized._Machine._apply
+
+    def spy(self, blocks, coll, tokens, *args):
+        taken[len(tokens) < self.k] += 1
+        return original(self, blocks, coll, tokens, *args)
+
+    monkeypatch.setattr(vectorized._Machine, "_apply", spy)
+    prob = _problem(sizes, "global", True)
+    rng = random.Random(11)
+    n = len(prob.candidates)
+    programs = _mix(prob, rng, 3) + [tuple(rng.randrange(n) for _ in range(rng.randint(1, 5))) for _ in range(800)]
+    facts = _assert_same(prob, programs, sizes)
+    assert taken[True] and taken[False]
+    assert any(group is not None and min(group) >= sizes[-1] for _, _, _, group, _ in facts)

@@ -135,6 +135,23 @@ class _Block:
     moved: dict = field(default_factory=dict)  # see _Machine._uniform
 
 
+@dataclass(frozen=True)
+class _Local:
+    """An instruction whose groups each lie in one run of ``width`` devices (the same outer levels' digits)
+    and repeat from run to run: on a state that repeats with that period its step is the first run's,
+    repeated. ``blocks``: the first run's groups, ``index`` ranking them by ``first``, the least index of
+    each one's copies (the failing group reported is the first one, among all copies)."""
+
+    width: int
+    blocks: tuple[_Block, ...]
+    first: np.ndarray
+
+
+def _repeats(values: np.ndarray, width: int) -> bool:
+    """Whether ``values`` repeats with period ``width``."""
+    return bool((values.reshape(-1, width) == values[:width]).all())
+
+
 MEMO_MEMBERS = 256
 LARGE_MEMO_BYTES = 64 << 20
 """The outcomes of groups of more than ``MEMO_MEMBERS`` members (whose keys and outcomes cost O(members)
@@ -197,6 +214,7 @@ class _Machine:
         self.frame_offsets: dict[int, tuple[np.ndarray, np.ndarray]] = {}  # see _frame_offsets
         self.kept_states: dict[tuple[int, ...], int] = {}  # see _kept_state
         self.blocks: list[tuple[_Block, ...] | None] = [None] * len(problem.candidates)
+        self.locals: list[tuple[_Local, ...]] = [()] * len(problem.candidates)  # see _locals_of
         self.initial = (np.full(k, self.token(((full, 1),)), dtype=np.int32), np.zeros(k, np.int32))
         goal = np.full(k, self.token(()), dtype=np.int32)
         for g in problem.goal_groups:
@@ -212,10 +230,29 @@ class _Machine:
         if blocks is None:
             blocks = self.blocks[i] = self._blocks_of(self.problem.candidates[i].groups,
                                                       self.problem.candidates[i].collective is BC)
+            self.locals[i] = self._locals_of(blocks)
         tokens, shifts = state
-        new_tokens, new_shifts = tokens.astype(np.int32), shifts.astype(np.int32)  # stored states may be uint16
-        failure: tuple[int, str] | None = None
         coll = self.problem.candidates[i].collective
+        groups = self.problem.candidates[i].groups
+        for local in self.locals[i]:
+            width = local.width
+            if _repeats(tokens, width) and _repeats(shifts, width):
+                new_tokens, new_shifts = tokens[:width].astype(np.int32), shifts[:width].astype(np.int32)
+                failure = self._apply(local.blocks, coll, tokens[:width], shifts[:width], new_tokens, new_shifts)
+                if failure is not None:
+                    raise _Fail(groups[int(local.first[failure[0]])], failure[1])
+                return np.tile(new_tokens, self.k // width), np.tile(new_shifts, self.k // width)
+        new_tokens, new_shifts = tokens.astype(np.int32), shifts.astype(np.int32)  # stored states may be uint16
+        failure = self._apply(blocks, coll, tokens, shifts, new_tokens, new_shifts)
+        if failure is not None:
+            raise _Fail(groups[failure[0]], failure[1])
+        return new_tokens, new_shifts
+
+    def _apply(self, blocks: Sequence[_Block], coll, tokens: np.ndarray, shifts: np.ndarray, new_tokens: np.ndarray,
+               new_shifts: np.ndarray) -> tuple[int, str] | None:
+        """The blocks' groups applied to the state (tokens, shifts), written into (new_tokens, new_shifts);
+        the first failing group's index (the blocks' ``index``) and rule, or None."""
+        failure: tuple[int, str] | None = None
         for b in blocks:
             if coll is BC:
                 failed, placed = self._broadcast(b, tokens, shifts, failure is None)
@@ -257,9 +294,47 @@ class _Machine:
                 placed = out_tokens[inverse]
                 new_tokens[b.members] = placed
                 new_shifts[b.members] = np.where(self._free(placed), 0, out_shifts[inverse] + base[:, None])
-        if failure is not None:
-            raise _Fail(self.problem.candidates[i].groups[failure[0]], failure[1])
-        return new_tokens, new_shifts
+        return failure
+
+    def _locals_of(self, blocks: Sequence[_Block]) -> tuple[_Local, ...]:
+        """The widths (the strides of the levels, widest first skipped: k itself) at which an instruction's
+        groups each lie in one run of ``width`` devices and are the first run's groups moved run by run."""
+        out = []
+        for width in sorted(self.digits.strides):
+            if width == self.k:
+                continue
+            runs = self.k // width
+            firsts, kept = [], []
+            for b in blocks:
+                members = b.members.astype(np.int64)
+                if not (members // width == members[:, :1] // width).all():
+                    break
+                head = np.flatnonzero(members[:, 0] < width)
+                if len(head) * runs != len(members):
+                    break
+                owner = np.full(self.k, -1, dtype=np.int64)
+                owner[members[:, 0]] = np.arange(len(members))
+                moved = members[head, None, :] + (np.arange(runs) * width)[None, :, None]  # head × runs × m
+                rows = owner[moved[:, :, 0]]
+                if (rows < 0).any() or not (members[rows] == moved).all():
+                    break
+                least = b.index[rows].min(axis=1)
+                by = np.argsort(least, kind="stable")  # the rows in the order of their first copies
+                firsts.append(least[by])
+                kept.append(head[by])
+            else:
+                first = np.concatenate(firsts) if firsts else np.zeros(0, np.int64)
+                rank = np.argsort(first, kind="stable")
+                order = np.empty(len(rank), np.int64)
+                order[rank] = np.arange(len(rank))
+                local, at = [], 0
+                for b, head in zip(blocks, kept):
+                    index = order[at : at + len(head)]
+                    at += len(head)
+                    offsets = b.offsets if len(b.offsets[0]) == 0 else tuple(o[:, head] for o in b.offsets)
+                    local.append(_Block(index, b.members[head], b.frame[head], b.frames, offsets))
+                out.append(_Local(width, tuple(local), first[rank]))
+        return tuple(out)
 
     def _blocks_of(self, groups: Sequence[tuple[int, ...]], broadcast: bool) -> tuple[_Block, ...]:
         out = []
