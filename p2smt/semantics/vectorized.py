@@ -19,7 +19,8 @@ Two kinds of groups skip the per-group rule code (same rules, same order, same v
 decided member by member (each member below its root, none or all equal to it), each distinct (root, member,
 relative shift and offset) pair once over all of an instruction's groups; a group of more than
 ``LARGE_MEMBERS`` one-piece members is decided on positions in numpy (overlaps counted, the union built once)
-instead of k-bit integers per member.
+instead of k-bit integers per member. And an instruction whose groups each lie in one run of a level's stride
+and repeat run by run is stepped on the first run alone when the state repeats with that period.
 
 ``sizes`` (the hierarchy's level sizes, outermost first) only decides which groups share outcomes; any
 factorization of k (or none: one level of size k) gives the same verdicts. It shares no code with the
