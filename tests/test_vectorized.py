@@ -114,7 +114,7 @@ def _spy(monkeypatch, name: str) -> Counter:
 
 
 @pytest.mark.parametrize("progress", [True, False])
-@pytest.mark.parametrize("sizes", [(2, 2, 3), (3, 2, 2, 2)])
+@pytest.mark.parametrize("sizes", [(2, 2, 3), (2, 2, 2, 2)])
 def test_large_groups_by_structure(monkeypatch, sizes, progress):
     """Groups of more than LARGE_MEMBERS members are decided on their structure (``_Machine._large``); with
     the bound at 1 every group of 2 or more goes that way: the verdicts of pieces, its failures included."""
@@ -123,7 +123,7 @@ def test_large_groups_by_structure(monkeypatch, sizes, progress):
     prob = _problem(sizes, "per-ancestor", progress)
     rng = random.Random(len(sizes))
     n = len(prob.candidates)
-    programs = _mix(prob, rng, 3) + [tuple(rng.randrange(n) for _ in range(rng.randint(2, 6))) for _ in range(1500)]
+    programs = _mix(prob, rng, 3) + [tuple(rng.randrange(n) for _ in range(rng.randint(2, 6))) for _ in range(700)]
     _assert_same(prob, programs, sizes)
     assert {(c, out) for c in ("AllReduce", "Reduce", "ReduceScatter") for out in
             ("ok", f"{c}.same_chunks", f"{c}.disjoint", "none")} <= set(seen)
@@ -178,7 +178,7 @@ def test_several_goal_groups(goal):
     assert any(status == "proved" for _, status, *_ in facts)
 
 
-@pytest.mark.parametrize("sizes", [(2, 3, 2), (3, 2, 2, 2)])
+@pytest.mark.parametrize("sizes", [(2, 3, 2), (2, 2, 2, 2)])
 def test_repeating_states_step_one_run(monkeypatch, sizes):
     """An instruction whose groups repeat run by run, on a state that repeats with the same period, is
     stepped on the first run and repeated (``_Local``): the verdicts of pieces, their failing groups (the
@@ -194,7 +194,7 @@ def test_repeating_states_step_one_run(monkeypatch, sizes):
     prob = _problem(sizes, "global", True)
     rng = random.Random(11)
     n = len(prob.candidates)
-    programs = _mix(prob, rng, 3) + [tuple(rng.randrange(n) for _ in range(rng.randint(1, 5))) for _ in range(800)]
+    programs = _mix(prob, rng, 3) + [tuple(rng.randrange(n) for _ in range(rng.randint(1, 5))) for _ in range(300)]
     facts = _assert_same(prob, programs, sizes)
     assert taken[True] and taken[False]
     assert any(group is not None and min(group) >= sizes[-1] for _, _, _, group, _ in facts)
