@@ -5,6 +5,8 @@ on valid and invalid programs, with and without the hierarchy's level sizes."""
 from __future__ import annotations
 
 import random
+from collections import Counter
+from dataclasses import replace
 from itertools import product
 from math import prod
 
@@ -95,3 +97,104 @@ def test_stored_states_of_small_integers_step_to_full_width_tokens():
     machine.states.extend([((1, 1),)] * 70000)  # push the next new token past 2**16
     tokens, shifts = machine.step(start, 5)  # (l0, InsideGroup, AllReduce): new device states
     assert tokens.dtype == shifts.dtype == np.int32 and tokens.max() >= 1 << 16
+
+
+def _spy(monkeypatch, name: str) -> Counter:
+    """Counts what ``_Machine.<name>`` returns (None, a rule, or "ok") by collective."""
+    seen: Counter = Counter()
+    original = getattr(vectorized._Machine, name)
+
+    def spy(self, coll, *args):
+        out = original(self, coll, *args)
+        seen[coll.value, "none" if out is None else out if isinstance(out, str) else "ok"] += 1
+        return out
+
+    monkeypatch.setattr(vectorized._Machine, name, spy)
+    return seen
+
+
+@pytest.mark.parametrize("progress", [True, False])
+@pytest.mark.parametrize("sizes", [(2, 2, 3), (2, 2, 2, 2)])
+def test_large_groups_by_structure(monkeypatch, sizes, progress):
+    """Groups of more than LARGE_MEMBERS members are decided on their structure (``_Machine._large``); with
+    the bound at 1 every group of 2 or more goes that way: the verdicts of pieces, its failures included."""
+    monkeypatch.setattr(vectorized, "LARGE_MEMBERS", 1)
+    seen = _spy(monkeypatch, "_large")
+    prob = _problem(sizes, "per-ancestor", progress)
+    rng = random.Random(len(sizes))
+    n = len(prob.candidates)
+    programs = _mix(prob, rng, 3) + [tuple(rng.randrange(n) for _ in range(rng.randint(2, 6))) for _ in range(700)]
+    _assert_same(prob, programs, sizes)
+    assert {(c, out) for c in ("AllReduce", "Reduce", "ReduceScatter") for out in
+            ("ok", f"{c}.same_chunks", f"{c}.disjoint", "none")} <= set(seen)
+    assert {("AllGather", "ok"), ("AllGather", "AllGather.disjoint_chunks"), ("AllGather", "none")} <= set(seen)
+
+
+def test_large_gather_of_several_contributions(monkeypatch):
+    """An AllGather of members whose contributions differ makes a state of several pieces (``_gathered``);
+    with at most one class of contributions allowed, the rest go the general way: the same verdicts."""
+    monkeypatch.setattr(vectorized, "LARGE_MEMBERS", 1)
+    prob = _problem((2, 3), "per-ancestor", True)
+    programs = list(product(range(len(prob.candidates)), repeat=3))
+    classes: Counter = Counter()
+    original = vectorized._Machine._gathered
+
+    def spy(self, *args):
+        out = original(self, *args)
+        classes[None if out is None else len(out)] += 1
+        return out
+
+    monkeypatch.setattr(vectorized._Machine, "_gathered", spy)
+    _assert_same(prob, programs, (2, 3))
+    assert classes[1] and classes[2]
+    monkeypatch.setattr(vectorized, "GATHER_CLASSES", 1)
+    classes.clear()
+    _assert_same(prob, programs, (2, 3))
+    assert classes[None]
+
+
+@pytest.mark.parametrize("sizes", [(2, 3, 2), (4, 2, 2, 2)])
+def test_broadcast_member_by_member(monkeypatch, sizes):
+    """Broadcast blocks are decided pair by pair (``_Machine._broadcast``): its first failing group and rule
+    (below the root, no information increase) are those of pieces, with and without progress."""
+    for progress in (True, False):
+        prob = _problem(sizes, "global", progress)
+        rng = random.Random(7)
+        n = len(prob.candidates)
+        programs = [tuple(rng.randrange(n) for _ in range(rng.randint(1, 5))) for _ in range(1500)]
+        facts = _assert_same(prob, programs, sizes)
+        rules = Counter(str(rule) for *_, rule in facts)
+        assert rules["Broadcast.below_root"] and rules["Broadcast.information_increase"]
+
+
+
+@pytest.mark.parametrize("goal", [((0, 1, 2), (3, 4, 5), (6, 7, 8), (9, 10, 11)), ((0, 3), (1, 4), (2, 5), (6, 9),
+                                                                                   (7, 10), (8, 11))])
+def test_several_goal_groups(goal):
+    """Goals of several groups (each device's goal in its own frame): the verdicts of pieces, some proved."""
+    prob = replace(_problem((2, 2, 3), "per-ancestor", True), goal_groups=goal)
+    rng = random.Random(3)
+    facts = _assert_same(prob, _mix(prob, rng, 3), (2, 2, 3))
+    assert any(status == "proved" for _, status, *_ in facts)
+
+
+@pytest.mark.parametrize("sizes", [(2, 3, 2), (2, 2, 2, 2)])
+def test_repeating_states_step_one_run(monkeypatch, sizes):
+    """An instruction whose groups repeat run by run, on a state that repeats with the same period, is
+    stepped on the first run and repeated (``_Local``): the verdicts of pieces, their failing groups (the
+    first copy of the first failing group) included, and the path taken."""
+    taken: Counter = Counter()
+    original = vectorized._Machine._apply
+
+    def spy(self, blocks, coll, tokens, *args):
+        taken[len(tokens) < self.k] += 1
+        return original(self, blocks, coll, tokens, *args)
+
+    monkeypatch.setattr(vectorized._Machine, "_apply", spy)
+    prob = _problem(sizes, "global", True)
+    rng = random.Random(11)
+    n = len(prob.candidates)
+    programs = _mix(prob, rng, 3) + [tuple(rng.randrange(n) for _ in range(rng.randint(1, 5))) for _ in range(300)]
+    facts = _assert_same(prob, programs, sizes)
+    assert taken[True] and taken[False]
+    assert any(group is not None and min(group) >= sizes[-1] for _, _, _, group, _ in facts)

@@ -15,6 +15,13 @@ group, instead of Python work per device:
   A group's members are brought to one frame before the rules run and each outcome is taken back to its
   member's frame, so groups that differ only by where they sit in the hierarchy share one outcome.
 
+Two kinds of groups skip the per-group rule code (same rules, same order, same verdicts): a Broadcast is
+decided member by member (each member below its root, none or all equal to it), each distinct (root, member,
+relative shift and offset) pair once over all of an instruction's groups; a group of more than
+``LARGE_MEMBERS`` one-piece members is decided on positions in numpy (overlaps counted, the union built once)
+instead of k-bit integers per member. And an instruction whose groups each lie in one run of a level's stride
+and repeat run by run is stepped on the first run alone when the state repeats with that period.
+
 ``sizes`` (the hierarchy's level sizes, outermost first) only decides which groups share outcomes; any
 factorization of k (or none: one level of size k) gives the same verdicts. It shares no code with the
 encodings (an independent re-check).
@@ -23,14 +30,27 @@ encodings (an independent re-check).
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from math import prod
 
 import numpy as np
 
 from p2smt.errors import P2Error
 from p2smt.model.problem import SynthesisProblem
-from p2smt.semantics.pieces import Verdict, _Fail, _Runner, _Table, outcome, run_checks
+from p2smt.semantics.pieces import (
+    AG,
+    AR,
+    BC,
+    RED,
+    Verdict,
+    _below,
+    _canon,
+    _Fail,
+    _Runner,
+    _Table,
+    outcome,
+    run_checks,
+)
 
 
 class _Digits:
@@ -48,14 +68,14 @@ class _Digits:
         self._moves: dict[int, tuple[tuple[int, int, int], ...]] = {}
 
     def offsets(self, members: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """Each member's digit-wise offset from the first member of its row, per level (rows × members ×
-        levels, each digit times its level's stride), and the inverse offsets."""
-        up = np.zeros((*members.shape, len(self.sizes)), dtype=np.int64)
+        """Each member's digit-wise offset from the first member of its row, per level (levels × rows ×
+        members, each digit times its level's stride, in 32 bits), and the inverse offsets."""
+        up = np.zeros((len(self.sizes), *members.shape), dtype=np.int32)
         down = np.zeros_like(up)
         for level, (s, w) in enumerate(zip(self.sizes, self.strides)):
             digit = (members // w) % s
-            up[:, :, level] = ((digit - digit[:, :1]) % s) * w
-            down[:, :, level] = ((digit[:, :1] - digit) % s) * w
+            up[level] = ((digit - digit[:, :1]) % s) * w
+            down[level] = ((digit[:, :1] - digit) % s) * w
         return up, down
 
     def inverse(self, code: int) -> int:
@@ -112,13 +132,50 @@ class _Block:
     members: np.ndarray
     frame: np.ndarray
     frames: tuple[_Frame, ...]
+    offsets: tuple[np.ndarray, np.ndarray]  # each member's offsets from the first one's and back (levels first)
+    moved: dict = field(default_factory=dict)  # see _Machine._uniform
+
+
+@dataclass(frozen=True)
+class _Local:
+    """An instruction whose groups each lie in one run of ``width`` devices (the same outer levels' digits)
+    and repeat from run to run: on a state that repeats with that period its step is the first run's,
+    repeated. ``blocks``: the first run's groups, ``index`` ranking them by ``first``, the least index of
+    each one's copies (the failing group reported is the first one, among all copies)."""
+
+    width: int
+    blocks: tuple[_Block, ...]
+    first: np.ndarray
+
+
+def _repeats(values: np.ndarray, width: int) -> bool:
+    """Whether ``values`` repeats with period ``width`` (the second run first: most states that do not repeat
+    differ there)."""
+    if not np.array_equal(values[width : 2 * width], values[:width]):
+        return False
+    return bool((values.reshape(-1, width) == values[:width]).all())
 
 
 MEMO_MEMBERS = 256
 LARGE_MEMO_BYTES = 64 << 20
 """The outcomes of groups of more than ``MEMO_MEMBERS`` members (whose keys and outcomes cost O(members)
 bytes) are memoized up to about this many bytes, then forgotten."""
+LARGE_MEMBERS = 16
+"""Groups of more members are decided by ``_Machine._large`` when its structure applies (its numpy passes cost
+O(k) per group, less than translating each member's k-bit contributions from about this many members)."""
+GATHER_CLASSES = 64
 _MIX = np.random.default_rng(20261202).integers(1, 2**63, size=4096, dtype=np.uint64) | np.uint64(1)
+
+
+def _by_rows(ufunc: np.ufunc, a: np.ndarray) -> np.ndarray:
+    """``ufunc.reduce(a, axis=1)``, column by column when rows are short (numpy's reduction along a short last
+    axis costs several times more per entry)."""
+    if a.shape[1] > 16:
+        return ufunc.reduce(a, axis=1)
+    out = a[:, 0].copy()
+    for j in range(1, a.shape[1]):
+        ufunc(out, a[:, j], out=out)
+    return out
 
 
 def _distinct_rows(keys: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -128,7 +185,7 @@ def _distinct_rows(keys: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     width = keys.shape[1]
     mix = _MIX[:width] if width <= len(_MIX) else np.resize(_MIX, width) ^ np.arange(width, dtype=np.uint64)
     with np.errstate(over="ignore"):
-        h = (keys.astype(np.uint64) * mix).sum(axis=1, dtype=np.uint64)
+        h = _by_rows(np.add, keys.astype(np.uint64) * mix)
     _, first, inverse = np.unique(h, return_index=True, return_inverse=True)
     inverse = inverse.reshape(-1)
     if not np.array_equal(keys[first][inverse], keys):  # a collision: decide exactly
@@ -152,31 +209,65 @@ class _Machine:
         self.frames = _Table()  # members' contribution offsets
         self.kept: list[int | None] = []  # by token: see _kept
         self.free = np.zeros(0, dtype=bool)  # by token: see _free
-        self.levels = np.arange(len(self.digits.sizes), dtype=np.int64)
         self.memo: dict[tuple, tuple[np.ndarray, np.ndarray] | str] = {}  # (collective, frame, row) -> outcome
         self.large: dict[tuple, tuple[np.ndarray, np.ndarray] | str] = {}  # the same for large groups
         self.large_bytes = 0
+        self.kept_bits = np.zeros(0, dtype=np.int64)  # by token: _kept
+        self.pairs: dict[tuple[int, int, int, int], tuple[bool, bool]] = {}  # see _pair
+        self.sent: dict[tuple[int, int], int] = {}  # see _sent
+        self.frame_offsets: dict[int, tuple[np.ndarray, np.ndarray]] = {}  # see _frame_offsets
+        self.kept_states: dict[tuple[int, ...], int] = {}  # see _kept_state
         self.blocks: list[tuple[_Block, ...] | None] = [None] * len(problem.candidates)
+        self.locals: list[tuple[_Local, ...]] = [()] * len(problem.candidates)  # see _locals_of
         self.initial = (np.full(k, self.token(((full, 1),)), dtype=np.int32), np.zeros(k, np.int32))
         goal = np.full(k, self.token(()), dtype=np.int32)
         for g in problem.goal_groups:
-            mask = sum(1 << d for d in g)
-            for d in g:
-                goal[d] = self.token(((full, self.digits.translate(mask, self.digits.inverse(d))),))
+            devices = np.array(g, dtype=np.int64)
+            mask = self._bits(devices)
+            first = self.token(((full, mask),))  # in device 0's frame, then sent to each device's
+            back = self.digits.offsets(np.stack([np.zeros_like(devices), devices], axis=1))[1][:, :, 1]
+            goal[devices] = self._send(np.full(len(g), first, dtype=np.int32), back)
         self.goal = (goal, np.zeros(k, np.int32))
 
     def step(self, state: tuple[np.ndarray, np.ndarray], i: int) -> tuple[np.ndarray, np.ndarray]:
         blocks = self.blocks[i]
         if blocks is None:
-            blocks = self.blocks[i] = self._blocks_of(self.problem.candidates[i].groups)
+            blocks = self.blocks[i] = self._blocks_of(self.problem.candidates[i].groups,
+                                                      self.problem.candidates[i].collective is BC)
+            self.locals[i] = self._locals_of(blocks)
         tokens, shifts = state
-        new_tokens, new_shifts = tokens.astype(np.int32), shifts.astype(np.int32)  # stored states may be uint16
-        failure: tuple[int, str] | None = None
         coll = self.problem.candidates[i].collective
+        groups = self.problem.candidates[i].groups
+        for local in self.locals[i]:
+            width = local.width
+            if _repeats(tokens, width) and _repeats(shifts, width):
+                new_tokens, new_shifts = tokens[:width].astype(np.int32), shifts[:width].astype(np.int32)
+                failure = self._apply(local.blocks, coll, tokens[:width], shifts[:width], new_tokens, new_shifts)
+                if failure is not None:
+                    raise _Fail(groups[int(local.first[failure[0]])], failure[1])
+                return np.tile(new_tokens, self.k // width), np.tile(new_shifts, self.k // width)
+        new_tokens, new_shifts = tokens.astype(np.int32), shifts.astype(np.int32)  # stored states may be uint16
+        failure = self._apply(blocks, coll, tokens, shifts, new_tokens, new_shifts)
+        if failure is not None:
+            raise _Fail(groups[failure[0]], failure[1])
+        return new_tokens, new_shifts
+
+    def _apply(self, blocks: Sequence[_Block], coll, tokens: np.ndarray, shifts: np.ndarray, new_tokens: np.ndarray,
+               new_shifts: np.ndarray) -> tuple[int, str] | None:
+        """The blocks' groups applied to the state (tokens, shifts), written into (new_tokens, new_shifts);
+        the first failing group's index (the blocks' ``index``) and rule, or None."""
+        failure: tuple[int, str] | None = None
         for b in blocks:
+            if coll is BC:
+                failed, placed = self._broadcast(b, tokens, shifts, failure is None)
+                if failed is not None and (failure is None or failed[0] < failure[0]):
+                    failure = failed
+                if failure is None:
+                    new_tokens[b.members], new_shifts[b.members] = placed
+                continue
             rows, sh = tokens[b.members], shifts[b.members]
             free = self._free(rows)
-            base = np.where(free, self.k, sh).min(axis=1)
+            base = _by_rows(np.minimum, np.where(free, self.k, sh))
             base[base == self.k] = 0
             sh = np.where(free, 0, sh - base[:, None])
             m = rows.shape[1]
@@ -207,23 +298,160 @@ class _Machine:
                 placed = out_tokens[inverse]
                 new_tokens[b.members] = placed
                 new_shifts[b.members] = np.where(self._free(placed), 0, out_shifts[inverse] + base[:, None])
-        if failure is not None:
-            raise _Fail(self.problem.candidates[i].groups[failure[0]], failure[1])
-        return new_tokens, new_shifts
+        return failure
 
-    def _blocks_of(self, groups: Sequence[tuple[int, ...]]) -> tuple[_Block, ...]:
+    def _locals_of(self, blocks: Sequence[_Block]) -> tuple[_Local, ...]:
+        """The widths (the strides of the levels, widest first skipped: k itself) at which an instruction's
+        groups each lie in one run of ``width`` devices and are the first run's groups moved run by run."""
+        out = []
+        for width in sorted(self.digits.strides):
+            if width == self.k:
+                continue
+            runs = self.k // width
+            firsts, kept = [], []
+            for b in blocks:
+                members = b.members.astype(np.int64)
+                if not (members // width == members[:, :1] // width).all():
+                    break
+                head = np.flatnonzero(members[:, 0] < width)
+                if len(head) * runs != len(members):
+                    break
+                owner = np.full(self.k, -1, dtype=np.int64)
+                owner[members[:, 0]] = np.arange(len(members))
+                moved = members[head, None, :] + (np.arange(runs) * width)[None, :, None]  # head × runs × m
+                rows = owner[moved[:, :, 0]]
+                if (rows < 0).any() or not (members[rows] == moved).all():
+                    break
+                least = b.index[rows].min(axis=1)
+                by = np.argsort(least, kind="stable")  # the rows in the order of their first copies
+                firsts.append(least[by])
+                kept.append(head[by])
+            else:
+                first = np.concatenate(firsts) if firsts else np.zeros(0, np.int64)
+                rank = np.argsort(first, kind="stable")
+                order = np.empty(len(rank), np.int64)
+                order[rank] = np.arange(len(rank))
+                local, at = [], 0
+                for b, head in zip(blocks, kept):
+                    index = order[at : at + len(head)]
+                    at += len(head)
+                    offsets = b.offsets if len(b.offsets[0]) == 0 else tuple(o[:, head] for o in b.offsets)
+                    local.append(_Block(index, b.members[head], b.frame[head], b.frames, offsets))
+                out.append(_Local(width, tuple(local), first[rank]))
+        return tuple(out)
+
+    def _blocks_of(self, groups: Sequence[tuple[int, ...]], broadcast: bool) -> tuple[_Block, ...]:
         out = []
         for m in sorted({len(g) for g in groups}):
             index = np.array([j for j, g in enumerate(groups) if len(g) == m], dtype=np.int64)
             members = np.array([groups[j] for j in index], dtype=np.int32).reshape(len(index), m)
-            codes = self.digits.offsets(members)[0].sum(axis=2)
+            offsets = self.digits.offsets(members)
+            codes = offsets[0].sum(axis=0)
             if (codes == codes[0]).all():  # hierarchy-shaped: one frame
                 codes, first, frame = codes[:1], np.zeros(1, np.int64), np.zeros(len(codes), np.int64)
             else:
                 codes, first, frame = np.unique(codes, axis=0, return_index=True, return_inverse=True)
             frames = tuple(_Frame(self.frames.id(tuple(c)), members[f]) for c, f in zip(codes.tolist(), first))
-            out.append(_Block(index, members, frame.reshape(-1).astype(np.int32), frames))
+            out.append(_Block(index, members, frame.reshape(-1).astype(np.int32), frames,
+                              offsets if broadcast else (np.zeros(0), np.zeros(0))))
         return tuple(out)
+
+    def _broadcast(self, b: _Block, tokens: np.ndarray, shifts: np.ndarray, place: bool):
+        """A Broadcast block decided member by member: a group fails ``below_root`` if some member is not
+        below its root (the first member), else ``information_increase`` if every member equals the root
+        (which also covers progress); else every member gets the root's state. Each distinct (root's token,
+        member's token, chunk shift between them, offset of the member from the root along the levels
+        neither's contributions are kept by: a translation along a level the root keeps maps the root to
+        itself, so it decides nothing) is decided once. Returns (first failing group index and rule, or
+        None; the members' new tokens and shifts, when ``place`` and no group failed)."""
+        rows, sh = tokens[b.members], shifts[b.members]
+        root, root_sh = rows[:, :1], sh[:, :1]
+        free = self._free(rows)
+        d = np.where(free | free[:, :1], 0, sh.astype(np.int64) - root_sh)
+        kept = self._kept_of(rows)
+        kept_root = kept[:, :1]
+        off = self._uniform(b, 0, kept | kept_root)[0]
+        n, k = len(self.states), self.k
+        if n * n * 2 * k * k < 1 << 62:
+            key = (root.astype(np.int64) * n + rows) * (2 * k * k) + (d + k) * k + off
+        else:
+            pair = np.unique(root.astype(np.int64) * n + rows, return_inverse=True)[1]
+            key = pair.reshape(rows.shape).astype(np.int64) * (2 * k * k) + (d + k) * k + off
+        first, inverse = np.unique(key, return_index=True, return_inverse=True)[1:]
+        memo, decide = self.pairs, self._pair
+        facts = []
+        for key in zip(np.broadcast_to(root, rows.shape).reshape(-1)[first].tolist(), rows.reshape(-1)[first].tolist(),
+                       d.reshape(-1)[first].tolist(), off.reshape(-1)[first].tolist()):
+            found = memo.get(key)
+            facts.append(decide(*key) if found is None else found)
+        facts = np.array(facts, dtype=bool)[inverse.reshape(-1)].reshape(*rows.shape, 2)
+        below, same = _by_rows(np.logical_and, facts[..., 0]), _by_rows(np.logical_and, facts[..., 1])
+        bad = np.flatnonzero(~below | same)
+        if len(bad):
+            g = int(bad[0])
+            return (int(b.index[g]), "Broadcast.below_root" if not below[g] else "Broadcast.information_increase"), None
+        if not place:
+            return None, None
+        codes, where = self._uniform(b, 1, np.broadcast_to(kept_root, rows.shape))[1:]
+        if codes is not None and (root == root[0, 0]).all():  # one state sent: once per distinct offset
+            new = np.array([self._sent(int(root[0, 0]), c) for c in codes.tolist()], dtype=np.int32)[where]
+        else:
+            new = self._send(np.broadcast_to(root, rows.shape), b.offsets[1], np.broadcast_to(kept_root, rows.shape))
+        return None, (new.reshape(rows.shape), np.broadcast_to(root_sh, rows.shape))
+
+    def _uniform(self, b: _Block, which: int, kept: np.ndarray):
+        """``_moved(b.offsets[which], kept)``, and when every entry keeps the same levels, its distinct values
+        and each entry's index into them (kept with the block per set of levels)."""
+        v = int(kept.flat[0])
+        if not (kept == v).all():
+            return self._moved(b.offsets[which], kept), None, None
+        found = b.moved.get((which, v))
+        if found is None:
+            moved = self._moved(b.offsets[which], np.full(kept.shape, v))
+            codes, where = np.unique(moved, return_inverse=True)
+            found = b.moved[which, v] = (moved.astype(np.int32), codes, where.reshape(-1).astype(np.int32))
+        return found
+
+    def _send(self, tokens: np.ndarray, down: np.ndarray, kept: np.ndarray | None = None) -> np.ndarray:
+        """Each member's token for state ``tokens`` (in its group's first member's frame) in its own frame,
+        ``down`` being its offsets back to it (levels × …); once per distinct (token, offset). ``kept``:
+        ``_kept_of(tokens)`` when known."""
+        k = self.k
+        kept = self._kept_of(tokens) if kept is None else kept
+        made, which = np.unique(tokens.astype(np.int64) * k + self._moved(down, kept), return_inverse=True)
+        new = np.array([self._sent(int(c // k), int(c % k)) for c in made.tolist()], dtype=np.int32)
+        return new[which.reshape(-1)].reshape(tokens.shape)
+
+    def _moved(self, offsets: np.ndarray, kept: np.ndarray) -> np.ndarray:
+        """The offsets (levels × …, coded by stride) along the levels not in ``kept`` (a bit set of levels per
+        entry: those a state's contributions are kept by, along which a translation changes nothing)."""
+        out = np.zeros(kept.shape, dtype=np.int64)
+        for level, along in enumerate(offsets):
+            out += np.where(kept >> level & 1, 0, along)
+        return out
+
+    def _pair(self, root: int, member: int, d: int, off: int) -> tuple[bool, bool]:
+        """(member below root, member equal to root): the member's state (token ``member``) with its chunks
+        ``d`` above the root's and its contributions translated by ``off`` into the root's frame."""
+        key = (root, member, d, off)
+        found = self.pairs.get(key)
+        if found is None:
+            translate = self.digits.translate
+            r_state = self.states[root]
+            m_state = tuple((r << d if d > 0 else r, translate(c, off)) for r, c in self.states[member])
+            if d < 0:
+                r_state = tuple((r << -d, c) for r, c in r_state)
+            found = self.pairs[key] = (_below(m_state, r_state), set(m_state) == set(r_state))
+        return found
+
+    def _sent(self, root: int, back: int) -> int:
+        """The token of state ``root`` with its contributions translated by ``back`` (into a member's frame)."""
+        key = (root, back)
+        found = self.sent.get(key)
+        if found is None:
+            translate = self.digits.translate
+            found = self.sent[key] = self.token(tuple((r, translate(c, back)) for r, c in self.states[root]))
+        return found
 
     def _outcome(self, coll, frame: _Frame, members: np.ndarray, shifts: np.ndarray):
         """The members' new (tokens, shifts relative to the group's lowest), or the rule the group violates.
@@ -232,32 +460,156 @@ class _Machine:
         the pieces rule code decides, and each new state is normalized back to its own frame. A state
         whose contributions a level's translations keep is not translated along that level (so members
         alike in the group's frame are brought to it once)."""
+        if len(members) > LARGE_MEMBERS:
+            found = self._large(coll, frame, members, shifts)
+            if found is not None:
+                return found
         digits = self.digits
         tokens, which = np.unique(members, return_inverse=True)
         kept = np.array([self._kept(t) for t in tokens.tolist()], dtype=np.int64)[which.reshape(-1)]
-        up, down = (a[0] for a in digits.offsets(frame.devices[None, :].astype(np.int64)))
-        moves = (up * (((kept[:, None] >> self.levels) & 1) ^ 1)).sum(axis=1)
+        up, down = self._frame_offsets(frame)
+        moves = self._moved(up, kept)
         placed, which = np.unique(np.stack([members, moves, shifts], axis=1), axis=0, return_inverse=True)
         states = [tuple((r << s, digits.translate(c, o)) for r, c in self.states[t]) for t, o, s in placed.tolist()]
         before = [states[j] for j in which.reshape(-1).tolist()]
         out = outcome(coll, tuple(range(len(before))), before, self.problem.require_progress)
         if out.__class__ is str:
             return out
-        tokens = np.empty(len(out), dtype=np.int32)
-        lows = np.empty(len(out), dtype=np.int32)
-        alike: dict[int, list[int]] = {}  # members whose new state is one object (AllReduce, AllGather, …)
-        for j, st in enumerate(out):
-            alike.setdefault(id(st), []).append(j)
-        for js in alike.values():
-            st = out[js[0]]
-            low = min(((r & -r).bit_length() - 1 for r, _ in st), default=0)
-            keep = digits.kept(c for _, c in st)
-            back = (down[js] * (((keep >> self.levels) & 1) ^ 1)).sum(axis=1)
-            codes, where = np.unique(back, return_inverse=True)
-            made = [self.token(tuple((r >> low, digits.translate(c, o)) for r, c in st)) for o in codes.tolist()]
-            tokens[js] = np.array(made, dtype=np.int32)[where.reshape(-1)]
-            lows[js] = low
-        return tokens, lows
+        alike: dict[int, int] = {}  # new states by object (AllReduce, AllGather, … give every member one)
+        kind = np.array([alike.setdefault(id(st), len(alike)) for st in out], dtype=np.int64)
+        states = [out[j] for j in np.unique(kind, return_index=True)[1].tolist()]
+        lows = np.array([min(((r & -r).bit_length() - 1 for r, _ in st), default=0) for st in states], dtype=np.int32)
+        keep = np.array([self._kept_state(st) for st in states], dtype=np.int64)
+        made, where = np.unique(kind * self.k + self._moved(down, keep[kind]), return_inverse=True)
+        tokens = [self.token(tuple((r >> int(lows[c // self.k]), digits.translate(x, c % self.k))
+                                   for r, x in states[c // self.k])) for c in made.tolist()]
+        return np.array(tokens, dtype=np.int32)[where.reshape(-1)], lows[kind]
+
+    def _kept_state(self, state) -> int:
+        """``_Digits.kept`` of a state's contributions (remembered by their values)."""
+        contributions = tuple(c for _, c in state)
+        found = self.kept_states.get(contributions)
+        if found is None:
+            found = self.kept_states[contributions] = self.digits.kept(contributions)
+        return found
+
+    def _large(self, coll, frame: _Frame, members: np.ndarray, shifts: np.ndarray):
+        """``_outcome`` of a group of one-piece members (else None) by the rules' structure: each member's
+        chunks or contributions as positions in numpy (the chunks shifted, the contributions translated
+        digit-wise by the member's offset), their overlaps counted, the union built once, and the new
+        state sent to the members' frames once per distinct (state, offset)."""
+        tokens, which = np.unique(members, return_inverse=True)
+        which = which.reshape(-1)
+        states = [self.states[t] for t in tokens.tolist()]
+        if len(members) < 2 or any(len(st) != 1 for st in states):
+            return None
+        rows = [st[0][0] for st in states]
+        contribs = [st[0][1] for st in states]
+        up, down = self._frame_offsets(frame)
+        if coll is AG:
+            sizes = np.array([r.bit_count() for r in rows], dtype=np.int64)[which]
+            seen = self._union(rows, which, lambda pos, j: pos[None, :] + shifts[j, None])
+            if seen is None:
+                return "AllGather.disjoint_chunks"
+            if (sizes != sizes[0]).any():
+                return "AllGather.equal_sizes"
+            state = self._gathered(tokens, which, shifts, up)
+            if state is None:
+                return None
+        else:
+            chunks = np.array([rows.index(r) for r in rows], dtype=np.int64)[which]
+            if (chunks != chunks[0]).any() or (shifts != shifts[0]).any():
+                return f"{coll.value}.same_chunks"
+            union = self._union(contribs, which, lambda pos, j: self._moved_positions(pos, up[:, j]))
+            if union is None:
+                return f"{coll.value}.disjoint"
+            whole = rows[which[0]] << int(shifts[0])
+            if coll is AR:
+                counts = np.array([c.bit_count() for c in contribs], dtype=np.int64)[which]
+                if self.problem.require_progress and (counts == union.bit_count()).all():
+                    return "progress"
+                state = ((whole, union),)
+            elif coll is RED:
+                low = int(shifts[0])
+                first = self.token(((whole >> low, union),))
+                out = np.full(len(members), self.token(()), dtype=np.int32)
+                out[0] = first
+                lows = np.zeros(len(members), dtype=np.int32)
+                lows[0] = low
+                return out, lows
+            else:
+                if whole.bit_count() % len(members):
+                    return "ReduceScatter.divisible"
+                lows, shapes = self._cut(whole, len(members))
+                firsts = np.array([self.token(((b, union),)) for b in shapes[0]], dtype=np.int32)[shapes[1]]
+                return self._send(firsts, down), lows
+        low = min((r & -r).bit_length() - 1 for r, _ in state)
+        first = self.token(tuple((r >> low, c) for r, c in state))
+        return self._send(np.full(len(members), first, dtype=np.int32), down), np.full(len(members), low, np.int32)
+
+    def _cut(self, rows: int, m: int) -> tuple[np.ndarray, tuple[list[int], np.ndarray]]:
+        """``pieces._blocks(rows, m)`` (m divides its size) as each block's lowest chunk and its shape (the
+        block shifted down to chunk 0): the distinct shapes and each block's index into them."""
+        positions = self._positions(rows).reshape(m, -1)
+        lows = positions[:, 0]
+        first, which = _distinct_rows(positions - lows[:, None])
+        shapes = [self._bits(positions[f] - lows[f]) for f in first.tolist()]
+        return lows.astype(np.int32), (shapes, which)
+
+    def _union(self, sets: list[int], which: np.ndarray, place) -> int | None:
+        """The union of the members' sets (member j's is ``sets[which[j]]`` placed by ``place(positions,
+        members)``), or None if two overlap."""
+        counts = np.array([c.bit_count() for c in sets], dtype=np.int64)
+        if counts[which].sum() > self.k:
+            return None
+        placed = [place(self._positions(bits), np.flatnonzero(which == t)).reshape(-1) for t, bits in enumerate(sets)]
+        seen = np.bincount(np.concatenate(placed), minlength=self.k)
+        if seen.max(initial=0) > 1:
+            return None
+        return self._bits(np.flatnonzero(seen))
+
+    def _gathered(self, tokens, which, shifts, up):
+        """AllGather's new state (chunks relative to the group's lowest, contributions in its first member's
+        frame), or None when the members' contributions fall in more than ``GATHER_CLASSES`` classes."""
+        moved = self._moved(up, self._kept_of(tokens[which]))
+        keys, where = np.unique(which.astype(np.int64) * self.k + moved, return_inverse=True)
+        if len(keys) > GATHER_CLASSES:
+            return None
+        values = [self.digits.translate(self.states[int(tokens[c // self.k])][0][1], int(c % self.k))
+                  for c in keys.tolist()]
+        pieces: dict[int, int] = {}
+        where = where.reshape(-1)
+        for v, c in enumerate(values):
+            j = np.flatnonzero(where == v)
+            rows = [(self._positions(self.states[int(tokens[t])][0][0])[None, :] + shifts[j[which[j] == t], None])
+                    for t in np.unique(which[j]).tolist()]
+            pieces[c] = pieces.get(c, 0) | self._bits(np.concatenate([r.reshape(-1) for r in rows]))
+        return _canon(pieces)
+
+    def _bits(self, positions: np.ndarray) -> int:
+        """The bit set of ``positions`` (each below k)."""
+        marked = np.zeros(self.k, dtype=bool)
+        marked[positions] = True
+        return int.from_bytes(np.packbits(marked, bitorder="little").tobytes(), "little")
+
+    def _positions(self, bits: int) -> np.ndarray:
+        """The set bits of ``bits`` (< 2**k), ascending."""
+        raw = np.frombuffer(bits.to_bytes((self.k + 7) // 8, "little"), dtype=np.uint8)
+        return np.flatnonzero(np.unpackbits(raw, bitorder="little"))
+
+    def _moved_positions(self, positions: np.ndarray, up: np.ndarray) -> np.ndarray:
+        """Devices ``positions`` translated by each of the offsets ``up`` (levels × members): members × positions."""
+        out = np.zeros((up.shape[1], len(positions)), dtype=np.int64)
+        for level, (s, w) in enumerate(zip(self.digits.sizes, self.digits.strides)):
+            out += ((positions[None, :] // w % s + up[level, :, None] // w) % s) * w
+        return out
+
+    def _frame_offsets(self, frame: _Frame) -> tuple[np.ndarray, np.ndarray]:
+        """Offsets (levels × members) of a frame's members from its first member and back (kept per frame)."""
+        found = self.frame_offsets.get(frame.id)
+        if found is None:
+            found = self.frame_offsets[frame.id] = tuple(a[:, 0] for a in self.digits.offsets(frame.devices[None, :]))
+        return found
 
     def _free(self, tokens: np.ndarray) -> np.ndarray:
         """Whether each token is a state whose chunks need no shift: empty, or one piece holding every chunk.
@@ -270,6 +622,14 @@ class _Machine:
             self.free = np.concatenate([self.free, np.fromiter(
                 (not s or (len(s) == 1 and s[0][0] == self.full) for s in self.states[known:]), dtype=bool)])
         return self.free[tokens]
+
+    def _kept_of(self, tokens: np.ndarray) -> np.ndarray:
+        """``_kept`` of each token."""
+        known = len(self.kept_bits)
+        if known < len(self.states):
+            self.kept_bits = np.concatenate([self.kept_bits, np.fromiter(
+                (self._kept(t) for t in range(known, len(self.states))), dtype=np.int64)])
+        return self.kept_bits[tokens]
 
     def _kept(self, token: int) -> int:
         """The levels whose translations keep the contributions of device state ``token`` (a bit set)."""
