@@ -11,13 +11,13 @@ The program set is **not** size-independent (docs/symmetry.md: a 7-step program 
 (a, b, c) iff a divides c, so it is valid at (2, 2, 2) and invalid at (2, 3, 5)). The generic
 instance's programs are therefore only candidates: each is checked at the real size by the
 driver's independent interpreter (``synth.recheck``: the dense one up to 128 devices, the compressed one
-above, its vectorized form above 4,096) and the invalid ones are dropped (``stats["dropped_at_real_size"]``).
+above, its vectorized form above 512) and the invalid ones are dropped (``stats["dropped_at_real_size"]``).
 Every returned program is valid.
 Completeness fails in general: a 7-step program on four levels is valid wherever s0·s1 divides s3 and so
 invalid at size 2 (docs/symmetry.md). The engine therefore *proves* it at the real size where it can: the
 inclusion exploration (``synth.lockstep.real_included``, Theorem 3') decides whether every program valid at
 the real size, of any length, is valid at the generic instance; then the checked set is exact (status
-complete). It runs by default up to three non-trivial levels and 4,096 devices (tens to hundreds of pairs
+complete). It runs by default with two non-trivial levels up to 16,384 devices and three up to 4,096 (tens to hundreds of pairs
 of states); beyond, only when asked, and the result is ``conjectured`` (with four or more levels lengths of
 7 or more are then refused). If it finds a missed program within ``max_len`` steps the engine searches at the real size
 instead. ``stats["rests_on"]`` says which. When the generic instance is the problem itself
@@ -352,7 +352,7 @@ def _checked_generic(
     on_first_step: FirstStepReport | None, proved_pairs: int | None,
 ) -> tuple[list[tuple[int, ...]], dict[str, Any]]:
     """The generic instance's programs that the driver's independent interpreter (``synth.recheck``: the
-    dense one up to 128 devices, the compressed one above, its vectorized form above 4,096) proves valid at
+    dense one up to 128 devices, the compressed one above, its vectorized form above 512) proves valid at
     the real size."""
     dropped: list[tuple[int, ...]] = []
 
