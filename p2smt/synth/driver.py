@@ -210,9 +210,8 @@ ENGINES: dict[Engine, tuple[str, EngineFn]] = {
     Engine.CERTIFIED: (("a proposer's programs (pieces by default) proved valid and "
                        "complete by Z3 (the default)"), _certified),
     Engine.SYMMETRIC: (("P²'s search on the generic size-2 copy of the hierarchy, each program then checked at "
-                        "the real size; completeness proved at the real size up to three levels (up to 16,384 / 4,096 devices), "
-                        "conjectured above "
-                        "(docs/symmetry.md)"), _symmetric),
+                        "the real size; completeness proved at the real size with two levels up to 16,384 devices and "
+                        "three up to 4,096, conjectured beyond (docs/symmetry.md)"), _symmetric),
 }
 
 
@@ -388,8 +387,8 @@ SEARCHES = {
     Engine.ENUMERATIVE: "the dense interpreter's exhaustive search at the real size",
     Engine.PIECES: "the compressed interpreter's exhaustive search at the real size",
     Engine.SYMMETRIC: ("the symmetric engine's search (on the generic instance where the problem allows, each "
-                       "program checked at the real size; completeness proved at the real size up to three "
-                       "levels, conjectured above, docs/symmetry.md)"),
+                       "program checked at the real size; completeness proved at the real size with two levels "
+                       "up to 16,384 devices and three up to 4,096, conjectured beyond, docs/symmetry.md)"),
 }
 
 

@@ -17,10 +17,10 @@ Completeness fails in general: a 7-step program on four levels is valid wherever
 invalid at size 2 (docs/symmetry.md). The engine therefore *proves* it at the real size where it can: the
 inclusion exploration (``synth.lockstep.real_included``, Theorem 3') decides whether every program valid at
 the real size, of any length, is valid at the generic instance; then the checked set is exact (status
-complete). It runs by default with two non-trivial levels up to 16,384 devices and three up to 4,096 (tens to hundreds of pairs
-of states); beyond, only when asked, and the result is ``conjectured`` (with four or more levels lengths of
-7 or more are then refused). If it finds a missed program within ``max_len`` steps the engine searches at the real size
-instead. ``stats["rests_on"]`` says which. When the generic instance is the problem itself
+complete). It runs by default with two non-trivial levels up to 16,384 devices and three up to 4,096
+(tens to hundreds of pairs of states); beyond, only when asked, and the result is ``conjectured`` (with
+four or more levels lengths of 7 or more are then refused). If it finds a missed program within
+``max_len`` steps the engine searches at the real size instead. ``stats["rests_on"]`` says which. When the generic instance is the problem itself
 (every non-trivial level already of size ``size``) the result is exact. Problems that are not one
 reduction group over a kind-(d) hierarchy fall back to the same search at the real size (exact).
 """
