@@ -178,6 +178,29 @@ def _by_rows(ufunc: np.ufunc, a: np.ndarray) -> np.ndarray:
     return out
 
 
+FEW_CLASSES = 8
+"""Up to this many distinct values are found by comparisons (a pass per value over the entries left), more by
+sorting (``np.unique``, several times slower on tens of thousands of entries)."""
+
+
+def _classes(values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(index of the first entry of each distinct value, each entry's index into them) of a 1-d array; the
+    values in order of first occurrence up to ``FEW_CLASSES`` of them, else in ``np.unique``'s order."""
+    inverse = np.zeros(len(values), np.int64)
+    first = [0]
+    rest = np.flatnonzero(values != values[0])
+    while len(rest):
+        if len(first) == FEW_CLASSES:
+            _, found, inverse = np.unique(values, return_index=True, return_inverse=True)
+            return found, inverse.reshape(-1)
+        at = int(rest[0])
+        same = values[rest] == values[at]
+        inverse[rest[same]] = len(first)
+        first.append(at)
+        rest = rest[~same]
+    return np.array(first, dtype=np.int64), inverse
+
+
 def _distinct_rows(keys: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """(first row index of each distinct row, each row's distinct index): a hash of each row, checked exactly."""
     if len(keys) == 1:
@@ -186,8 +209,7 @@ def _distinct_rows(keys: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     mix = _MIX[:width] if width <= len(_MIX) else np.resize(_MIX, width) ^ np.arange(width, dtype=np.uint64)
     with np.errstate(over="ignore"):
         h = _by_rows(np.add, keys.astype(np.uint64) * mix)
-    _, first, inverse = np.unique(h, return_index=True, return_inverse=True)
-    inverse = inverse.reshape(-1)
+    first, inverse = _classes(h)
     if not np.array_equal(keys[first][inverse], keys):  # a collision: decide exactly
         _, first, inverse = np.unique(keys, axis=0, return_index=True, return_inverse=True)
         inverse = inverse.reshape(-1)
@@ -377,7 +399,7 @@ class _Machine:
         else:
             pair = np.unique(root.astype(np.int64) * n + rows, return_inverse=True)[1]
             key = pair.reshape(rows.shape).astype(np.int64) * (2 * k * k) + (d + k) * k + off
-        first, inverse = np.unique(key, return_index=True, return_inverse=True)[1:]
+        first, inverse = _classes(key.reshape(-1))
         memo, decide = self.pairs, self._pair
         facts = []
         for key in zip(np.broadcast_to(root, rows.shape).reshape(-1)[first].tolist(), rows.reshape(-1)[first].tolist(),
@@ -640,28 +662,40 @@ class _Machine:
             found = self.kept[token] = self.digits.kept(c for _, c in self.states[token])
         return found
 
+SAMPLE = 1024
+"""The devices whose states key ``_Store``'s index (the rest is compared on a hit): reading all of them costs
+about as much as the comparison."""
+
+
 class _Store:
-    """Whole states (token and shift arrays) interned by their exact bytes, so a step from a state reached
-    by two prefixes is computed once: ``id`` numbers a state, ``store[id]`` gives it back (a read-only view)."""
+    """Whole states (token and shift arrays) interned by value, so a step from a state reached by two prefixes
+    is computed once: ``id`` numbers a state (its values at ``SAMPLE`` fixed random devices as a first key, the
+    whole arrays compared exactly), ``store[id]`` gives it back (read-only arrays, in 16 bits when they fit)."""
 
     def __init__(self, k: int):
         self.k = k
-        self.ids: dict[bytes, int] = {}
-        self.keys: list[bytes] = []
+        self.sample = np.sort(np.random.default_rng(20261202).permutation(k)[:SAMPLE])
+        self.ids: dict[bytes, list[int]] = {}
+        self.kept: list[np.ndarray] = []
 
     def id(self, state: tuple[np.ndarray, np.ndarray]) -> int:
+        tokens, shifts = state
+        key = np.stack([tokens[self.sample], shifts[self.sample]]).astype(np.int32).tobytes()
+        same = self.ids.setdefault(key, [])
+        for sid in same:
+            kept = self.kept[sid]
+            if np.array_equal(kept[0], tokens) and np.array_equal(kept[1], shifts):
+                return sid
         both = np.stack(state)
-        small = both.max(initial=0) < 1 << 16
-        key = (b"h" if small else b"i") + both.astype(np.uint16 if small else np.int32).tobytes()
-        found = self.ids.setdefault(key, len(self.keys))
-        if found == len(self.keys):
-            self.keys.append(key)
-        return found
+        kept = both.astype(np.uint16 if both.min(initial=0) >= 0 and both.max(initial=0) < 1 << 16 else np.int32)
+        kept.flags.writeable = False
+        same.append(len(self.kept))
+        self.kept.append(kept)
+        return len(self.kept) - 1
 
     def __getitem__(self, sid: int) -> tuple[np.ndarray, np.ndarray]:
-        key = self.keys[sid]
-        both = np.frombuffer(key, dtype=np.uint16 if key[:1] == b"h" else np.int32, offset=1).reshape(2, self.k)
-        return both[0], both[1]
+        kept = self.kept[sid]
+        return kept[0], kept[1]
 
 
 def check_programs(
