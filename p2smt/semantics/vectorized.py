@@ -440,9 +440,10 @@ class _Machine:
         ``_kept_of(tokens)`` when known."""
         k = self.k
         kept = self._kept_of(tokens) if kept is None else kept
-        made, which = np.unique(tokens.astype(np.int64) * k + self._moved(down, kept), return_inverse=True)
-        new = np.array([self._sent(int(c // k), int(c % k)) for c in made.tolist()], dtype=np.int32)
-        return new[which.reshape(-1)].reshape(tokens.shape)
+        codes = (tokens.astype(np.int64) * k + self._moved(down, kept)).reshape(-1)
+        first, which = _classes(codes)
+        new = np.array([self._sent(int(c // k), int(c % k)) for c in codes[first].tolist()], dtype=np.int32)
+        return new[which].reshape(tokens.shape)
 
     def _moved(self, offsets: np.ndarray, kept: np.ndarray) -> np.ndarray:
         """The offsets (levels × …, coded by stride) along the levels not in ``kept`` (a bit set of levels per
@@ -520,8 +521,8 @@ class _Machine:
         chunks or contributions as positions in numpy (the chunks shifted, the contributions translated
         digit-wise by the member's offset), their overlaps counted, the union built once, and the new
         state sent to the members' frames once per distinct (state, offset)."""
-        tokens, which = np.unique(members, return_inverse=True)
-        which = which.reshape(-1)
+        first, which = _classes(members)
+        tokens = members[first]
         states = [self.states[t] for t in tokens.tolist()]
         if len(members) < 2 or any(len(st) != 1 for st in states):
             return None
@@ -594,7 +595,9 @@ class _Machine:
         """AllGather's new state (chunks relative to the group's lowest, contributions in its first member's
         frame), or None when the members' contributions fall in more than ``GATHER_CLASSES`` classes."""
         moved = self._moved(up, self._kept_of(tokens[which]))
-        keys, where = np.unique(which.astype(np.int64) * self.k + moved, return_inverse=True)
+        codes = which.astype(np.int64) * self.k + moved
+        first, where = _classes(codes)
+        keys = codes[first]
         if len(keys) > GATHER_CLASSES:
             return None
         values = [self.digits.translate(self.states[int(tokens[c // self.k])][0][1], int(c % self.k))
