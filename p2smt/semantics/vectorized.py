@@ -606,8 +606,9 @@ class _Machine:
         where = where.reshape(-1)
         for v, c in enumerate(values):
             j = np.flatnonzero(where == v)
-            rows = [(self._positions(self.states[int(tokens[t])][0][0])[None, :] + shifts[j[which[j] == t], None])
-                    for t in np.unique(which[j]).tolist()]
+            held = which[j]
+            rows = [(self._positions(self.states[int(tokens[t])][0][0])[None, :] + shifts[j[held == t], None])
+                    for t in held[_classes(held)[0]].tolist()]
             pieces[c] = pieces.get(c, 0) | self._bits(np.concatenate([r.reshape(-1) for r in rows]))
         return _canon(pieces)
 
