@@ -406,8 +406,10 @@ class _Machine:
                        d.reshape(-1)[first].tolist(), off.reshape(-1)[first].tolist()):
             found = memo.get(key)
             facts.append(decide(*key) if found is None else found)
-        facts = np.array(facts, dtype=bool)[inverse.reshape(-1)].reshape(*rows.shape, 2)
-        below, same = _by_rows(np.logical_and, facts[..., 0]), _by_rows(np.logical_and, facts[..., 1])
+        fails = ~np.array(facts, dtype=bool).reshape(-1, 2)  # (not below, not equal) by distinct key
+        below = (np.ones(len(rows), dtype=bool) if not fails[:, 0].any()
+                 else ~_by_rows(np.logical_or, fails[:, 0][inverse].reshape(rows.shape)))
+        same = ~_by_rows(np.logical_or, fails[:, 1][inverse].reshape(rows.shape))
         bad = np.flatnonzero(~below | same)
         if len(bad):
             g = int(bad[0])
