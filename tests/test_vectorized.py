@@ -230,3 +230,15 @@ def test_store_tells_states_apart_when_keys_collide():
     assert ids == [0, 1, 2]
     assert [store.id(store[i]) for i in ids] == ids and store.id((a[0].astype(np.uint16), a[1])) == 0
     assert store[2][0].dtype == np.int32 and store[2][0][0] == 70000 and store[0][0].dtype == np.uint16
+
+
+def test_rows_told_apart_exactly_when_every_hash_collides(monkeypatch):
+    """Groups' rows are classed by a hash summed over their parts (frame, tokens, shifts) and checked exactly:
+    with every hash equal, the exact fallback still gives the verdicts of pieces."""
+    monkeypatch.setattr(vectorized, "_MIX", np.zeros_like(vectorized._MIX))
+    keys = np.array([[1, 2], [1, 3], [1, 2]])
+    first, inverse = vectorized._distinct_parts([keys[:, :1], keys[:, 1:]])
+    assert (keys[first][inverse] == keys).all() and len(first) == 2
+    prob = _problem((2, 2, 2), "per-ancestor", True)
+    n = len(prob.candidates)
+    _assert_same(prob, [p for size in (1, 2) for p in product(range(n), repeat=size)], (2, 2, 2))

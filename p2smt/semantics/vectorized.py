@@ -203,14 +203,27 @@ def _classes(values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
 
 def _distinct_rows(keys: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """(first row index of each distinct row, each row's distinct index): a hash of each row, checked exactly."""
-    if len(keys) == 1:
+    return _distinct_parts([keys])
+
+
+def _distinct_parts(parts: Sequence[np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
+    """``_distinct_rows`` of the side-by-side concatenation of ``parts`` (arrays of as many rows), without
+    building it: a hash of each row summed part by part, checked exactly part by part."""
+    n = len(parts[0])
+    if n == 1:
         return np.zeros(1, np.int64), np.zeros(1, np.int64)
-    width = keys.shape[1]
-    mix = _MIX[:width] if width <= len(_MIX) else np.resize(_MIX, width) ^ np.arange(width, dtype=np.uint64)
+    h, at = np.zeros(n, np.uint64), 0
     with np.errstate(over="ignore"):
-        h = _by_rows(np.add, keys.astype(np.uint64) * mix)
+        for part in parts:
+            width = part.shape[1]
+            mix = _MIX[at : at + width]
+            if len(mix) < width:
+                mix = np.resize(_MIX, at + width)[at:] ^ np.arange(at, at + width, dtype=np.uint64)
+            h += _by_rows(np.add, part.astype(np.uint64) * mix)
+            at += width
     first, inverse = _classes(h)
-    if not np.array_equal(keys[first][inverse], keys):  # a collision: decide exactly
+    if not all(np.array_equal(part[first][inverse], part) for part in parts):  # a collision: decide exactly
+        keys = np.concatenate([part.astype(np.int64) for part in parts], axis=1)
         _, first, inverse = np.unique(keys, axis=0, return_index=True, return_inverse=True)
         inverse = inverse.reshape(-1)
     return first, inverse
@@ -289,16 +302,20 @@ class _Machine:
                 continue
             rows, sh = tokens[b.members], shifts[b.members]
             free = self._free(rows)
-            base = _by_rows(np.minimum, np.where(free, self.k, sh))
-            base[base == self.k] = 0
-            sh = np.where(free, 0, sh - base[:, None])
+            if free.any():
+                base = _by_rows(np.minimum, np.where(free, self.k, sh))
+                base[base == self.k] = 0
+                sh = np.where(free, 0, sh - base[:, None])
+            else:
+                base = _by_rows(np.minimum, sh).astype(np.int64)
+                sh = sh - base[:, None]
             m = rows.shape[1]
-            keys = np.concatenate([b.frame[:, None], rows, sh], axis=1)
-            first, inverse = _distinct_rows(keys)
+            first, inverse = _distinct_parts([rows, sh] if len(b.frames) == 1 else [b.frame[:, None], rows, sh])
             out_tokens = np.empty((len(first), m), dtype=np.int32)
             out_shifts = np.empty((len(first), m), dtype=np.int32)
             for d in np.argsort(first, kind="stable").tolist():
-                row = keys[first[d]]
+                f = int(first[d])
+                row = np.concatenate([b.frame[f : f + 1], rows[f], sh[f]]).astype(np.int64)
                 frame = b.frames[row[0]]
                 key = (coll, frame.id, row.tobytes())
                 memo = self.memo if m <= MEMO_MEMBERS else self.large
@@ -317,9 +334,14 @@ class _Machine:
                     break
                 out_tokens[d], out_shifts[d] = out
             if failure is None:
-                placed = out_tokens[inverse]
-                new_tokens[b.members] = placed
-                new_shifts[b.members] = np.where(self._free(placed), 0, out_shifts[inverse] + base[:, None])
+                new_tokens[b.members] = out_tokens[inverse]
+                free = self._free(out_tokens)
+                if not free.any():
+                    new_shifts[b.members] = out_shifts[inverse] + base[:, None]
+                elif free.all():
+                    new_shifts[b.members] = 0
+                else:
+                    new_shifts[b.members] = np.where(free[inverse], 0, out_shifts[inverse] + base[:, None])
         return failure
 
     def _locals_of(self, blocks: Sequence[_Block]) -> tuple[_Local, ...]:
