@@ -198,3 +198,47 @@ def test_repeating_states_step_one_run(monkeypatch, sizes):
     facts = _assert_same(prob, programs, sizes)
     assert taken[True] and taken[False]
     assert any(group is not None and min(group) >= sizes[-1] for _, _, _, group, _ in facts)
+
+
+@pytest.mark.parametrize("few", [1, 2, 8, 1000])
+def test_distinct_values_by_comparisons_or_sorting(monkeypatch, few):
+    """``_classes`` finds up to FEW_CLASSES values by comparisons, more by sorting: either way each entry's
+    class holds its value, the classes are distinct and each one's first entry is its first occurrence; and
+    the verdicts stay those of pieces."""
+    monkeypatch.setattr(vectorized, "FEW_CLASSES", few)
+    rng = np.random.default_rng(few)
+    for n, spread in [(1, 1), (7, 1), (50, 3), (200, 40)]:
+        values = rng.integers(0, spread, size=n) * 7919
+        first, inverse = vectorized._classes(values)
+        assert (values[first][inverse] == values).all() and len(set(values[first].tolist())) == len(first)
+        assert all(int(np.flatnonzero(values == values[f])[0]) == f for f in first.tolist())
+    prob = _problem((2, 3), "per-ancestor", True)
+    n = len(prob.candidates)
+    _assert_same(prob, [p for size in (1, 2) for p in product(range(n), repeat=size)], (2, 3))
+
+
+def test_store_tells_states_apart_when_keys_collide():
+    """``_Store`` interns states by a sample of their devices, checked exactly: with the sample one device
+    that all the states share, distinct states still get distinct ids and equal ones (in any integer width)
+    the same id."""
+    store = vectorized._Store(4)
+    store.sample = np.array([1])
+    a = (np.array([0, 1, 2, 3], np.int32), np.zeros(4, np.int32))
+    b = (np.array([0, 1, 2, 3], np.int32), np.array([0, 0, 1, 0], np.int32))
+    c = (np.array([70000, 1, 2, 3], np.int32), np.zeros(4, np.int32))
+    ids = [store.id(s) for s in (a, b, c)]
+    assert ids == [0, 1, 2]
+    assert [store.id(store[i]) for i in ids] == ids and store.id((a[0].astype(np.uint16), a[1])) == 0
+    assert store[2][0].dtype == np.int32 and store[2][0][0] == 70000 and store[0][0].dtype == np.uint16
+
+
+def test_rows_told_apart_exactly_when_every_hash_collides(monkeypatch):
+    """Groups' rows are classed by a hash summed over their parts (frame, tokens, shifts) and checked exactly:
+    with every hash equal, the exact fallback still gives the verdicts of pieces."""
+    monkeypatch.setattr(vectorized, "_MIX", np.zeros_like(vectorized._MIX))
+    keys = np.array([[1, 2], [1, 3], [1, 2]])
+    first, inverse = vectorized._distinct_parts([keys[:, :1], keys[:, 1:]])
+    assert (keys[first][inverse] == keys).all() and len(first) == 2
+    prob = _problem((2, 2, 2), "per-ancestor", True)
+    n = len(prob.candidates)
+    _assert_same(prob, [p for size in (1, 2) for p in product(range(n), repeat=size)], (2, 2, 2))

@@ -178,17 +178,52 @@ def _by_rows(ufunc: np.ufunc, a: np.ndarray) -> np.ndarray:
     return out
 
 
+FEW_CLASSES = 8
+"""Up to this many distinct values are found by comparisons (a pass per value over the entries left), more by
+sorting (``np.unique``, several times slower on tens of thousands of entries)."""
+
+
+def _classes(values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(index of the first entry of each distinct value, each entry's index into them) of a 1-d array; the
+    values in order of first occurrence up to ``FEW_CLASSES`` of them, else in ``np.unique``'s order."""
+    inverse = np.zeros(len(values), np.int64)
+    first = [0]
+    rest = np.flatnonzero(values != values[0])
+    while len(rest):
+        if len(first) == FEW_CLASSES:
+            _, found, inverse = np.unique(values, return_index=True, return_inverse=True)
+            return found, inverse.reshape(-1)
+        at = int(rest[0])
+        same = values[rest] == values[at]
+        inverse[rest[same]] = len(first)
+        first.append(at)
+        rest = rest[~same]
+    return np.array(first, dtype=np.int64), inverse
+
+
 def _distinct_rows(keys: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """(first row index of each distinct row, each row's distinct index): a hash of each row, checked exactly."""
-    if len(keys) == 1:
+    return _distinct_parts([keys])
+
+
+def _distinct_parts(parts: Sequence[np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
+    """``_distinct_rows`` of the side-by-side concatenation of ``parts`` (arrays of as many rows), without
+    building it: a hash of each row summed part by part, checked exactly part by part."""
+    n = len(parts[0])
+    if n == 1:
         return np.zeros(1, np.int64), np.zeros(1, np.int64)
-    width = keys.shape[1]
-    mix = _MIX[:width] if width <= len(_MIX) else np.resize(_MIX, width) ^ np.arange(width, dtype=np.uint64)
+    h, at = np.zeros(n, np.uint64), 0
     with np.errstate(over="ignore"):
-        h = _by_rows(np.add, keys.astype(np.uint64) * mix)
-    _, first, inverse = np.unique(h, return_index=True, return_inverse=True)
-    inverse = inverse.reshape(-1)
-    if not np.array_equal(keys[first][inverse], keys):  # a collision: decide exactly
+        for part in parts:
+            width = part.shape[1]
+            mix = _MIX[at : at + width]
+            if len(mix) < width:
+                mix = np.resize(_MIX, at + width)[at:] ^ np.arange(at, at + width, dtype=np.uint64)
+            h += _by_rows(np.add, part.astype(np.uint64) * mix)
+            at += width
+    first, inverse = _classes(h)
+    if not all(np.array_equal(part[first][inverse], part) for part in parts):  # a collision: decide exactly
+        keys = np.concatenate([part.astype(np.int64) for part in parts], axis=1)
         _, first, inverse = np.unique(keys, axis=0, return_index=True, return_inverse=True)
         inverse = inverse.reshape(-1)
     return first, inverse
@@ -267,16 +302,20 @@ class _Machine:
                 continue
             rows, sh = tokens[b.members], shifts[b.members]
             free = self._free(rows)
-            base = _by_rows(np.minimum, np.where(free, self.k, sh))
-            base[base == self.k] = 0
-            sh = np.where(free, 0, sh - base[:, None])
+            if free.any():
+                base = _by_rows(np.minimum, np.where(free, self.k, sh))
+                base[base == self.k] = 0
+                sh = np.where(free, 0, sh - base[:, None])
+            else:
+                base = _by_rows(np.minimum, sh).astype(np.int64)
+                sh = sh - base[:, None]
             m = rows.shape[1]
-            keys = np.concatenate([b.frame[:, None], rows, sh], axis=1)
-            first, inverse = _distinct_rows(keys)
+            first, inverse = _distinct_parts([rows, sh] if len(b.frames) == 1 else [b.frame[:, None], rows, sh])
             out_tokens = np.empty((len(first), m), dtype=np.int32)
             out_shifts = np.empty((len(first), m), dtype=np.int32)
             for d in np.argsort(first, kind="stable").tolist():
-                row = keys[first[d]]
+                f = int(first[d])
+                row = np.concatenate([b.frame[f : f + 1], rows[f], sh[f]]).astype(np.int64)
                 frame = b.frames[row[0]]
                 key = (coll, frame.id, row.tobytes())
                 memo = self.memo if m <= MEMO_MEMBERS else self.large
@@ -295,9 +334,14 @@ class _Machine:
                     break
                 out_tokens[d], out_shifts[d] = out
             if failure is None:
-                placed = out_tokens[inverse]
-                new_tokens[b.members] = placed
-                new_shifts[b.members] = np.where(self._free(placed), 0, out_shifts[inverse] + base[:, None])
+                new_tokens[b.members] = out_tokens[inverse]
+                free = self._free(out_tokens)
+                if not free.any():
+                    new_shifts[b.members] = out_shifts[inverse] + base[:, None]
+                elif free.all():
+                    new_shifts[b.members] = 0
+                else:
+                    new_shifts[b.members] = np.where(free[inverse], 0, out_shifts[inverse] + base[:, None])
         return failure
 
     def _locals_of(self, blocks: Sequence[_Block]) -> tuple[_Local, ...]:
@@ -377,15 +421,17 @@ class _Machine:
         else:
             pair = np.unique(root.astype(np.int64) * n + rows, return_inverse=True)[1]
             key = pair.reshape(rows.shape).astype(np.int64) * (2 * k * k) + (d + k) * k + off
-        first, inverse = np.unique(key, return_index=True, return_inverse=True)[1:]
+        first, inverse = _classes(key.reshape(-1))
         memo, decide = self.pairs, self._pair
         facts = []
         for key in zip(np.broadcast_to(root, rows.shape).reshape(-1)[first].tolist(), rows.reshape(-1)[first].tolist(),
                        d.reshape(-1)[first].tolist(), off.reshape(-1)[first].tolist()):
             found = memo.get(key)
             facts.append(decide(*key) if found is None else found)
-        facts = np.array(facts, dtype=bool)[inverse.reshape(-1)].reshape(*rows.shape, 2)
-        below, same = _by_rows(np.logical_and, facts[..., 0]), _by_rows(np.logical_and, facts[..., 1])
+        fails = ~np.array(facts, dtype=bool).reshape(-1, 2)  # (not below, not equal) by distinct key
+        below = (np.ones(len(rows), dtype=bool) if not fails[:, 0].any()
+                 else ~_by_rows(np.logical_or, fails[:, 0][inverse].reshape(rows.shape)))
+        same = ~_by_rows(np.logical_or, fails[:, 1][inverse].reshape(rows.shape))
         bad = np.flatnonzero(~below | same)
         if len(bad):
             g = int(bad[0])
@@ -418,9 +464,10 @@ class _Machine:
         ``_kept_of(tokens)`` when known."""
         k = self.k
         kept = self._kept_of(tokens) if kept is None else kept
-        made, which = np.unique(tokens.astype(np.int64) * k + self._moved(down, kept), return_inverse=True)
-        new = np.array([self._sent(int(c // k), int(c % k)) for c in made.tolist()], dtype=np.int32)
-        return new[which.reshape(-1)].reshape(tokens.shape)
+        codes = (tokens.astype(np.int64) * k + self._moved(down, kept)).reshape(-1)
+        first, which = _classes(codes)
+        new = np.array([self._sent(int(c // k), int(c % k)) for c in codes[first].tolist()], dtype=np.int32)
+        return new[which].reshape(tokens.shape)
 
     def _moved(self, offsets: np.ndarray, kept: np.ndarray) -> np.ndarray:
         """The offsets (levels × …, coded by stride) along the levels not in ``kept`` (a bit set of levels per
@@ -498,8 +545,8 @@ class _Machine:
         chunks or contributions as positions in numpy (the chunks shifted, the contributions translated
         digit-wise by the member's offset), their overlaps counted, the union built once, and the new
         state sent to the members' frames once per distinct (state, offset)."""
-        tokens, which = np.unique(members, return_inverse=True)
-        which = which.reshape(-1)
+        first, which = _classes(members)
+        tokens = members[first]
         states = [self.states[t] for t in tokens.tolist()]
         if len(members) < 2 or any(len(st) != 1 for st in states):
             return None
@@ -572,7 +619,9 @@ class _Machine:
         """AllGather's new state (chunks relative to the group's lowest, contributions in its first member's
         frame), or None when the members' contributions fall in more than ``GATHER_CLASSES`` classes."""
         moved = self._moved(up, self._kept_of(tokens[which]))
-        keys, where = np.unique(which.astype(np.int64) * self.k + moved, return_inverse=True)
+        codes = which.astype(np.int64) * self.k + moved
+        first, where = _classes(codes)
+        keys = codes[first]
         if len(keys) > GATHER_CLASSES:
             return None
         values = [self.digits.translate(self.states[int(tokens[c // self.k])][0][1], int(c % self.k))
@@ -581,8 +630,9 @@ class _Machine:
         where = where.reshape(-1)
         for v, c in enumerate(values):
             j = np.flatnonzero(where == v)
-            rows = [(self._positions(self.states[int(tokens[t])][0][0])[None, :] + shifts[j[which[j] == t], None])
-                    for t in np.unique(which[j]).tolist()]
+            held = which[j]
+            rows = [(self._positions(self.states[int(tokens[t])][0][0])[None, :] + shifts[j[held == t], None])
+                    for t in held[_classes(held)[0]].tolist()]
             pieces[c] = pieces.get(c, 0) | self._bits(np.concatenate([r.reshape(-1) for r in rows]))
         return _canon(pieces)
 
@@ -640,28 +690,40 @@ class _Machine:
             found = self.kept[token] = self.digits.kept(c for _, c in self.states[token])
         return found
 
+SAMPLE = 1024
+"""The devices whose states key ``_Store``'s index (the rest is compared on a hit): reading all of them costs
+about as much as the comparison."""
+
+
 class _Store:
-    """Whole states (token and shift arrays) interned by their exact bytes, so a step from a state reached
-    by two prefixes is computed once: ``id`` numbers a state, ``store[id]`` gives it back (a read-only view)."""
+    """Whole states (token and shift arrays) interned by value, so a step from a state reached by two prefixes
+    is computed once: ``id`` numbers a state (its values at ``SAMPLE`` fixed random devices as a first key, the
+    whole arrays compared exactly), ``store[id]`` gives it back (read-only arrays, in 16 bits when they fit)."""
 
     def __init__(self, k: int):
         self.k = k
-        self.ids: dict[bytes, int] = {}
-        self.keys: list[bytes] = []
+        self.sample = np.sort(np.random.default_rng(20261202).permutation(k)[:SAMPLE])
+        self.ids: dict[bytes, list[int]] = {}
+        self.kept: list[np.ndarray] = []
 
     def id(self, state: tuple[np.ndarray, np.ndarray]) -> int:
+        tokens, shifts = state
+        key = np.stack([tokens[self.sample], shifts[self.sample]]).astype(np.int32).tobytes()
+        same = self.ids.setdefault(key, [])
+        for sid in same:
+            kept = self.kept[sid]
+            if np.array_equal(kept[0], tokens) and np.array_equal(kept[1], shifts):
+                return sid
         both = np.stack(state)
-        small = both.max(initial=0) < 1 << 16
-        key = (b"h" if small else b"i") + both.astype(np.uint16 if small else np.int32).tobytes()
-        found = self.ids.setdefault(key, len(self.keys))
-        if found == len(self.keys):
-            self.keys.append(key)
-        return found
+        kept = both.astype(np.uint16 if both.min(initial=0) >= 0 and both.max(initial=0) < 1 << 16 else np.int32)
+        kept.flags.writeable = False
+        same.append(len(self.kept))
+        self.kept.append(kept)
+        return len(self.kept) - 1
 
     def __getitem__(self, sid: int) -> tuple[np.ndarray, np.ndarray]:
-        key = self.keys[sid]
-        both = np.frombuffer(key, dtype=np.uint16 if key[:1] == b"h" else np.int32, offset=1).reshape(2, self.k)
-        return both[0], both[1]
+        kept = self.kept[sid]
+        return kept[0], kept[1]
 
 
 def check_programs(
