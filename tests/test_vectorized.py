@@ -114,7 +114,7 @@ def _spy(monkeypatch, name: str) -> Counter:
 
 
 @pytest.mark.parametrize("progress", [True, False])
-@pytest.mark.parametrize("sizes", [(2, 2, 3), (2, 2, 2, 2)])
+@pytest.mark.parametrize("sizes", [(2, 2, 3), pytest.param((2, 2, 2, 2), marks=pytest.mark.slow)])
 def test_large_groups_by_structure(monkeypatch, sizes, progress):
     """Groups of more than LARGE_MEMBERS members are decided on their structure (``_Machine._large``); with
     the bound at 1 every group of 2 or more goes that way: the verdicts of pieces, its failures included."""
@@ -178,7 +178,7 @@ def test_several_goal_groups(goal):
     assert any(status == "proved" for _, status, *_ in facts)
 
 
-@pytest.mark.parametrize("sizes", [(2, 3, 2), (2, 2, 2, 2)])
+@pytest.mark.parametrize("sizes", [(2, 3, 2), pytest.param((2, 2, 2, 2), marks=pytest.mark.slow)])
 def test_repeating_states_step_one_run(monkeypatch, sizes):
     """An instruction whose groups repeat run by run, on a state that repeats with the same period, is
     stepped on the first run and repeated (``_Local``): the verdicts of pieces, their failing groups (the
