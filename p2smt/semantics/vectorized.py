@@ -242,12 +242,11 @@ class _Machine:
         self.states = _Table()
         self.token = self.states.id
         self.frames = _Table()  # members' contribution offsets
-        self.kept: list[int | None] = []  # by token: see _kept
         self.free = np.zeros(0, dtype=bool)  # by token: see _free
         self.memo: dict[tuple, tuple[np.ndarray, np.ndarray] | str] = {}  # (collective, frame, row) -> outcome
         self.large: dict[tuple, tuple[np.ndarray, np.ndarray] | str] = {}  # the same for large groups
         self.large_bytes = 0
-        self.kept_bits = np.zeros(0, dtype=np.int64)  # by token: _kept
+        self.kept_bits = np.zeros(0, dtype=np.int64)  # by token: see _kept_of
         self.pairs: dict[tuple[int, int, int, int], tuple[bool, bool]] = {}  # see _pair
         self.sent: dict[tuple[int, int], int] = {}  # see _sent
         self.frame_offsets: dict[int, tuple[np.ndarray, np.ndarray]] = {}  # see _frame_offsets
@@ -513,7 +512,7 @@ class _Machine:
                 return found
         digits = self.digits
         tokens, which = np.unique(members, return_inverse=True)
-        kept = np.array([self._kept(t) for t in tokens.tolist()], dtype=np.int64)[which.reshape(-1)]
+        kept = self._kept_of(tokens)[which.reshape(-1)]
         up, down = self._frame_offsets(frame)
         moves = self._moved(up, kept)
         placed, which = np.unique(np.stack([members, moves, shifts], axis=1), axis=0, return_inverse=True)
@@ -667,28 +666,19 @@ class _Machine:
         Such a member keeps its chunks when its group is brought to one frame: the rules compare them with
         the others' only by equality, disjointness, inclusion and size, which that keeps (the others hold
         some chunks and not all), and they are never cut into blocks next to other chunks."""
-        known = len(self.free)
-        if known < len(self.states):
-            self.free = np.concatenate([self.free, np.fromiter(
-                (not s or (len(s) == 1 and s[0][0] == self.full) for s in self.states[known:]), dtype=bool)])
+        self.free = self._extended(self.free, lambda s: not s or (len(s) == 1 and s[0][0] == self.full), bool)
         return self.free[tokens]
 
     def _kept_of(self, tokens: np.ndarray) -> np.ndarray:
-        """``_kept`` of each token."""
-        known = len(self.kept_bits)
-        if known < len(self.states):
-            self.kept_bits = np.concatenate([self.kept_bits, np.fromiter(
-                (self._kept(t) for t in range(known, len(self.states))), dtype=np.int64)])
+        """The levels whose translations keep the contributions of each token's state (bit sets)."""
+        self.kept_bits = self._extended(self.kept_bits, self._kept_state, np.int64)
         return self.kept_bits[tokens]
 
-    def _kept(self, token: int) -> int:
-        """The levels whose translations keep the contributions of device state ``token`` (a bit set)."""
-        while len(self.kept) <= token:
-            self.kept.append(None)
-        found = self.kept[token]
-        if found is None:
-            found = self.kept[token] = self.digits.kept(c for _, c in self.states[token])
-        return found
+    def _extended(self, known: np.ndarray, fact, dtype) -> np.ndarray:
+        """``known``, one ``fact`` per token, extended to every device state interned so far."""
+        if len(known) == len(self.states):
+            return known
+        return np.concatenate([known, np.fromiter((fact(s) for s in self.states[len(known):]), dtype=dtype)])
 
 SAMPLE = 1024
 """The devices whose states key ``_Store``'s index (the rest is compared on a hit): reading all of them costs
