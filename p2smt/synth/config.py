@@ -35,6 +35,12 @@ PROPOSERS = (Engine.ENUMERATIVE, Engine.PIECES)
 """The explicit engines whose program sets the certified engine has Z3 prove valid and complete."""
 
 
+def _count(value: object, flag: str, zero: str) -> None:
+    """Refuses anything but an integer ≥ 0 for ``flag`` (``zero`` says what 0 means)."""
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        raise P2Error(f"{flag} must be an integer ≥ 0 (0: {zero}), got {value!r}")
+
+
 @dataclass(frozen=True)
 class EngineConfig:
     """How to search: engine, maximum program length, solver limits, encoding and pruning.
@@ -69,12 +75,9 @@ class EngineConfig:
             object.__setattr__(self, "proposer", Engine.parse(self.proposer))
             if self.proposer not in PROPOSERS:
                 raise P2Error(f"--proposer: one of {', '.join(PROPOSERS)} (got {self.proposer})")
-        if isinstance(self.jobs, bool) or not isinstance(self.jobs, int) or self.jobs < 0:
-            raise P2Error(f"--jobs must be an integer ≥ 0 (0: every core), got {self.jobs!r}")
+        _count(self.jobs, "--jobs", "every core")
         if self.inclusion_pairs is not None:
-            if isinstance(self.inclusion_pairs, bool) or not isinstance(self.inclusion_pairs, int) \
-                    or self.inclusion_pairs < 0:
-                raise P2Error(f"--inclusion-pairs must be an integer ≥ 0 (0: no proof), got {self.inclusion_pairs!r}")
+            _count(self.inclusion_pairs, "--inclusion-pairs", "no proof")
             if self.engine != Engine.SYMMETRIC:
                 raise P2Error(f"--inclusion-pairs: only with --engine symmetric (got --engine {self.engine})")
         cert_only = [flag for flag, value in (("--proposer", self.proposer), ("--certificate", self.certificate),

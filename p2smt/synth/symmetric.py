@@ -20,9 +20,10 @@ the real size, of any length, is valid at the generic instance; then the checked
 complete). It runs by default with two non-trivial levels up to 16,384 devices and three up to 4,096
 (tens to hundreds of pairs of states); beyond, only when asked, and the result is ``conjectured`` (with
 four or more levels lengths of 7 or more are then refused). If it finds a missed program within
-``max_len`` steps the engine searches at the real size instead. ``stats["rests_on"]`` says which. When the generic instance is the problem itself
-(every non-trivial level already of size ``size``) the result is exact. Problems that are not one
-reduction group over a kind-(d) hierarchy fall back to the same search at the real size (exact).
+``max_len`` steps the engine searches at the real size instead. ``stats["rests_on"]`` says which. When
+the generic instance is the problem itself (every non-trivial level already of size ``size``) the result
+is exact. Problems that are not one reduction group over a kind-(d) hierarchy fall back to the same
+search at the real size (exact).
 """
 
 from __future__ import annotations
