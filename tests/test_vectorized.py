@@ -200,6 +200,37 @@ def test_repeating_states_step_one_run(monkeypatch, sizes):
     assert any(group is not None and min(group) >= sizes[-1] for _, _, _, group, _ in facts)
 
 
+@pytest.mark.parametrize("scope", ["global", "per-ancestor"])
+@pytest.mark.parametrize("sizes", [(2, 3, 2), (3, 2, 2), pytest.param((2, 2, 2, 2), marks=pytest.mark.slow)])
+def test_runs_that_differ_by_a_chunk_shift_step_one_run(monkeypatch, sizes, scope):
+    """A state whose tokens repeat run by run while its chunk shifts rise by one number per run (after a
+    ReduceScatter across the runs) is stepped on the first run and lifted (``_lift``): pieces' verdicts,
+    on steps that pass and steps that fail there."""
+    taken: Counter = Counter()
+    lift, apply = vectorized._Machine._lift, vectorized._Machine._apply
+    lifted: list[bool] = []
+
+    def spy_lift(self, *args):
+        out = lift(self, *args)
+        lifted.append(out is not False)
+        return out
+
+    def spy_apply(self, *args):
+        failure = apply(self, *args)
+        if lifted and lifted.pop():
+            taken["failed" if failure else "passed"] += 1
+        return failure
+
+    monkeypatch.setattr(vectorized._Machine, "_lift", spy_lift)
+    monkeypatch.setattr(vectorized._Machine, "_apply", spy_apply)
+    prob = _problem(sizes, scope, True)
+    rng = random.Random(11)
+    n = len(prob.candidates)
+    programs = _mix(prob, rng, 3) + [tuple(rng.randrange(n) for _ in range(rng.randint(1, 5))) for _ in range(300)]
+    _assert_same(prob, programs, sizes)
+    assert taken["passed"] and taken["failed"]
+
+
 @pytest.mark.parametrize("few", [1, 2, 8, 1000])
 def test_distinct_values_by_comparisons_or_sorting(monkeypatch, few):
     """``_classes`` finds up to FEW_CLASSES values by comparisons, more by sorting: either way each entry's

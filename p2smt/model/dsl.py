@@ -246,7 +246,10 @@ def instruction_groups(h: SynthesisHierarchy, instr: Instruction | tuple[str, Fo
     rows = moved.reshape(-1, width)
     if width < 2:
         return ()
-    return tuple(sorted(map(tuple, rows.tolist())))
+    first = rows[:, 0]
+    if (first[1:] < first[:-1]).any():  # disjoint groups: ordered by their first devices
+        rows = rows[np.argsort(first, kind="stable")]
+    return tuple(map(tuple, rows.tolist()))
 
 
 @lru_cache(maxsize=8)

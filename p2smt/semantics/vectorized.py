@@ -253,6 +253,7 @@ class _Machine:
         self.kept_states: dict[tuple[int, ...], int] = {}  # see _kept_state
         self.blocks: list[tuple[_Block, ...] | None] = [None] * len(problem.candidates)
         self.locals: list[tuple[_Local, ...]] = [()] * len(problem.candidates)  # see _locals_of
+        self.shaped: dict[tuple[int, bool], tuple] = {}  # see _shaped
         self.initial = (np.full(k, self.token(((full, 1),)), dtype=np.int32), np.zeros(k, np.int32))
         goal = np.full(k, self.token(()), dtype=np.int32)
         for g in problem.goal_groups:
@@ -266,25 +267,46 @@ class _Machine:
     def step(self, state: tuple[np.ndarray, np.ndarray], i: int) -> tuple[np.ndarray, np.ndarray]:
         blocks = self.blocks[i]
         if blocks is None:
-            blocks = self.blocks[i] = self._blocks_of(self.problem.candidates[i].groups,
-                                                      self.problem.candidates[i].collective is BC)
-            self.locals[i] = self._locals_of(blocks)
+            candidate = self.problem.candidates[i]
+            blocks, self.locals[i] = self._shaped(candidate.groups, candidate.collective is BC)
+            self.blocks[i] = blocks
         tokens, shifts = state
         coll = self.problem.candidates[i].collective
         groups = self.problem.candidates[i].groups
         for local in self.locals[i]:
             width = local.width
-            if _repeats(tokens, width) and _repeats(shifts, width):
-                new_tokens, new_shifts = tokens[:width].astype(np.int32), shifts[:width].astype(np.int32)
-                failure = self._apply(local.blocks, coll, tokens[:width], shifts[:width], new_tokens, new_shifts)
-                if failure is not None:
-                    raise _Fail(groups[int(local.first[failure[0]])], failure[1])
-                return np.tile(new_tokens, self.k // width), np.tile(new_shifts, self.k // width)
+            if not _repeats(tokens, width):
+                continue
+            lift = None if _repeats(shifts, width) else self._lift(tokens, shifts, width)
+            if lift is False:
+                continue
+            new_tokens, new_shifts = tokens[:width].astype(np.int32), shifts[:width].astype(np.int32)
+            failure = self._apply(local.blocks, coll, tokens[:width], shifts[:width], new_tokens, new_shifts)
+            if failure is not None:
+                raise _Fail(groups[int(local.first[failure[0]])], failure[1])
+            runs = self.k // width
+            if lift is None:
+                return np.tile(new_tokens, runs), np.tile(new_shifts, runs)
+            lifted = new_shifts[None, :] + np.where(self._free(new_tokens)[None, :], 0, lift)
+            return np.tile(new_tokens, runs), lifted.reshape(-1).astype(np.int32)
         new_tokens, new_shifts = tokens.astype(np.int32), shifts.astype(np.int32)  # stored states may be uint16
         failure = self._apply(blocks, coll, tokens, shifts, new_tokens, new_shifts)
         if failure is not None:
             raise _Fail(groups[failure[0]], failure[1])
         return new_tokens, new_shifts
+
+    def _lift(self, tokens: np.ndarray, shifts: np.ndarray, width: int) -> np.ndarray | bool:
+        """For a state whose tokens repeat with period ``width``: each run's chunk shift above the first run's
+        (runs × 1), when that is one number per run and no device's state is free (see ``_free``); else False.
+        Every rule reads chunks only relative to the group's lowest, so a group in such a run steps as its copy
+        in the first run does, its new shifts raised by the run's: the step is the first run's, lifted."""
+        if self._free(tokens[:width]).any():
+            return False
+        runs = shifts.reshape(-1, width).astype(np.int64)
+        lift = runs[:, :1] - runs[:1, :1]
+        if not (runs - runs[:1] == lift).all():
+            return False
+        return lift
 
     def _apply(self, blocks: Sequence[_Block], coll, tokens: np.ndarray, shifts: np.ndarray, new_tokens: np.ndarray,
                new_shifts: np.ndarray) -> tuple[int, str] | None:
@@ -353,7 +375,7 @@ class _Machine:
             runs = self.k // width
             firsts, kept = [], []
             for b in blocks:
-                members = b.members.astype(np.int64)
+                members = b.members
                 if not (members // width == members[:, :1] // width).all():
                     break
                 head = np.flatnonzero(members[:, 0] < width)
@@ -383,11 +405,26 @@ class _Machine:
                 out.append(_Local(width, tuple(local), first[rank]))
         return tuple(out)
 
+    def _shaped(self, groups: Sequence[tuple[int, ...]], broadcast: bool) -> tuple[tuple[_Block, ...], tuple[_Local, ...]]:
+        """An instruction's blocks and repeated runs, built once per groups object (the collectives of one
+        communicator share it) and kind (Broadcast blocks keep their offsets)."""
+        key = (id(groups), broadcast)
+        found = self.shaped.get(key)
+        if found is None or found[0] is not groups:
+            blocks = self._blocks_of(groups, broadcast)
+            found = self.shaped[key] = (groups, blocks, self._locals_of(blocks))
+        return found[1], found[2]
+
     def _blocks_of(self, groups: Sequence[tuple[int, ...]], broadcast: bool) -> tuple[_Block, ...]:
         out = []
-        for m in sorted({len(g) for g in groups}):
-            index = np.array([j for j, g in enumerate(groups) if len(g) == m], dtype=np.int64)
-            members = np.array([groups[j] for j in index], dtype=np.int32).reshape(len(index), m)
+        lengths = np.fromiter(map(len, groups), np.int64, len(groups))
+        uniform = bool((lengths == lengths[0]).all())
+        for m in np.unique(lengths).tolist():
+            if uniform:
+                index, members = np.arange(len(groups)), np.array(groups, dtype=np.intp)
+            else:
+                index = np.flatnonzero(lengths == m)
+                members = np.array([groups[j] for j in index.tolist()], dtype=np.intp).reshape(len(index), m)
             offsets = self.digits.offsets(members)
             codes = offsets[0].sum(axis=0)
             if (codes == codes[0]).all():  # hierarchy-shaped: one frame
