@@ -200,14 +200,15 @@ def test_repeating_states_step_one_run(monkeypatch, sizes):
     assert any(group is not None and min(group) >= sizes[-1] for _, _, _, group, _ in facts)
 
 
+@pytest.mark.parametrize("lifting", ["_lift", "_lift_columns"])
 @pytest.mark.parametrize("scope", ["global", "per-ancestor"])
 @pytest.mark.parametrize("sizes", [(2, 3, 2), (3, 2, 2), pytest.param((2, 2, 2, 2), marks=pytest.mark.slow)])
-def test_runs_that_differ_by_a_chunk_shift_step_one_run(monkeypatch, sizes, scope):
-    """A state whose tokens repeat run by run while its chunk shifts rise by one number per run (after a
-    ReduceScatter across the runs) is stepped on the first run and lifted (``_lift``): pieces' verdicts,
-    on steps that pass and steps that fail there."""
+def test_runs_that_differ_by_a_chunk_shift_step_one_run(monkeypatch, sizes, scope, lifting):
+    """A state whose tokens repeat run by run (``_lift``) or are constant in each run (``_lift_columns``)
+    while its chunk shifts rise by one number per run or per column (after a ReduceScatter across them) is
+    stepped on the first run or column and lifted: pieces' verdicts, on steps that pass and that fail there."""
     taken: Counter = Counter()
-    lift, apply = vectorized._Machine._lift, vectorized._Machine._apply
+    lift, apply = getattr(vectorized._Machine, lifting), vectorized._Machine._apply
     lifted: list[bool] = []
 
     def spy_lift(self, *args):
@@ -221,10 +222,32 @@ def test_runs_that_differ_by_a_chunk_shift_step_one_run(monkeypatch, sizes, scop
             taken["failed" if failure else "passed"] += 1
         return failure
 
-    monkeypatch.setattr(vectorized._Machine, "_lift", spy_lift)
+    monkeypatch.setattr(vectorized._Machine, lifting, spy_lift)
     monkeypatch.setattr(vectorized._Machine, "_apply", spy_apply)
     prob = _problem(sizes, scope, True)
     rng = random.Random(11)
+    n = len(prob.candidates)
+    programs = _mix(prob, rng, 3) + [tuple(rng.randrange(n) for _ in range(rng.randint(1, 5))) for _ in range(300)]
+    _assert_same(prob, programs, sizes)
+    assert taken["passed"] and taken["failed"]
+
+
+@pytest.mark.parametrize("sizes", [(2, 3, 2), pytest.param((2, 2, 2, 2), marks=pytest.mark.slow)])
+def test_states_constant_in_each_run_step_one_column(monkeypatch, sizes):
+    """An instruction whose groups repeat column by column, on a state constant in each run, is stepped on
+    the first column and spread (``_Column``): pieces' verdicts, their failing groups included."""
+    taken: Counter = Counter()
+    original = vectorized._Machine._apply
+
+    def spy(self, blocks, coll, tokens, *args):
+        failure = original(self, blocks, coll, tokens, *args)
+        if any(blocks is c.blocks for columns in self.columns for c in columns):
+            taken["failed" if failure else "passed"] += 1
+        return failure
+
+    monkeypatch.setattr(vectorized._Machine, "_apply", spy)
+    prob = _problem(sizes, "per-ancestor", True)
+    rng = random.Random(5)
     n = len(prob.candidates)
     programs = _mix(prob, rng, 3) + [tuple(rng.randrange(n) for _ in range(rng.randint(1, 5))) for _ in range(300)]
     _assert_same(prob, programs, sizes)

@@ -148,6 +148,26 @@ class _Local:
     first: np.ndarray
 
 
+@dataclass(frozen=True)
+class _Column:
+    """An instruction whose groups each lie in one column of the runs of ``width`` devices (the same inner
+    levels' digits) and repeat from column to column: on a state constant in each run its step is the first
+    column's (devices 0, width, 2·width, …), spread over the runs. ``blocks``: the first column's groups with
+    their members numbered in that column; ``first`` as in ``_Local``."""
+
+    width: int
+    blocks: tuple[_Block, ...]
+    first: np.ndarray
+
+
+def _constant_runs(values: np.ndarray, width: int) -> bool:
+    """Whether ``values`` is constant in each run of ``width`` (the first run first)."""
+    if not (values[:width] == values[0]).all():
+        return False
+    runs = values.reshape(-1, width)
+    return bool((runs == runs[:, :1]).all())
+
+
 def _repeats(values: np.ndarray, width: int) -> bool:
     """Whether ``values`` repeats with period ``width`` (the second run first: most states that do not repeat
     differ there)."""
@@ -253,6 +273,7 @@ class _Machine:
         self.kept_states: dict[tuple[int, ...], int] = {}  # see _kept_state
         self.blocks: list[tuple[_Block, ...] | None] = [None] * len(problem.candidates)
         self.locals: list[tuple[_Local, ...]] = [()] * len(problem.candidates)  # see _locals_of
+        self.columns: list[tuple[_Column, ...]] = [()] * len(problem.candidates)  # see _columns_of
         self.shaped: dict[tuple[int, bool], tuple] = {}  # see _shaped
         self.initial = (np.full(k, self.token(((full, 1),)), dtype=np.int32), np.zeros(k, np.int32))
         goal = np.full(k, self.token(()), dtype=np.int32)
@@ -268,7 +289,7 @@ class _Machine:
         blocks = self.blocks[i]
         if blocks is None:
             candidate = self.problem.candidates[i]
-            blocks, self.locals[i] = self._shaped(candidate.groups, candidate.collective is BC)
+            blocks, self.locals[i], self.columns[i] = self._shaped(candidate.groups, candidate.collective is BC)
             self.blocks[i] = blocks
         tokens, shifts = state
         coll = self.problem.candidates[i].collective
@@ -289,6 +310,21 @@ class _Machine:
                 return np.tile(new_tokens, runs), np.tile(new_shifts, runs)
             lifted = new_shifts[None, :] + np.where(self._free(new_tokens)[None, :], 0, lift)
             return np.tile(new_tokens, runs), lifted.reshape(-1).astype(np.int32)
+        for column in self.columns[i]:
+            width = column.width
+            if not _constant_runs(tokens, width):
+                continue
+            lift = None if _constant_runs(shifts, width) else self._lift_columns(tokens, shifts, width)
+            if lift is False:
+                continue
+            new_tokens, new_shifts = tokens[::width].astype(np.int32), shifts[::width].astype(np.int32)
+            failure = self._apply(column.blocks, coll, tokens[::width], shifts[::width], new_tokens, new_shifts)
+            if failure is not None:
+                raise _Fail(groups[int(column.first[failure[0]])], failure[1])
+            if lift is None:
+                return np.repeat(new_tokens, width), np.repeat(new_shifts, width)
+            lifted = new_shifts[:, None] + np.where(self._free(new_tokens)[:, None], 0, lift)
+            return np.repeat(new_tokens, width), lifted.reshape(-1).astype(np.int32)
         new_tokens, new_shifts = tokens.astype(np.int32), shifts.astype(np.int32)  # stored states may be uint16
         failure = self._apply(blocks, coll, tokens, shifts, new_tokens, new_shifts)
         if failure is not None:
@@ -305,6 +341,17 @@ class _Machine:
         runs = shifts.reshape(-1, width).astype(np.int64)
         lift = runs[:, :1] - runs[:1, :1]
         if not (runs - runs[:1] == lift).all():
+            return False
+        return lift
+
+    def _lift_columns(self, tokens: np.ndarray, shifts: np.ndarray, width: int) -> np.ndarray | bool:
+        """``_lift`` across the columns of a state constant in each run of ``width`` tokens: each column's chunk
+        shift above the first column's (1 × width), when that is one number per column and no state is free."""
+        if self._free(tokens[::width]).any():
+            return False
+        runs = shifts.reshape(-1, width).astype(np.int64)
+        lift = runs[:1] - runs[:1, :1]
+        if not (runs - runs[:, :1] == lift).all():
             return False
         return lift
 
@@ -392,28 +439,64 @@ class _Machine:
                 firsts.append(least[by])
                 kept.append(head[by])
             else:
-                first = np.concatenate(firsts) if firsts else np.zeros(0, np.int64)
-                rank = np.argsort(first, kind="stable")
-                order = np.empty(len(rank), np.int64)
-                order[rank] = np.arange(len(rank))
-                local, at = [], 0
-                for b, head in zip(blocks, kept):
-                    index = order[at : at + len(head)]
-                    at += len(head)
-                    offsets = b.offsets if len(b.offsets[0]) == 0 else tuple(o[:, head] for o in b.offsets)
-                    local.append(_Block(index, b.members[head], b.frame[head], b.frames, offsets))
-                out.append(_Local(width, tuple(local), first[rank]))
+                out.append(_Local(width, *self._firsts(blocks, firsts, kept)))
         return tuple(out)
 
-    def _shaped(self, groups: Sequence[tuple[int, ...]], broadcast: bool) -> tuple[tuple[_Block, ...], tuple[_Local, ...]]:
-        """An instruction's blocks and repeated runs, built once per groups object (the collectives of one
-        communicator share it) and kind (Broadcast blocks keep their offsets)."""
+    @staticmethod
+    def _firsts(blocks: Sequence[_Block], firsts: list[np.ndarray], kept: list[np.ndarray], column: int = 0):
+        """The blocks of the groups ``kept`` (their rows per block), indexed in the order of ``firsts`` (the
+        least index of each one's copies), and those indices in that order; with ``column``, members are
+        numbered within the first column of the runs of that width."""
+        first = np.concatenate(firsts) if firsts else np.zeros(0, np.int64)
+        rank = np.argsort(first, kind="stable")
+        order = np.empty(len(rank), np.int64)
+        order[rank] = np.arange(len(rank))
+        out, at = [], 0
+        for b, head in zip(blocks, kept):
+            index = order[at : at + len(head)]
+            at += len(head)
+            offsets = b.offsets if len(b.offsets[0]) == 0 else tuple(o[:, head] for o in b.offsets)
+            members = b.members[head] // column if column else b.members[head]
+            out.append(_Block(index, members, b.frame[head], b.frames, offsets))
+        return tuple(out), first[rank]
+
+    def _shaped(self, groups: Sequence[tuple[int, ...]], broadcast: bool):
+        """An instruction's blocks, repeated runs and repeated columns, built once per groups object (the
+        collectives of one communicator share it) and kind (Broadcast blocks keep their offsets)."""
         key = (id(groups), broadcast)
         found = self.shaped.get(key)
         if found is None or found[0] is not groups:
             blocks = self._blocks_of(groups, broadcast)
-            found = self.shaped[key] = (groups, blocks, self._locals_of(blocks))
-        return found[1], found[2]
+            found = self.shaped[key] = (groups, blocks, self._locals_of(blocks), self._columns_of(blocks))
+        return found[1:]
+
+    def _columns_of(self, blocks: Sequence[_Block]) -> tuple[_Column, ...]:
+        """The widths (the strides of the levels below the outermost, widest first) at which an instruction's
+        groups each lie in one column of the runs of ``width`` devices and are the first column's groups moved
+        column by column."""
+        out = []
+        for width in sorted((w for w in self.digits.strides if 1 < w < self.k), reverse=True):
+            firsts, kept = [], []
+            for b in blocks:
+                members = b.members
+                if not (members % width == members[:, :1] % width).all():
+                    break
+                head = np.flatnonzero(members[:, 0] % width == 0)
+                if len(head) * width != len(members):
+                    break
+                owner = np.full(self.k, -1, dtype=np.int64)
+                owner[members[:, 0]] = np.arange(len(members))
+                moved = members[head, None, :] + np.arange(width)[None, :, None]  # head × columns × m
+                rows = owner[moved[:, :, 0]]
+                if (rows < 0).any() or not (members[rows] == moved).all():
+                    break
+                least = b.index[rows].min(axis=1)
+                by = np.argsort(least, kind="stable")
+                firsts.append(least[by])
+                kept.append(head[by])
+            else:
+                out.append(_Column(width, *self._firsts(blocks, firsts, kept, width)))
+        return tuple(out)
 
     def _blocks_of(self, groups: Sequence[tuple[int, ...]], broadcast: bool) -> tuple[_Block, ...]:
         out = []
