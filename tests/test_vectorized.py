@@ -181,7 +181,7 @@ def test_several_goal_groups(goal):
 @pytest.mark.parametrize("sizes", [(2, 3, 2), pytest.param((2, 2, 2, 2), marks=pytest.mark.slow)])
 def test_repeating_states_step_one_run(monkeypatch, sizes):
     """An instruction whose groups repeat run by run, on a state that repeats with the same period, is
-    stepped on the first run and repeated (``_Local``): the verdicts of pieces, their failing groups (the
+    stepped on the first run and repeated (``_Repeat``): the verdicts of pieces, their failing groups (the
     first copy of the first failing group) included, and the path taken."""
     taken: Counter = Counter()
     original = vectorized._Machine._apply
@@ -200,20 +200,20 @@ def test_repeating_states_step_one_run(monkeypatch, sizes):
     assert any(group is not None and min(group) >= sizes[-1] for _, _, _, group, _ in facts)
 
 
-@pytest.mark.parametrize("lifting", ["_lift", "_lift_columns"])
+@pytest.mark.parametrize("columns", [False, True])
 @pytest.mark.parametrize("scope", ["global", "per-ancestor"])
 @pytest.mark.parametrize("sizes", [(2, 3, 2), (3, 2, 2), pytest.param((2, 2, 2, 2), marks=pytest.mark.slow)])
-def test_runs_that_differ_by_a_chunk_shift_step_one_run(monkeypatch, sizes, scope, lifting):
-    """A state whose tokens repeat run by run (``_lift``) or are constant in each run (``_lift_columns``)
-    while its chunk shifts rise by one number per run or per column (after a ReduceScatter across them) is
-    stepped on the first run or column and lifted: pieces' verdicts, on steps that pass and that fail there."""
+def test_runs_that_differ_by_a_chunk_shift_step_one_run(monkeypatch, sizes, scope, columns):
+    """A state whose tokens repeat run by run, or are constant in each run (``columns``), while its chunk
+    shifts rise by one number per run or per column (after a ReduceScatter across them) is stepped on the
+    first run or column and lifted (``_lift``): pieces' verdicts, on steps that pass and that fail there."""
     taken: Counter = Counter()
-    lift, apply = getattr(vectorized._Machine, lifting), vectorized._Machine._apply
+    lift, apply = vectorized._Machine._lift, vectorized._Machine._apply
     lifted: list[bool] = []
 
-    def spy_lift(self, *args):
-        out = lift(self, *args)
-        lifted.append(out is not False)
+    def spy_lift(self, tokens, shifts, rep):
+        out = lift(self, tokens, shifts, rep)
+        lifted.append(out is not False and rep.columns == columns)
         return out
 
     def spy_apply(self, *args):
@@ -222,7 +222,7 @@ def test_runs_that_differ_by_a_chunk_shift_step_one_run(monkeypatch, sizes, scop
             taken["failed" if failure else "passed"] += 1
         return failure
 
-    monkeypatch.setattr(vectorized._Machine, lifting, spy_lift)
+    monkeypatch.setattr(vectorized._Machine, "_lift", spy_lift)
     monkeypatch.setattr(vectorized._Machine, "_apply", spy_apply)
     prob = _problem(sizes, scope, True)
     rng = random.Random(11)
@@ -235,13 +235,13 @@ def test_runs_that_differ_by_a_chunk_shift_step_one_run(monkeypatch, sizes, scop
 @pytest.mark.parametrize("sizes", [(2, 3, 2), pytest.param((2, 2, 2, 2), marks=pytest.mark.slow)])
 def test_states_constant_in_each_run_step_one_column(monkeypatch, sizes):
     """An instruction whose groups repeat column by column, on a state constant in each run, is stepped on
-    the first column and spread (``_Column``): pieces' verdicts, their failing groups included."""
+    the first column and spread (``_Repeat`` with ``columns``): pieces' verdicts, their failing groups included."""
     taken: Counter = Counter()
     original = vectorized._Machine._apply
 
     def spy(self, blocks, coll, tokens, *args):
         failure = original(self, blocks, coll, tokens, *args)
-        if any(blocks is c.blocks for columns in self.columns for c in columns):
+        if any(blocks is r.blocks for reps in self.repeats for r in reps if r.columns):
             taken["failed" if failure else "passed"] += 1
         return failure
 

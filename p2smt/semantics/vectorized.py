@@ -19,8 +19,9 @@ Two kinds of groups skip the per-group rule code (same rules, same order, same v
 decided member by member (each member below its root, none or all equal to it), each distinct (root, member,
 relative shift and offset) pair once over all of an instruction's groups; a group of more than
 ``LARGE_MEMBERS`` one-piece members is decided on positions in numpy (overlaps counted, the union built once)
-instead of k-bit integers per member. And an instruction whose groups each lie in one run of a level's stride
-and repeat run by run is stepped on the first run alone when the state repeats with that period.
+instead of k-bit integers per member. And an instruction whose groups are copies of one part's (a run of a
+level's stride, or a column of those runs) is stepped on that part alone when the state is the same in every
+part, up to one chunk shift per part.
 
 ``sizes`` (the hierarchy's level sizes, outermost first) only decides which groups share outcomes; any
 factorization of k (or none: one level of size k) gives the same verdicts. It shares no code with the
@@ -137,27 +138,29 @@ class _Block:
 
 
 @dataclass(frozen=True)
-class _Local:
-    """An instruction whose groups each lie in one run of ``width`` devices (the same outer levels' digits)
-    and repeat from run to run: on a state that repeats with that period its step is the first run's,
-    repeated. ``blocks``: the first run's groups, ``index`` ranking them by ``first``, the least index of
-    each one's copies (the failing group reported is the first one, among all copies)."""
+class _Repeat:
+    """An instruction whose groups are copies of the groups of one part of the devices, moved part by part: the
+    parts are the runs of ``width`` devices (the same outer levels' digits; a run is the devices ``[0, width)``
+    moved by a multiple of ``width``) or, with ``columns``, the columns of those runs (the same inner levels'
+    digits; the first column is the devices 0, width, 2·width, …). On a state the same in every part (it repeats
+    run by run, or is constant in each run) the step is the first part's, copied to the others.
+    ``blocks``: the first part's groups, their members numbered within it and their ``index`` ranking them by
+    ``first``, the least index of each one's copies (the failing group reported is the first one, among all
+    copies)."""
 
     width: int
+    columns: bool
     blocks: tuple[_Block, ...]
     first: np.ndarray
 
+    def part(self, values: np.ndarray) -> np.ndarray:
+        return values[:: self.width] if self.columns else values[: self.width]
 
-@dataclass(frozen=True)
-class _Column:
-    """An instruction whose groups each lie in one column of the runs of ``width`` devices (the same inner
-    levels' digits) and repeat from column to column: on a state constant in each run its step is the first
-    column's (devices 0, width, 2·width, …), spread over the runs. ``blocks``: the first column's groups with
-    their members numbered in that column; ``first`` as in ``_Local``."""
+    def same(self, values: np.ndarray) -> bool:
+        return _constant_runs(values, self.width) if self.columns else _repeats(values, self.width)
 
-    width: int
-    blocks: tuple[_Block, ...]
-    first: np.ndarray
+    def spread(self, values: np.ndarray, k: int) -> np.ndarray:
+        return np.repeat(values, self.width) if self.columns else np.tile(values, k // self.width)
 
 
 def _constant_runs(values: np.ndarray, width: int) -> bool:
@@ -272,8 +275,7 @@ class _Machine:
         self.frame_offsets: dict[int, tuple[np.ndarray, np.ndarray]] = {}  # see _frame_offsets
         self.kept_states: dict[tuple[int, ...], int] = {}  # see _kept_state
         self.blocks: list[tuple[_Block, ...] | None] = [None] * len(problem.candidates)
-        self.locals: list[tuple[_Local, ...]] = [()] * len(problem.candidates)  # see _locals_of
-        self.columns: list[tuple[_Column, ...]] = [()] * len(problem.candidates)  # see _columns_of
+        self.repeats: list[tuple[_Repeat, ...]] = [()] * len(problem.candidates)  # see _repeats_of
         self.shaped: dict[tuple[int, bool], tuple] = {}  # see _shaped
         self.initial = (np.full(k, self.token(((full, 1),)), dtype=np.int32), np.zeros(k, np.int32))
         goal = np.full(k, self.token(()), dtype=np.int32)
@@ -289,69 +291,48 @@ class _Machine:
         blocks = self.blocks[i]
         if blocks is None:
             candidate = self.problem.candidates[i]
-            blocks, self.locals[i], self.columns[i] = self._shaped(candidate.groups, candidate.collective is BC)
+            blocks, self.repeats[i] = self._shaped(candidate.groups, candidate.collective is BC)
             self.blocks[i] = blocks
         tokens, shifts = state
         coll = self.problem.candidates[i].collective
         groups = self.problem.candidates[i].groups
-        for local in self.locals[i]:
-            width = local.width
-            if not _repeats(tokens, width):
+        for rep in self.repeats[i]:
+            if not rep.same(tokens):
                 continue
-            lift = None if _repeats(shifts, width) else self._lift(tokens, shifts, width)
+            lift = None if rep.same(shifts) else self._lift(tokens, shifts, rep)
             if lift is False:
                 continue
-            new_tokens, new_shifts = tokens[:width].astype(np.int32), shifts[:width].astype(np.int32)
-            failure = self._apply(local.blocks, coll, tokens[:width], shifts[:width], new_tokens, new_shifts)
+            part_tokens, part_shifts = rep.part(tokens), rep.part(shifts)
+            new_tokens, new_shifts = part_tokens.astype(np.int32), part_shifts.astype(np.int32)
+            failure = self._apply(rep.blocks, coll, part_tokens, part_shifts, new_tokens, new_shifts)
             if failure is not None:
-                raise _Fail(groups[int(local.first[failure[0]])], failure[1])
-            runs = self.k // width
+                raise _Fail(groups[int(rep.first[failure[0]])], failure[1])
             if lift is None:
-                return np.tile(new_tokens, runs), np.tile(new_shifts, runs)
-            lifted = new_shifts[None, :] + np.where(self._free(new_tokens)[None, :], 0, lift)
-            return np.tile(new_tokens, runs), lifted.reshape(-1).astype(np.int32)
-        for column in self.columns[i]:
-            width = column.width
-            if not _constant_runs(tokens, width):
-                continue
-            lift = None if _constant_runs(shifts, width) else self._lift_columns(tokens, shifts, width)
-            if lift is False:
-                continue
-            new_tokens, new_shifts = tokens[::width].astype(np.int32), shifts[::width].astype(np.int32)
-            failure = self._apply(column.blocks, coll, tokens[::width], shifts[::width], new_tokens, new_shifts)
-            if failure is not None:
-                raise _Fail(groups[int(column.first[failure[0]])], failure[1])
-            if lift is None:
-                return np.repeat(new_tokens, width), np.repeat(new_shifts, width)
-            lifted = new_shifts[:, None] + np.where(self._free(new_tokens)[:, None], 0, lift)
-            return np.repeat(new_tokens, width), lifted.reshape(-1).astype(np.int32)
+                return rep.spread(new_tokens, self.k), rep.spread(new_shifts, self.k)
+            free = self._free(new_tokens)
+            lifted = (new_shifts[:, None] + np.where(free[:, None], 0, lift) if rep.columns
+                      else new_shifts[None, :] + np.where(free[None, :], 0, lift))
+            return rep.spread(new_tokens, self.k), lifted.reshape(-1).astype(np.int32)
         new_tokens, new_shifts = tokens.astype(np.int32), shifts.astype(np.int32)  # stored states may be uint16
         failure = self._apply(blocks, coll, tokens, shifts, new_tokens, new_shifts)
         if failure is not None:
             raise _Fail(groups[failure[0]], failure[1])
         return new_tokens, new_shifts
 
-    def _lift(self, tokens: np.ndarray, shifts: np.ndarray, width: int) -> np.ndarray | bool:
-        """For a state whose tokens repeat with period ``width``: each run's chunk shift above the first run's
-        (runs × 1), when that is one number per run and no device's state is free (see ``_free``); else False.
-        Every rule reads chunks only relative to the group's lowest, so a group in such a run steps as its copy
-        in the first run does, its new shifts raised by the run's: the step is the first run's, lifted."""
-        if self._free(tokens[:width]).any():
+    def _lift(self, tokens: np.ndarray, shifts: np.ndarray, rep: _Repeat) -> np.ndarray | bool:
+        """For a state whose tokens are the same in every part of ``rep``: each part's chunk shift above the
+        first part's (runs × 1, or 1 × width for columns), when that is one number per part and no device's state
+        is free (see ``_free``); else False. Every rule reads chunks only relative to the group's lowest, so a
+        group in such a part steps as its copy in the first part does, its new shifts raised by the part's: the
+        step is the first part's, lifted."""
+        if self._free(rep.part(tokens)).any():
             return False
-        runs = shifts.reshape(-1, width).astype(np.int64)
-        lift = runs[:, :1] - runs[:1, :1]
-        if not (runs - runs[:1] == lift).all():
-            return False
-        return lift
-
-    def _lift_columns(self, tokens: np.ndarray, shifts: np.ndarray, width: int) -> np.ndarray | bool:
-        """``_lift`` across the columns of a state constant in each run of ``width`` tokens: each column's chunk
-        shift above the first column's (1 × width), when that is one number per column and no state is free."""
-        if self._free(tokens[::width]).any():
-            return False
-        runs = shifts.reshape(-1, width).astype(np.int64)
-        lift = runs[:1] - runs[:1, :1]
-        if not (runs - runs[:, :1] == lift).all():
+        runs = shifts.reshape(-1, rep.width).astype(np.int64)
+        if rep.columns:
+            lift, rest = runs[:1] - runs[:1, :1], runs - runs[:, :1]
+        else:
+            lift, rest = runs[:, :1] - runs[:1, :1], runs - runs[:1]
+        if not (rest == lift).all():
             return False
         return lift
 
@@ -412,25 +393,25 @@ class _Machine:
                     new_shifts[b.members] = np.where(free[inverse], 0, out_shifts[inverse] + base[:, None])
         return failure
 
-    def _locals_of(self, blocks: Sequence[_Block]) -> tuple[_Local, ...]:
-        """The widths (the strides of the levels, widest first skipped: k itself) at which an instruction's
-        groups each lie in one run of ``width`` devices and are the first run's groups moved run by run."""
+    def _repeats_of(self, blocks: Sequence[_Block]) -> tuple[_Repeat, ...]:
+        """The parts (runs of each level's stride, narrowest first, then their columns, widest first) of which an
+        instruction's groups are copies (see ``_Repeat``)."""
         out = []
-        for width in sorted(self.digits.strides):
-            if width == self.k:
-                continue
-            runs = self.k // width
+        widths = [w for w in sorted(self.digits.strides) if w < self.k]
+        for width, columns in [(w, False) for w in widths] + [(w, True) for w in reversed(widths) if w > 1]:
+            copies, move = (width, 1) if columns else (self.k // width, width)
             firsts, kept = [], []
             for b in blocks:
                 members = b.members
-                if not (members // width == members[:, :1] // width).all():
+                part = members % width if columns else members // width
+                if not (part == part[:, :1]).all():
                     break
-                head = np.flatnonzero(members[:, 0] < width)
-                if len(head) * runs != len(members):
+                head = np.flatnonzero(members[:, 0] % width == 0 if columns else members[:, 0] < width)
+                if len(head) * copies != len(members):
                     break
                 owner = np.full(self.k, -1, dtype=np.int64)
                 owner[members[:, 0]] = np.arange(len(members))
-                moved = members[head, None, :] + (np.arange(runs) * width)[None, :, None]  # head × runs × m
+                moved = members[head, None, :] + (np.arange(copies) * move)[None, :, None]  # head × copies × m
                 rows = owner[moved[:, :, 0]]
                 if (rows < 0).any() or not (members[rows] == moved).all():
                     break
@@ -439,7 +420,7 @@ class _Machine:
                 firsts.append(least[by])
                 kept.append(head[by])
             else:
-                out.append(_Local(width, *self._firsts(blocks, firsts, kept)))
+                out.append(_Repeat(width, columns, *self._firsts(blocks, firsts, kept, width if columns else 0)))
         return tuple(out)
 
     @staticmethod
@@ -461,42 +442,14 @@ class _Machine:
         return tuple(out), first[rank]
 
     def _shaped(self, groups: Sequence[tuple[int, ...]], broadcast: bool):
-        """An instruction's blocks, repeated runs and repeated columns, built once per groups object (the
+        """An instruction's blocks and the parts its groups repeat over, built once per groups object (the
         collectives of one communicator share it) and kind (Broadcast blocks keep their offsets)."""
         key = (id(groups), broadcast)
         found = self.shaped.get(key)
         if found is None or found[0] is not groups:
             blocks = self._blocks_of(groups, broadcast)
-            found = self.shaped[key] = (groups, blocks, self._locals_of(blocks), self._columns_of(blocks))
+            found = self.shaped[key] = (groups, blocks, self._repeats_of(blocks))
         return found[1:]
-
-    def _columns_of(self, blocks: Sequence[_Block]) -> tuple[_Column, ...]:
-        """The widths (the strides of the levels below the outermost, widest first) at which an instruction's
-        groups each lie in one column of the runs of ``width`` devices and are the first column's groups moved
-        column by column."""
-        out = []
-        for width in sorted((w for w in self.digits.strides if 1 < w < self.k), reverse=True):
-            firsts, kept = [], []
-            for b in blocks:
-                members = b.members
-                if not (members % width == members[:, :1] % width).all():
-                    break
-                head = np.flatnonzero(members[:, 0] % width == 0)
-                if len(head) * width != len(members):
-                    break
-                owner = np.full(self.k, -1, dtype=np.int64)
-                owner[members[:, 0]] = np.arange(len(members))
-                moved = members[head, None, :] + np.arange(width)[None, :, None]  # head × columns × m
-                rows = owner[moved[:, :, 0]]
-                if (rows < 0).any() or not (members[rows] == moved).all():
-                    break
-                least = b.index[rows].min(axis=1)
-                by = np.argsort(least, kind="stable")
-                firsts.append(least[by])
-                kept.append(head[by])
-            else:
-                out.append(_Column(width, *self._firsts(blocks, firsts, kept, width)))
-        return tuple(out)
 
     def _blocks_of(self, groups: Sequence[tuple[int, ...]], broadcast: bool) -> tuple[_Block, ...]:
         out = []
