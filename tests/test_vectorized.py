@@ -202,11 +202,13 @@ def test_repeating_states_step_one_run(monkeypatch, sizes):
 
 @pytest.mark.parametrize("columns", [False, True])
 @pytest.mark.parametrize("scope", ["global", "per-ancestor"])
-@pytest.mark.parametrize("sizes", [(2, 3, 2), (3, 2, 2), pytest.param((2, 2, 2, 2), marks=pytest.mark.slow)])
+@pytest.mark.parametrize("sizes", [(2, 3, 2), pytest.param((3, 2, 2), marks=pytest.mark.slow),
+                                   pytest.param((2, 2, 2, 2), marks=pytest.mark.slow)])
 def test_runs_that_differ_by_a_chunk_shift_step_one_run(monkeypatch, sizes, scope, columns):
     """A state whose tokens repeat run by run, or are constant in each run (``columns``), while its chunk
-    shifts rise by one number per run or per column (after a ReduceScatter across them) is stepped on the
-    first run or column and lifted (``_lift``): pieces' verdicts, on steps that pass and that fail there."""
+    shifts rise by one number per run or per column (after a ReduceScatter across them; free states, whose
+    shifts do not, among them) is stepped on the first run or column and lifted (``_lift``): pieces'
+    verdicts, on steps that pass and that fail there."""
     taken: Counter = Counter()
     lift, apply = vectorized._Machine._lift, vectorized._Machine._apply
     lifted: list[bool] = []
@@ -214,6 +216,7 @@ def test_runs_that_differ_by_a_chunk_shift_step_one_run(monkeypatch, sizes, scop
     def spy_lift(self, tokens, shifts, rep):
         out = lift(self, tokens, shifts, rep)
         lifted.append(out is not False and rep.columns == columns)
+        taken["with free states"] += lifted[-1] and bool(self._free(rep.part(tokens)).any())
         return out
 
     def spy_apply(self, *args):
@@ -227,9 +230,9 @@ def test_runs_that_differ_by_a_chunk_shift_step_one_run(monkeypatch, sizes, scop
     prob = _problem(sizes, scope, True)
     rng = random.Random(11)
     n = len(prob.candidates)
-    programs = _mix(prob, rng, 3) + [tuple(rng.randrange(n) for _ in range(rng.randint(1, 5))) for _ in range(300)]
+    programs = _mix(prob, rng, 4) + [tuple(rng.randrange(n) for _ in range(rng.randint(1, 5))) for _ in range(300)]
     _assert_same(prob, programs, sizes)
-    assert taken["passed"] and taken["failed"]
+    assert taken["passed"] and taken["failed"] and taken["with free states"]
 
 
 @pytest.mark.parametrize("sizes", [(2, 3, 2), pytest.param((2, 2, 2, 2), marks=pytest.mark.slow)])

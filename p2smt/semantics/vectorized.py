@@ -321,18 +321,25 @@ class _Machine:
 
     def _lift(self, tokens: np.ndarray, shifts: np.ndarray, rep: _Repeat) -> np.ndarray | bool:
         """For a state whose tokens are the same in every part of ``rep``: each part's chunk shift above the
-        first part's (runs × 1, or 1 × width for columns), when that is one number per part and no device's state
-        is free (see ``_free``); else False. Every rule reads chunks only relative to the group's lowest, so a
-        group in such a part steps as its copy in the first part does, its new shifts raised by the part's: the
-        step is the first part's, lifted."""
-        if self._free(rep.part(tokens)).any():
+        first part's (runs × 1, or 1 × width for columns), when that is one number per part for the devices whose
+        state is not free (see ``_free``), none for the free ones, and every group has a member that is not free;
+        else False. Every rule reads chunks only relative to the lowest of the group's members that are not free,
+        so a group in such a part steps as its copy in the first part does, its new shifts (those of new states
+        that are not free) raised by the part's."""
+        part = rep.part(tokens)
+        free = self._free(part)
+        held = np.flatnonzero(~free)
+        if not len(held) or any(self._free(part[b.members]).all(axis=1).any() for b in rep.blocks):
             return False
+        j = int(held[0])
         runs = shifts.reshape(-1, rep.width).astype(np.int64)
         if rep.columns:
-            lift, rest = runs[:1] - runs[:1, :1], runs - runs[:, :1]
+            rest = runs - runs[:, :1]
+            lift, free = rest[j : j + 1], free[:, None]
         else:
-            lift, rest = runs[:, :1] - runs[:1, :1], runs - runs[:1]
-        if not (rest == lift).all():
+            rest = runs - runs[:1]
+            lift, free = rest[:, j : j + 1], free[None, :]
+        if not np.where(free, rest == 0, rest == lift).all():
             return False
         return lift
 
