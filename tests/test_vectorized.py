@@ -19,7 +19,7 @@ from test_size_independence import COUNTEREXAMPLE, MERGED_LEVELS, _hier
 
 from p2smt.errors import P2Error
 from p2smt.model.dsl import problem
-from p2smt.semantics import pieces, vectorized
+from p2smt.semantics import arrays, pieces, vectorized
 
 
 def _assert_same(prob, programs, sizes):
@@ -259,14 +259,14 @@ def test_states_constant_in_each_run_step_one_column(monkeypatch, sizes):
 
 @pytest.mark.parametrize("few", [1, 2, 8, 1000])
 def test_distinct_values_by_comparisons_or_sorting(monkeypatch, few):
-    """``_classes`` finds up to FEW_CLASSES values by comparisons, more by sorting: either way each entry's
+    """``arrays.classes`` finds up to FEW_CLASSES values by comparisons, more by sorting: either way each entry's
     class holds its value, the classes are distinct and each one's first entry is its first occurrence; and
     the verdicts stay those of pieces."""
-    monkeypatch.setattr(vectorized, "FEW_CLASSES", few)
+    monkeypatch.setattr(arrays, "FEW_CLASSES", few)
     rng = np.random.default_rng(few)
     for n, spread in [(1, 1), (7, 1), (50, 3), (200, 40)]:
         values = rng.integers(0, spread, size=n) * 7919
-        first, inverse = vectorized._classes(values)
+        first, inverse = arrays.classes(values)
         assert (values[first][inverse] == values).all() and len(set(values[first].tolist())) == len(first)
         assert all(int(np.flatnonzero(values == values[f])[0]) == f for f in first.tolist())
     prob = _problem((2, 3), "per-ancestor", True)
@@ -292,9 +292,9 @@ def test_store_tells_states_apart_when_keys_collide():
 def test_rows_told_apart_exactly_when_every_hash_collides(monkeypatch):
     """Groups' rows are classed by a hash summed over their parts (frame, tokens, shifts) and checked exactly:
     with every hash equal, the exact fallback still gives the verdicts of pieces."""
-    monkeypatch.setattr(vectorized, "_MIX", np.zeros_like(vectorized._MIX))
+    monkeypatch.setattr(arrays, "MIX", np.zeros_like(arrays.MIX))
     keys = np.array([[1, 2], [1, 3], [1, 2]])
-    first, inverse = vectorized._distinct_parts([keys[:, :1], keys[:, 1:]])
+    first, inverse = arrays.distinct_parts([keys[:, :1], keys[:, 1:]])
     assert (keys[first][inverse] == keys).all() and len(first) == 2
     prob = _problem((2, 2, 2), "per-ancestor", True)
     n = len(prob.candidates)

@@ -25,19 +25,20 @@ part, up to one chunk shift per part.
 
 ``sizes`` (the hierarchy's level sizes, outermost first) only decides which groups share outcomes; any
 factorization of k (or none: one level of size k) gives the same verdicts. It shares no code with the
-encodings (an independent re-check).
+encodings (an independent re-check). Its array helpers are in ``semantics.arrays``, the digit-wise
+translations in ``semantics.digits``.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from math import prod
 
 import numpy as np
 
-from p2smt.errors import P2Error
 from p2smt.model.problem import SynthesisProblem
+from p2smt.semantics.arrays import by_rows, classes, constant_runs, distinct_parts, distinct_rows, repeats
+from p2smt.semantics.digits import Digits
 from p2smt.semantics.pieces import (
     AG,
     AR,
@@ -52,67 +53,6 @@ from p2smt.semantics.pieces import (
     outcome,
     run_checks,
 )
-
-
-class _Digits:
-    """Device ids as digits of the hierarchy's levels, and the translation of a set of devices by a digit
-    vector (each digit modulo its level's size); a digit vector is coded as the id it moves 0 to."""
-
-    def __init__(self, k: int, sizes: Sequence[int]):
-        sizes = tuple(s for s in sizes if s > 1)
-        if prod(sizes) != k:
-            raise P2Error(f"level sizes {list(sizes)} do not multiply to the {k} devices")
-        self.k, self.full = k, (1 << k) - 1
-        self.sizes = sizes
-        self.strides = tuple(prod(sizes[i + 1 :]) for i in range(len(sizes)))
-        self._masks: dict[tuple[int, int], int] = {}
-        self._moves: dict[int, tuple[tuple[int, int, int], ...]] = {}
-
-    def offsets(self, members: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """Each member's digit-wise offset from the first member of its row, per level (levels × rows ×
-        members, each digit times its level's stride, in 32 bits), and the inverse offsets."""
-        up = np.zeros((len(self.sizes), *members.shape), dtype=np.int32)
-        down = np.zeros_like(up)
-        for level, (s, w) in enumerate(zip(self.sizes, self.strides)):
-            digit = (members // w) % s
-            up[level] = ((digit - digit[:, :1]) % s) * w
-            down[level] = ((digit[:, :1] - digit) % s) * w
-        return up, down
-
-    def inverse(self, code: int) -> int:
-        return sum(((-(code // w)) % s) * w for s, w in zip(self.sizes, self.strides))
-
-    def translate(self, bits: int, code: int) -> int:
-        if not code or not bits:
-            return bits
-        moves = self._moves.get(code)
-        if moves is None:
-            moves = self._moves[code] = tuple(
-                (self._mask(level, t), t * w, (s - t) * w)
-                for level, (s, w) in enumerate(zip(self.sizes, self.strides))
-                if (t := (code // w) % s)
-            )
-        for low, up, down in moves:
-            bits = ((bits & low) << up) | ((bits & ~low) >> down)
-        return bits
-
-    def kept(self, sets) -> int:
-        """The levels (a bit set) whose translations map every one of ``sets`` to itself."""
-        out = (1 << len(self.sizes)) - 1
-        for bits in sets:
-            for level, w in enumerate(self.strides):
-                if out >> level & 1 and self.translate(bits, w) != bits:
-                    out &= ~(1 << level)
-        return out
-
-    def _mask(self, level: int, t: int) -> int:
-        """The devices whose digit at ``level`` is below its size minus ``t`` (those that move up by t)."""
-        found = self._masks.get((level, t))
-        if found is None:
-            s, w = self.sizes[level], self.strides[level]
-            below = (np.arange(self.k) // w) % s < s - t
-            found = self._masks[level, t] = int.from_bytes(np.packbits(below, bitorder="little").tobytes(), "little")
-        return found
 
 
 @dataclass(frozen=True)
@@ -157,26 +97,10 @@ class _Repeat:
         return values[:: self.width] if self.columns else values[: self.width]
 
     def same(self, values: np.ndarray) -> bool:
-        return _constant_runs(values, self.width) if self.columns else _repeats(values, self.width)
+        return constant_runs(values, self.width) if self.columns else repeats(values, self.width)
 
     def spread(self, values: np.ndarray, k: int) -> np.ndarray:
         return np.repeat(values, self.width) if self.columns else np.tile(values, k // self.width)
-
-
-def _constant_runs(values: np.ndarray, width: int) -> bool:
-    """Whether ``values`` is constant in each run of ``width`` (the first run first)."""
-    if not (values[:width] == values[0]).all():
-        return False
-    runs = values.reshape(-1, width)
-    return bool((runs == runs[:, :1]).all())
-
-
-def _repeats(values: np.ndarray, width: int) -> bool:
-    """Whether ``values`` repeats with period ``width`` (the second run first: most states that do not repeat
-    differ there)."""
-    if not np.array_equal(values[width : 2 * width], values[:width]):
-        return False
-    return bool((values.reshape(-1, width) == values[:width]).all())
 
 
 MEMO_MEMBERS = 256
@@ -187,69 +111,6 @@ LARGE_MEMBERS = 16
 """Groups of more members are decided by ``_Machine._large`` when its structure applies (its numpy passes cost
 O(k) per group, less than translating each member's k-bit contributions from about this many members)."""
 GATHER_CLASSES = 64
-_MIX = np.random.default_rng(20261202).integers(1, 2**63, size=4096, dtype=np.uint64) | np.uint64(1)
-
-
-def _by_rows(ufunc: np.ufunc, a: np.ndarray) -> np.ndarray:
-    """``ufunc.reduce(a, axis=1)``, column by column when rows are short (numpy's reduction along a short last
-    axis costs several times more per entry)."""
-    if a.shape[1] > 16:
-        return ufunc.reduce(a, axis=1)
-    out = a[:, 0].copy()
-    for j in range(1, a.shape[1]):
-        ufunc(out, a[:, j], out=out)
-    return out
-
-
-FEW_CLASSES = 8
-"""Up to this many distinct values are found by comparisons (a pass per value over the entries left), more by
-sorting (``np.unique``, several times slower on tens of thousands of entries)."""
-
-
-def _classes(values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """(index of the first entry of each distinct value, each entry's index into them) of a 1-d array; the
-    values in order of first occurrence up to ``FEW_CLASSES`` of them, else in ``np.unique``'s order."""
-    inverse = np.zeros(len(values), np.int64)
-    first = [0]
-    rest = np.flatnonzero(values != values[0])
-    while len(rest):
-        if len(first) == FEW_CLASSES:
-            _, found, inverse = np.unique(values, return_index=True, return_inverse=True)
-            return found, inverse.reshape(-1)
-        at = int(rest[0])
-        same = values[rest] == values[at]
-        inverse[rest[same]] = len(first)
-        first.append(at)
-        rest = rest[~same]
-    return np.array(first, dtype=np.int64), inverse
-
-
-def _distinct_rows(keys: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """(first row index of each distinct row, each row's distinct index): a hash of each row, checked exactly."""
-    return _distinct_parts([keys])
-
-
-def _distinct_parts(parts: Sequence[np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
-    """``_distinct_rows`` of the side-by-side concatenation of ``parts`` (arrays of as many rows), without
-    building it: a hash of each row summed part by part, checked exactly part by part."""
-    n = len(parts[0])
-    if n == 1:
-        return np.zeros(1, np.int64), np.zeros(1, np.int64)
-    h, at = np.zeros(n, np.uint64), 0
-    with np.errstate(over="ignore"):
-        for part in parts:
-            width = part.shape[1]
-            mix = _MIX[at : at + width]
-            if len(mix) < width:
-                mix = np.resize(_MIX, at + width)[at:] ^ np.arange(at, at + width, dtype=np.uint64)
-            h += _by_rows(np.add, part.astype(np.uint64) * mix)
-            at += width
-    first, inverse = _classes(h)
-    if not all(np.array_equal(part[first][inverse], part) for part in parts):  # a collision: decide exactly
-        keys = np.concatenate([part.astype(np.int64) for part in parts], axis=1)
-        _, first, inverse = np.unique(keys, axis=0, return_index=True, return_inverse=True)
-        inverse = inverse.reshape(-1)
-    return first, inverse
 
 
 class _Machine:
@@ -261,7 +122,7 @@ class _Machine:
         self.problem = problem
         self.k = k = problem.num_devices
         self.full = full = (1 << k) - 1
-        self.digits = _Digits(k, (k,) if sizes is None else sizes)
+        self.digits = Digits(k, (k,) if sizes is None else sizes)
         self.states = _Table()
         self.token = self.states.id
         self.frames = _Table()  # members' contribution offsets
@@ -359,14 +220,14 @@ class _Machine:
             rows, sh = tokens[b.members], shifts[b.members]
             free = self._free(rows)
             if free.any():
-                base = _by_rows(np.minimum, np.where(free, self.k, sh))
+                base = by_rows(np.minimum, np.where(free, self.k, sh))
                 base[base == self.k] = 0
                 sh = np.where(free, 0, sh - base[:, None])
             else:
-                base = _by_rows(np.minimum, sh).astype(np.int64)
+                base = by_rows(np.minimum, sh).astype(np.int64)
                 sh = sh - base[:, None]
             m = rows.shape[1]
-            first, inverse = _distinct_parts([rows, sh] if len(b.frames) == 1 else [b.frame[:, None], rows, sh])
+            first, inverse = distinct_parts([rows, sh] if len(b.frames) == 1 else [b.frame[:, None], rows, sh])
             out_tokens = np.empty((len(first), m), dtype=np.int32)
             out_shifts = np.empty((len(first), m), dtype=np.int32)
             for d in np.argsort(first, kind="stable").tolist():
@@ -500,7 +361,7 @@ class _Machine:
         else:
             pair = np.unique(root.astype(np.int64) * n + rows, return_inverse=True)[1]
             key = pair.reshape(rows.shape).astype(np.int64) * (2 * k * k) + (d + k) * k + off
-        first, inverse = _classes(key.reshape(-1))
+        first, inverse = classes(key.reshape(-1))
         memo, decide = self.pairs, self._pair
         facts = []
         for key in zip(np.broadcast_to(root, rows.shape).reshape(-1)[first].tolist(), rows.reshape(-1)[first].tolist(),
@@ -509,8 +370,8 @@ class _Machine:
             facts.append(decide(*key) if found is None else found)
         fails = ~np.array(facts, dtype=bool).reshape(-1, 2)  # (not below, not equal) by distinct key
         below = (np.ones(len(rows), dtype=bool) if not fails[:, 0].any()
-                 else ~_by_rows(np.logical_or, fails[:, 0][inverse].reshape(rows.shape)))
-        same = ~_by_rows(np.logical_or, fails[:, 1][inverse].reshape(rows.shape))
+                 else ~by_rows(np.logical_or, fails[:, 0][inverse].reshape(rows.shape)))
+        same = ~by_rows(np.logical_or, fails[:, 1][inverse].reshape(rows.shape))
         bad = np.flatnonzero(~below | same)
         if len(bad):
             g = int(bad[0])
@@ -544,7 +405,7 @@ class _Machine:
         k = self.k
         kept = self._kept_of(tokens) if kept is None else kept
         codes = (tokens.astype(np.int64) * k + self._moved(down, kept)).reshape(-1)
-        first, which = _classes(codes)
+        first, which = classes(codes)
         new = np.array([self._sent(int(c // k), int(c % k)) for c in codes[first].tolist()], dtype=np.int32)
         return new[which].reshape(tokens.shape)
 
@@ -612,7 +473,7 @@ class _Machine:
         return np.array(tokens, dtype=np.int32)[where.reshape(-1)], lows[kind]
 
     def _kept_state(self, state) -> int:
-        """``_Digits.kept`` of a state's contributions (remembered by their values)."""
+        """``Digits.kept`` of a state's contributions (remembered by their values)."""
         contributions = tuple(c for _, c in state)
         found = self.kept_states.get(contributions)
         if found is None:
@@ -624,7 +485,7 @@ class _Machine:
         chunks or contributions as positions in numpy (the chunks shifted, the contributions translated
         digit-wise by the member's offset), their overlaps counted, the union built once, and the new
         state sent to the members' frames once per distinct (state, offset)."""
-        first, which = _classes(members)
+        first, which = classes(members)
         tokens = members[first]
         states = [self.states[t] for t in tokens.tolist()]
         if len(members) < 2 or any(len(st) != 1 for st in states):
@@ -678,7 +539,7 @@ class _Machine:
         block shifted down to chunk 0): the distinct shapes and each block's index into them."""
         positions = self._positions(rows).reshape(m, -1)
         lows = positions[:, 0]
-        first, which = _distinct_rows(positions - lows[:, None])
+        first, which = distinct_rows(positions - lows[:, None])
         shapes = [self._bits(positions[f] - lows[f]) for f in first.tolist()]
         return lows.astype(np.int32), (shapes, which)
 
@@ -699,7 +560,7 @@ class _Machine:
         frame), or None when the members' contributions fall in more than ``GATHER_CLASSES`` classes."""
         moved = self._moved(up, self._kept_of(tokens[which]))
         codes = which.astype(np.int64) * self.k + moved
-        first, where = _classes(codes)
+        first, where = classes(codes)
         keys = codes[first]
         if len(keys) > GATHER_CLASSES:
             return None
@@ -711,7 +572,7 @@ class _Machine:
             j = np.flatnonzero(where == v)
             held = which[j]
             rows = [(self._positions(self.states[int(tokens[t])][0][0])[None, :] + shifts[j[held == t], None])
-                    for t in held[_classes(held)[0]].tolist()]
+                    for t in held[classes(held)[0]].tolist()]
             pieces[c] = pieces.get(c, 0) | self._bits(np.concatenate([r.reshape(-1) for r in rows]))
         return _canon(pieces)
 
