@@ -17,6 +17,7 @@ from p2smt.model.placement import Placement
 from p2smt.semantics.bitmatrix import is_valid
 from p2smt.semantics.dense import execute
 from p2smt.synth.enumerative import enumerate_programs as dense_programs
+from p2smt.synth.lockstep import InclusionProof
 from p2smt.synth.pieces import enumerate_programs as pieces_programs
 from p2smt.synth.symmetric import search, synthesize
 
@@ -257,6 +258,16 @@ def test_a_missed_program_is_named_or_makes_the_engine_search_at_the_real_size()
     programs, stats = _symmetric(sizes, 7, inclusion_pairs=40_000)
     assert stats["generic_size"] is None and "the generic instance misses" in stats["rests_on"]
     assert programs == pieces_programs(_problem(sizes), 7)
+
+
+def test_a_missed_program_is_replaced_by_the_search_at_the_real_size():
+    """``InclusionProof.searched`` (the symmetric and representative engines' fallback): the real size's
+    whole program set, resting on the search and naming the missed program."""
+    prob = _problem((2, 3))
+    proof = InclusionProof(False, 10, 7, ("(l0, InsideGroup, AllReduce)",))
+    programs, rests_on = proof.searched(prob, 3, "size 2")
+    assert programs == pieces_programs(prob, 3) and proof.missed_within(3) and not proof.missed_within(0)
+    assert rests_on == "search at the real size (size 2 misses '(l0, InsideGroup, AllReduce)', valid at the real size)"
 
 
 def test_refuses_above_the_real_size_check_limit(run_cli, monkeypatch):

@@ -90,12 +90,9 @@ def _representative_completeness(prob: SynthesisProblem, max_len: int, h: Synthe
     if proof is None:
         return None
     if proof.missed_within(max_len):
-        from p2smt.synth.pieces import enumerate_programs
-
-        why = f"size 2 misses {'; '.join(proof.missed)!r}, valid at the real size"
-        return EngineOutcome(SolveStatus.COMPLETE, tuple(enumerate_programs(prob, max_len)),
-                             stats | {"rests_on": f"search at the real size ({why})", "real_check": "search",
-                                      "inclusion_pairs": proof.pairs})
+        programs, rests_on = proof.searched(prob, max_len, "size 2")
+        return EngineOutcome(SolveStatus.COMPLETE, tuple(programs), stats | {
+            "rests_on": rests_on, "real_check": "search", "inclusion_pairs": proof.pairs})
     if not proof.proved:  # undecided, or a missed program longer than max_len
         return None
     words = (f"proved at the real size: every program valid here, of any length, is valid at size 2 "

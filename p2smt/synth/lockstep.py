@@ -48,6 +48,7 @@ from p2smt.model.hierarchy import ROOT, MasterScope, SynthesisHierarchy
 from p2smt.model.problem import SynthesisProblem
 from p2smt.semantics.bitmatrix import Device, Machine, State
 from p2smt.semantics.pieces import Stepper
+from p2smt.synth.search import FirstStepReport
 from p2smt.synth.symmetric import generic_hierarchy, one_group_hierarchy, same_candidates, why_not_generic
 
 Pair = tuple[State, State]
@@ -293,6 +294,15 @@ class InclusionProof:
     def missed_within(self, max_len: int) -> bool:
         """Whether the generic instance provably misses a program of at most ``max_len`` steps."""
         return self.missed is not None and len(self.missed) <= max_len
+
+    def searched(self, prob: SynthesisProblem, max_len: int, instance: str,
+                 on_first_step: FirstStepReport | None = None) -> tuple[list[tuple[int, ...]], str]:
+        """The exact search at the real size that replaces an ``instance`` (a name, for ``rests_on``) which
+        misses a program of at most ``max_len`` steps: its programs and what they rest on."""
+        from p2smt.synth.pieces import enumerate_programs
+
+        why = f"{instance} misses {'; '.join(self.missed or ())!r}, valid at the real size"
+        return enumerate_programs(prob, max_len, on_first_step), f"search at the real size ({why})"
 
     def stats(self) -> dict[str, Any]:
         """The engine statistics: ``completeness``, ``inclusion_pairs`` and, if any, ``generic_misses``."""

@@ -329,12 +329,8 @@ def synthesize(
             bound = inclusion_pairs if inclusion_pairs is not None else (INCLUSION_PAIRS if by_default else 0)
             proof = inclusion_proof(prob, small, h, size, bound) if bound > 0 else None
             if proof is not None and proof.missed_within(max_len):
-                from p2smt.synth.pieces import enumerate_programs
-
-                why = f"the generic instance misses {'; '.join(proof.missed)!r}, valid at the real size"
-                return enumerate_programs(prob, max_len, on_first_step), {
-                    "rests_on": f"search at the real size ({why})", "generic_size": None,
-                    "inclusion_pairs": proof.pairs}
+                programs, rests_on = proof.searched(prob, max_len, "the generic instance", on_first_step)
+                return programs, {"rests_on": rests_on, "generic_size": None, "inclusion_pairs": proof.pairs}
             proved = proof is not None and proof.proved
             if not proved and max_len >= KNOWN_COMPLETE_BELOW and levels >= 4:
                 raise P2Error(
