@@ -102,6 +102,10 @@ class _Repeat:
     def spread(self, values: np.ndarray, k: int) -> np.ndarray:
         return np.repeat(values, self.width) if self.columns else np.tile(values, k // self.width)
 
+    def grid(self, values: np.ndarray) -> np.ndarray:
+        """The first part's ``values`` laid along the parts' axis of the runs × width grid, for broadcasting."""
+        return values[:, None] if self.columns else values[None, :]
+
 
 MEMO_MEMBERS = 256
 LARGE_MEMO_BYTES = 64 << 20
@@ -135,8 +139,6 @@ class _Machine:
         self.sent: dict[tuple[int, int], int] = {}  # see _sent
         self.frame_offsets: dict[int, tuple[np.ndarray, np.ndarray]] = {}  # see _frame_offsets
         self.kept_states: dict[tuple[int, ...], int] = {}  # see _kept_state
-        self.blocks: list[tuple[_Block, ...] | None] = [None] * len(problem.candidates)
-        self.repeats: list[tuple[_Repeat, ...]] = [()] * len(problem.candidates)  # see _repeats_of
         self.shaped: dict[tuple[int, bool], tuple] = {}  # see _shaped
         self.initial = (np.full(k, self.token(((full, 1),)), dtype=np.int32), np.zeros(k, np.int32))
         goal = np.full(k, self.token(()), dtype=np.int32)
@@ -149,15 +151,11 @@ class _Machine:
         self.goal = (goal, np.zeros(k, np.int32))
 
     def step(self, state: tuple[np.ndarray, np.ndarray], i: int) -> tuple[np.ndarray, np.ndarray]:
-        blocks = self.blocks[i]
-        if blocks is None:
-            candidate = self.problem.candidates[i]
-            blocks, self.repeats[i] = self._shaped(candidate.groups, candidate.collective is BC)
-            self.blocks[i] = blocks
+        candidate = self.problem.candidates[i]
+        coll, groups = candidate.collective, candidate.groups
+        blocks, repeats = self._shaped(groups, coll is BC)
         tokens, shifts = state
-        coll = self.problem.candidates[i].collective
-        groups = self.problem.candidates[i].groups
-        for rep in self.repeats[i]:
+        for rep in repeats:
             if not rep.same(tokens):
                 continue
             lift = None if rep.same(shifts) else self._lift(tokens, shifts, rep)
@@ -170,9 +168,7 @@ class _Machine:
                 raise _Fail(groups[int(rep.first[failure[0]])], failure[1])
             if lift is None:
                 return rep.spread(new_tokens, self.k), rep.spread(new_shifts, self.k)
-            free = self._free(new_tokens)
-            lifted = (new_shifts[:, None] + np.where(free[:, None], 0, lift) if rep.columns
-                      else new_shifts[None, :] + np.where(free[None, :], 0, lift))
+            lifted = rep.grid(new_shifts) + np.where(rep.grid(self._free(new_tokens)), 0, lift)
             return rep.spread(new_tokens, self.k), lifted.reshape(-1).astype(np.int32)
         new_tokens, new_shifts = tokens.astype(np.int32), shifts.astype(np.int32)  # stored states may be uint16
         failure = self._apply(blocks, coll, tokens, shifts, new_tokens, new_shifts)
@@ -194,13 +190,9 @@ class _Machine:
             return False
         j = int(held[0])
         runs = shifts.reshape(-1, rep.width).astype(np.int64)
-        if rep.columns:
-            rest = runs - runs[:, :1]
-            lift, free = rest[j : j + 1], free[:, None]
-        else:
-            rest = runs - runs[:1]
-            lift, free = rest[:, j : j + 1], free[None, :]
-        if not np.where(free, rest == 0, rest == lift).all():
+        rest = runs - (runs[:, :1] if rep.columns else runs[:1])
+        lift = rest[j : j + 1] if rep.columns else rest[:, j : j + 1]
+        if not np.where(rep.grid(free), rest == 0, rest == lift).all():
             return False
         return lift
 
@@ -620,6 +612,7 @@ class _Machine:
         if len(known) == len(self.states):
             return known
         return np.concatenate([known, np.fromiter((fact(s) for s in self.states[len(known):]), dtype=dtype)])
+
 
 SAMPLE = 1024
 """The devices whose states key ``_Store``'s index (the rest is compared on a hit): reading all of them costs

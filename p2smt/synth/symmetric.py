@@ -50,8 +50,8 @@ levels, valid iff s0·s1 divides s3: docs/symmetry.md); at that length and beyon
 levels, the engine refuses."""
 CHECK_LIMIT = RECHECK_LIMIT
 """Devices above which the real-size check of the generic programs is refused (no interpreter re-checks
-there): at 65,536 the whole run on the superpod's 7,636 programs at length 5 takes about 10 s and under
-410 MiB (docs/symmetry.md)."""
+there): at 65,536 the whole run on the superpod's 7,636 programs at length 5 took 5.3-6.5 s and under
+390 MiB in ``benchmarks/scale.py`` (docs/symmetry.md)."""
 INCLUSION_DEVICES = {1: 16_384, 2: 16_384, 3: 4_096}
 """Non-trivial levels -> the devices up to which the engine proves its completeness at the real size by
 default (the inclusion exploration, docs/symmetry.md, Theorem 3'). Its cost is the pairs of states explored
