@@ -22,6 +22,13 @@ from p2smt.model.dsl import problem
 from p2smt.semantics import arrays, pieces, vectorized
 
 
+def _mixed(prob, seed: int, max_len: int) -> list[tuple[int, ...]]:
+    """``_mix`` up to ``max_len`` steps, then 300 random programs of 1–5 steps."""
+    rng = random.Random(seed)
+    n = len(prob.candidates)
+    return _mix(prob, rng, max_len) + [tuple(rng.randrange(n) for _ in range(rng.randint(1, 5))) for _ in range(300)]
+
+
 def _assert_same(prob, programs, sizes):
     expected = [_facts(v) for v in pieces.check_programs(prob, programs)]
     assert [_facts(v) for v in vectorized.check_programs(prob, programs, sizes=sizes)] == expected
@@ -192,9 +199,7 @@ def test_repeating_states_step_one_run(monkeypatch, sizes):
 
     monkeypatch.setattr(vectorized._Machine, "_apply", spy)
     prob = _problem(sizes, "global", True)
-    rng = random.Random(11)
-    n = len(prob.candidates)
-    programs = _mix(prob, rng, 3) + [tuple(rng.randrange(n) for _ in range(rng.randint(1, 5))) for _ in range(300)]
+    programs = _mixed(prob, 11, 3)
     facts = _assert_same(prob, programs, sizes)
     assert taken[True] and taken[False]
     assert any(group is not None and min(group) >= sizes[-1] for _, _, _, group, _ in facts)
@@ -228,9 +233,7 @@ def test_runs_that_differ_by_a_chunk_shift_step_one_run(monkeypatch, sizes, scop
     monkeypatch.setattr(vectorized._Machine, "_lift", spy_lift)
     monkeypatch.setattr(vectorized._Machine, "_apply", spy_apply)
     prob = _problem(sizes, scope, True)
-    rng = random.Random(11)
-    n = len(prob.candidates)
-    programs = _mix(prob, rng, 4) + [tuple(rng.randrange(n) for _ in range(rng.randint(1, 5))) for _ in range(300)]
+    programs = _mixed(prob, 11, 4)
     _assert_same(prob, programs, sizes)
     assert taken["passed"] and taken["failed"] and taken["with free states"]
 
@@ -250,9 +253,7 @@ def test_states_constant_in_each_run_step_one_column(monkeypatch, sizes):
 
     monkeypatch.setattr(vectorized._Machine, "_apply", spy)
     prob = _problem(sizes, "per-ancestor", True)
-    rng = random.Random(5)
-    n = len(prob.candidates)
-    programs = _mix(prob, rng, 3) + [tuple(rng.randrange(n) for _ in range(rng.randint(1, 5))) for _ in range(300)]
+    programs = _mixed(prob, 5, 3)
     _assert_same(prob, programs, sizes)
     assert taken["passed"] and taken["failed"]
 
