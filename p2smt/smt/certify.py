@@ -215,6 +215,7 @@ def prove_valid(enc, programs: Sequence[Program], timeout_ms: int | None, sink: 
             sink.write_text(f"validity-{kind}", text)
         refuted += [Refuted(p, f.step, f.rule) for p, f in zip(batch, fails) if f is not None]
     stats = {"programs": len(programs), "queries": chk.calls, "seconds": round(time.perf_counter() - start, 6),
+             "solver_seconds": round(chk.solver_seconds, 6),
              **{k: v for k, v in solver_figures(chk.solver).items() if k == "conflicts"}}
     return refuted, stats, answered
 
@@ -246,17 +247,22 @@ def certify(
         return Certificate(SolveStatus.UNKNOWN, tuple(refuted), (), stats, "a validity query timed out")
     strategy = Complete(proposed, cubes=certificate is None)
     res = run_encoding(enc, max_len, timeout_ms=timeout_ms, strategy=strategy, sink=sink.scoped("completeness"))
-    stats["completeness"] = completeness_stats(res, strategy, max_len)
+    stats["completeness"] = completeness_stats(res, strategy, max_len, validity["solver_seconds"])
     stats["seconds"] = round(time.perf_counter() - start, 6)
     reason = None if res.status is SolveStatus.COMPLETE else "a completeness query timed out"
     return Certificate(res.status, tuple(refuted), tuple(strategy.missed), stats, reason)
 
 
-def completeness_stats(res: EngineResult, strategy: Complete, max_len: int) -> dict[str, Any]:
-    """One completeness run's figures: its seconds, queries, conflicts, trie size and spurious models."""
+def completeness_stats(res: EngineResult, strategy: Complete, max_len: int, validity_solving: float = 0.0
+                       ) -> dict[str, Any]:
+    """One completeness run's figures: its seconds (and those in Z3's checks: the loop's and its checker's,
+    less ``validity_solving`` when the validity proof used the same checker), queries, conflicts, trie size
+    and spurious models."""
     phases = res.stats["per_length"].values()
+    solving = res.stats["solver_seconds"] + res.stats.get("checker_solver_seconds", 0.0) - validity_solving
     return {
         "seconds": res.stats["seconds"],
+        "solver_seconds": round(solving, 6),
         "lengths": f"1-{max_len}",
         "queries": sum(p["queries"] for p in phases),
         "conflicts": sum(p["conflicts"] for p in phases),
@@ -292,6 +298,7 @@ def certify_parallel(problem: SynthesisProblem, max_len: int, proposed: Sequence
     summed = ("queries", "conflicts", "trie_clauses")
     stats: dict[str, Any] = {"validity": valid_stats | {"cpu_seconds": proof.cpu_seconds}, "completeness": {
         "seconds": round(time.perf_counter() - start, 6),
+        "solver_seconds": round(sum(f["solver_seconds"] for f in figures), 6),
         "lengths": f"1-{max_len}",
         **{key: sum(f[key] for f in figures) for key in summed},
         "spurious": dict(sorted(sum((Counter(f["spurious"]) for f in figures), Counter()).items())),

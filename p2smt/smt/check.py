@@ -12,6 +12,7 @@ below the row (which the synthesizer's single-row tracks need) are left out (``f
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -112,6 +113,7 @@ class PlanChecker:
         root.per_chunk = [1 if strict_rows else None] * self.k
         self.nodes: dict[tuple[int, ...], Node] = {(): root}
         self.calls = 0
+        self.solver_seconds = 0.0  # in Z3's checks and models (the rest of a proof builds its formulas)
         self._model = None
         self.record = False  # keep each query's SMT-LIB2 text in ``log`` (for --emit-smt2)
         self.log: list[tuple[str, str]] = []
@@ -198,6 +200,7 @@ class PlanChecker:
             text = z3.Solver(ctx=self.ctx)  # the query as asserted (a QF_FD solver prints its internals)
             text.add(*self._base, formula)
             self.log.append((kind, text.sexpr() + "(check-sat)\n"))
+        start = time.perf_counter()
         try:
             res = self.solver.check()
             if res == z3.unknown:
@@ -207,6 +210,7 @@ class PlanChecker:
                 self._model = self.solver.model()
             return res == z3.sat
         finally:
+            self.solver_seconds += time.perf_counter() - start
             self.solver.pop()
 
     def witness(self) -> dict[str, int]:

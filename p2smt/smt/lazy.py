@@ -267,4 +267,5 @@ class CheckedEncoding(Encoding):
             out["checker_calls"] = self._checker.calls
             out["checker_nodes"] = len(self._checker.nodes)
             out["checker_solver"] = solver_figures(self._checker.solver)
+            out["checker_solver_seconds"] = round(self._checker.solver_seconds, 6)
         return out
