@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import json
 
+import pytest
+
 from p2smt.model.collectives import AG, AR, RS
 
 V100 = ["--system", "v100-2x8", "--axes", "2,8", "--reduce", "1", "--matrix", "[[2,1],[1,8]]"]
@@ -126,11 +128,16 @@ def test_best_deadline_keeps_the_finished_placements(run_cli, monkeypatch):
     assert "UNKNOWN: deadline of 1.5 s reached with 1 of 3 placements finished" in text
 
 
-def test_plan_deadline_keeps_the_finished_units(run_cli, monkeypatch):
+@pytest.mark.parametrize(("engine", "chooser", "deadline"), [
+    ("auto", "_searched_choice", "1.5"), ("certified", "_reduction_choice", "5")])
+def test_plan_deadline_keeps_the_finished_units(run_cli, monkeypatch, engine, chooser, deadline):
+    """Under ``auto`` each unit's program comes from the branch and bound, under the default from ranking a
+    certified set: either way the units chosen before the deadline are kept."""
     from p2smt.cost import plan as plan_module
 
-    monkeypatch.setattr(plan_module, "_searched_choice", first_then_hang(plan_module._searched_choice))
-    argv = ["plan", "--profile", "gpt3-13b-tp-dp", "--system", "dgx-a100", "--nodes", "4", "--deadline", "1.5"]
+    monkeypatch.setattr(plan_module, chooser, first_then_hang(getattr(plan_module, chooser)))
+    argv = ["plan", "--profile", "gpt3-13b-tp-dp", "--system", "dgx-a100", "--nodes", "4", "--deadline", deadline,
+            "--engine", engine]
     rc, out, _ = run_cli(*argv, "--json")
     payload = json.loads(out)
     assert rc == 4 and payload["status"] == "unknown"
@@ -139,7 +146,8 @@ def test_plan_deadline_keeps_the_finished_units(run_cli, monkeypatch):
     waiting = {u["communication"]: u["matrices"] for u in payload["unfinished"]}
     assert done["matrix"] not in waiting[done["communication"]]
     units = 1 + sum(len(m) for m in waiting.values())
-    assert payload["message"] == f"deadline of 1.5 s reached with 1 of {units} (placement, communication) units finished"
+    assert payload["message"] == (f"deadline of {deadline} s reached with 1 of {units} (placement, communication) "
+                                  "units finished")
     rc, out, _ = run_cli(*argv)
     text = " ".join(out.split())
     assert rc == 4 and f"not finished: {done['communication']} on" in text and done["program"][:20] in text

@@ -44,14 +44,45 @@ def test_data_parallel_profile_picks_the_placement_rank_picks_for_that_axis():
     ("gpt3-13b-tp-dp", "dgx-a100", 4, "ring"), ("gpt3-tp-pp-dp", "a100-4x16", None, "tree"),
     ("resnet50-dp", "fig2-16gpu", None, "auto")])
 def test_branch_and_bound_plans_what_ranking_every_program_plans(profile, system, nodes, algo):
-    """The default plan (each placement's cheapest program by the branch and bound) is the report ranking
-    the pieces engine's whole program set gives: same programs, seconds, links, order and Pareto front."""
+    """The ``auto`` plan (each placement's cheapest program by the branch and bound) is the report ranking
+    the pieces engine's whole program set gives: same programs, seconds, links, order and Pareto front;
+    only the engine and what each choice rests on differ."""
     from p2smt.synth.config import EngineConfig
 
     sys_ = load_system(system, nodes=nodes)
-    searched = plan(load_profile(profile), sys_, algo=algo)
+    searched = plan(load_profile(profile), sys_, algo=algo, config=EngineConfig(engine="auto"))
     ranked = plan(load_profile(profile), sys_, algo=algo, config=EngineConfig(engine="pieces"))
-    assert searched == ranked
+    assert all("branch and bound" in c["rests_on"] for r in searched["placements"] for c in r["communications"]
+               if c["kind"] == "reduce")
+    assert all(c["rests_on"].startswith("the cheapest of ") and "Z3" not in c["rests_on"]
+               for r in ranked["placements"] for c in r["communications"] if c["kind"] == "reduce")
+    assert _without_grounds(searched) == _without_grounds(ranked)
+
+
+def _without_grounds(report):
+    """A plan report without its engine and what each choice rests on."""
+    def rows(rows_):
+        return [r | {"communications": [{k: v for k, v in c.items() if k != "rests_on"} for c in r["communications"]]}
+                for r in rows_]
+    out = {k: v for k, v in report.items() if k != "engine"}
+    return out | {"placements": rows(report["placements"]), "best": rows([report["best"]])[0],
+                  "worst": rows([report["worst"]])[0]}
+
+
+def test_the_default_plan_chooses_from_z3_certified_sets():
+    """By default each reduction's program is the cheapest of a set Z3 certified; the choices equal ``auto``'s."""
+    from p2smt.synth.config import EngineConfig
+
+    sys_ = load_system("v100-4x8")
+    certified = plan(load_profile("resnet50-dp"), sys_)
+    assert certified["engine"] == "certified" and certified["certified"] is True
+    assert certified["certification"].startswith("certified by Z3: each choice is the cheapest of a program set")
+    (comm,) = certified["best"]["communications"]
+    assert comm["rests_on"].startswith("the cheapest of 93 programs; Z3-certified at the real size (32 devices)")
+    auto = plan(load_profile("resnet50-dp"), sys_, config=EngineConfig(engine="auto"))
+    assert "certified" not in auto
+    assert {k: v for k, v in _without_grounds(certified).items() if not k.startswith("certifi")} \
+        == _without_grounds(auto)
 
 
 def test_dominant_tensor_parallel_volume_puts_tensor_inside_the_node():

@@ -17,11 +17,16 @@ def report():
 
 
 def test_json_contract_shape(report):
-    assert set(report) == {"bytes_per_device", "algo", "matrices", "best"}
+    assert set(report) == {"bytes_per_device", "algo", "engine", "status", "certified", "certification", "matrices",
+                           "best", "stats"}
     assert report["bytes_per_device"] == 4 * 2**29 * 2 and report["algo"] == "ring"
+    assert report["engine"] == "certified" and report["status"] == "complete" and report["certified"] is True
+    assert report["certification"].startswith("certified by Z3: every program proved valid")
+    assert set(report["stats"]) == {"synthesis_seconds", "proof_seconds"}
     assert [m["matrix"] for m in report["matrices"]] == [[[1, 2], [2, 8]], [[2, 1], [1, 16]]]
     for m in report["matrices"]:
-        assert set(m) == {"matrix", "allreduce_seconds", "programs"}
+        assert set(m) == {"matrix", "allreduce_seconds", "status", "rests_on", "programs"}
+        assert m["status"] == "complete" and m["rests_on"].startswith("Z3-certified at the real size")
         assert m["allreduce_seconds"] > 0
         for p in m["programs"]:
             assert set(p) == {"program", "seconds"} and isinstance(p["program"], str) and p["seconds"] > 0
@@ -50,7 +55,18 @@ def test_top_bytes_and_algorithm_are_honoured(report):
 
 
 def test_same_inputs_same_report(report):
-    assert rank(Request("a100-2x16", (2, 16), (1,))) == report
+    """Equal but for the measured seconds under ``stats``."""
+    again = rank(Request("a100-2x16", (2, 16), (1,)))
+    assert {k: v for k, v in again.items() if k != "stats"} == {k: v for k, v in report.items() if k != "stats"}
+
+
+def test_another_engine_says_what_its_programs_rest_on():
+    """Under an explicit engine the report has no certificate, and each placement names its re-check."""
+    from p2smt.synth.config import EngineConfig
+
+    other = rank(Request("a100-2x16", (2, 16), (1,)), EngineConfig(engine="auto"))
+    assert other["engine"] == "auto" and "certified" not in other and "certification" not in other
+    assert all(m["rests_on"].startswith("the exhaustive search of the dense interpreter") for m in other["matrices"])
 
 
 def test_render_builds_tables(report):
@@ -58,7 +74,9 @@ def test_render_builds_tables(report):
 
     console = Console(width=160, record=True)
     console.print(render_rank(report))
-    assert "AllReduce" in console.export_text()
+    text = console.export_text()
+    assert "AllReduce" in text and "certified by Z3: every program proved valid" in text
+    assert "the proofs took" in text
 
 
 @pytest.mark.parametrize("kwargs", [{"algo": "butterfly"}, {"top": 0}, {"bytes_per_device": -1}])

@@ -75,10 +75,12 @@ def test_aggregate_matches_the_rows(swept):
 
 def test_aggregate_by_hand():
     def row(matrix, ar, best, algo="ring"):
-        return SweepRow("s", "[4,4]", "[0]", matrix, algo, 0.1, 3, int(best < ar), ar, "p", best, ar / best)
+        return SweepRow("s", "[4,4]", "[0]", matrix, algo, 0.1, 3, "yes" if matrix != "c" else "no", int(best < ar),
+                        ar, "p", best, ar / best)
 
     agg = aggregate([row("a", 2.0, 1.0), row("b", 10.0, 10.0), row("c", 3.0, 2.0), row("a", 4.0, 4.0, "tree")])
     assert agg["units"] == 4 and agg["units_beaten"] == 2 and agg["share_beating_allreduce"] == 0.5
+    assert agg["units_certified"] == 3
     assert agg["mean_speedup"] == pytest.approx((2.0 + 1.5) / 2) and agg["max_speedup"] == 2.0
     assert agg["max_allreduce_spread"] == pytest.approx(5.0)
     assert math.isnan(aggregate([row("a", 1.0, 1.0)])["mean_speedup"])

@@ -102,16 +102,22 @@ def add_plan_input(p: argparse.ArgumentParser, hlo: bool = False) -> None:
                                               "--json, or a list); XLA id i is system device order[i]")
 
 
-def add_search(p: argparse.ArgumentParser, max_len: int = 5, engine: str = "certified", jobs: bool = True) -> None:
-    p.add_argument("--engine", default=engine,
-                   help=f"default {engine}. certified: a proposer's programs proved valid and complete by Z3 | auto: "
-                        "the exact explicit engine for the size (enumerative up to 64 devices, pieces above) | "
+def add_search(p: argparse.ArgumentParser, grid: bool = False) -> None:
+    """The engine options. ``grid``: a sweep's, where ``--engine`` and ``--max-len`` replace a grid file's
+    settings (default: the grid's) and the per-request options (``--proposer``, ``--jobs``,
+    ``--inclusion-pairs``) are not offered, a grid file having no place for them."""
+    p.add_argument("--engine", default=None if grid else "certified",
+                   help=f"default {'the grid' + chr(39) + 's (certified unless it names another)' if grid else 'certified'}"
+                        ". certified: a proposer's programs proved valid and complete by Z3 | "
+                        "auto: the exact explicit engine for the size (enumerative up to 64 devices, pieces above) | "
                         "enumerative | pieces (compressed state, any size) | z3 | z3-cegis | symmetric")
+    p.add_argument("--max-len", type=int, default=None if grid else 5,
+                   help=f"longest program (default {'the grid' + chr(39) + 's' if grid else 5})")
+    if grid:
+        return
     p.add_argument("--proposer", help="certified engine's proposer: enumerative | pieces (default: pieces)")
-    p.add_argument("--max-len", type=int, default=max_len)
-    if jobs:
-        p.add_argument("--jobs", type=int, default=1, metavar="N",
-                       help="certified engine: Z3's proofs on N threads (0: one per core; default 1)")
+    p.add_argument("--jobs", type=int, default=1, metavar="N",
+                   help="certified engine: Z3's proofs on N threads (0: one per core; default 1)")
     p.add_argument("--inclusion-pairs", type=int, metavar="N",
                    help="symmetric engine: prove completeness at the real size exploring at most N pairs of states "
                         "(any number of levels; 0: no proof). Default: the proof runs with 2 non-trivial levels up to "

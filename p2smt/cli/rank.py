@@ -29,7 +29,7 @@ def register(sub) -> None:
                                      "(needs --matrix); it is checked first")
     p.add_argument("--plan", help="an explicit JSON plan on physical device ids (XLA replica-group forms) to price "
                                   "beside the synthesized ones (needs --matrix); it is checked first")
-    add_search(p, engine="auto")  # certification costs seconds per placement: see docs/results
+    add_search(p)
     add_bounds(p)
     add_json(p)
     p.set_defaults(func=run)

@@ -14,7 +14,7 @@ def register(sub) -> None:
     p.add_argument("--paper", action="store_true", help="run the P² paper's grid: synthesis + ranking")
     p.add_argument("--grid", help="grid YAML file or shipped grid name")
     p.add_argument("--out", help="--paper: output folder (p2-sweep); --grid: JSONL file (sweep.jsonl)")
-    add_search(p, engine="auto", jobs=False)  # certification costs seconds per placement: see docs/results
+    add_search(p, grid=True)
     p.add_argument("--no-plots", action="store_true")
     p.add_argument("--progress", action="store_true",
                    help="--paper: show progress on stderr (default: on a terminal; --grid shows it unless --json)")
@@ -42,6 +42,7 @@ def run(args: argparse.Namespace) -> int:
     from p2smt.runs.gridsweep import render_summary, sweep
 
     summary = sweep(args.grid, writable_file(args.out or "sweep.jsonl", "--out"), scheduler=args.scheduler,
-                    workers=args.workers, timeout_s=args.timeout, progress=not args.json)
+                    workers=args.workers, timeout_s=args.timeout, progress=not args.json, engine=args.engine,
+                    max_len=args.max_len)
     emit(args, summary.to_json(), lambda c: c.print(render_summary(summary)))
     return ExitCode.OK if summary.succeeded else ExitCode.FAIL

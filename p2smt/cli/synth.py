@@ -84,14 +84,9 @@ def next_steps(args: argparse.Namespace) -> str:
 
 
 def certification_line(result) -> str:
-    """Whether Z3 certified the programs, and how long the proofs took (or why there is no proof)."""
-    proofs = [m.stats["certificate"] for m in result.matrices if "certificate" in m.stats]
-    secs = sum(p["seconds"] for p in proofs)
-    if result.certified:
-        return (f"certified by Z3: every program proved valid and no other program of length ≤ {result.max_len} "
-                f"exists ({len(proofs)} proofs, {secs:.3f} s)")
-    why = sorted({m.stats["why_not"] for m in result.matrices if m.stats.get("why_not")})
-    return f"[yellow]NOT certified by Z3[/yellow]: {'; '.join(why)} (programs from the proposer, re-checked)"
+    """``SynthesisResult.certification`` with the proofs' seconds, a missing proof in yellow."""
+    words = result.certification(seconds=True)
+    return words.replace("NOT certified", "[yellow]NOT certified[/yellow]", 1)
 
 
 def partial_words(partial) -> str:

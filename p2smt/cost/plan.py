@@ -1,9 +1,9 @@
 """Whole-model placement: the parallelism matrix that minimises all of a profile's communication together.
 
-For every placement, each reduction gets its best synthesized program under the cost model (found by the
-branch and bound of ``cost.branch`` under the default engine, else by ranking the engine's whole program
-set: the same program) and each pipeline transfer its point-to-point time; the placement's per-step time
-is the count-weighted sum.
+For every placement, each reduction gets its best synthesized program under the cost model and each
+pipeline transfer its point-to-point time; the placement's per-step time is the count-weighted sum. The
+best program is found by ranking the engine's whole program set (by default Z3-certified valid and
+complete) or, under the ``auto`` engine, by the branch and bound of ``cost.branch`` (the same program).
 Placements are ranked by that total; the Pareto front keeps those no other placement beats on every
 communication at once.
 """
@@ -32,7 +32,7 @@ from p2smt.model.system import System
 from p2smt.model.topology import build_topology
 from p2smt.synth.config import Engine, EngineConfig
 from p2smt.synth.driver import MatrixResult, SynthesisResult, placements_for, synthesize
-from p2smt.synth.recheck import recheck
+from p2smt.synth.recheck import INTERPRETERS, checker, recheck
 
 
 @dataclass(frozen=True)
@@ -47,6 +47,8 @@ class CommChoice:
     program: str | None
     links: tuple[str, ...] = ()
     allreduce_links: str | None = None
+    rests_on: str | None = None  # a reduction's choice: what makes it the cheapest valid program
+    certified: bool | None = None  # whether Z3 certified the program set it was chosen from (None: not asked)
 
     @property
     def seconds_total(self) -> float:
@@ -97,8 +99,8 @@ def link_class(system: System, groups: tuple[Group, ...]) -> str:
 
 def _reduction_choices(system: System, axes: tuple[int, ...], comm: Communication, red: tuple[int, ...],
                        algo: str, config: EngineConfig, report: UnitReport | None = None) -> list[CommChoice]:
-    """One reduction's cheapest program on every placement: by the branch and bound when ``config`` is the
-    default (``auto``) and the synthesis hierarchy fits it, else by ranking the engine's whole program set."""
+    """One reduction's cheapest program on every placement: by the branch and bound when ``config`` is
+    ``auto`` and the synthesis hierarchy fits it, else by ranking the engine's whole program set."""
     if config.engine is Engine.AUTO:
         placements = placements_for(system, axes, None)
         hierarchies = [synthesis_hierarchy(p, red, system.level_names) for p in placements]
@@ -134,7 +136,9 @@ def _reduction_choice(system: System, axes: tuple[int, ...], comm: Communication
     best = m["programs"][0]
     (prog,) = [p for p in found.programs if format_program(p) == best["program"]]
     placement = Placement(system.sizes, axes, found.matrix)
-    return _choice(system, comm, found.hierarchy, prog, best["seconds"], m["allreduce_seconds"], placement, red)
+    rests_on = f"the cheapest of {len(found.programs)} programs; " + found.stats.get("rests_on", found.status)
+    return _choice(system, comm, found.hierarchy, prog, best["seconds"], m["allreduce_seconds"], placement, red,
+                   rests_on, found.stats.get("certified"))
 
 
 def _searched_choice(system: System, axes: tuple[int, ...], comm: Communication, red: tuple[int, ...], algo: str,
@@ -149,15 +153,19 @@ def _searched_choice(system: System, axes: tuple[int, ...], comm: Communication,
     index = {str(ins): i for i, (ins, _) in enumerate(candidate_instructions(h))}
     recheck(problem(h), [tuple(index[str(ins)] for ins in best.program.instructions)], "plan's branch and bound")
     allreduce = allreduce_seconds(system, placement.matrix, axes, red, algo, comm.bytes_per_device)
-    return _choice(system, comm, h, best.program, best.seconds, allreduce, placement, red)
+    rests_on = (f"the cheapest by the exact branch and bound, re-checked by {INTERPRETERS[checker(h.num_devices)]} "
+                f"at the real size ({h.num_devices} devices); not certified by Z3")
+    return _choice(system, comm, h, best.program, best.seconds, allreduce, placement, red, rests_on)
 
 
 def _choice(system: System, comm: Communication, h: SynthesisHierarchy, program: Program, seconds: float,
-            allreduce: float, placement: Placement, red: tuple[int, ...]) -> CommChoice:
+            allreduce: float, placement: Placement, red: tuple[int, ...], rests_on: str,
+            certified: bool | None = None) -> CommChoice:
     """A reduction's chosen program, with the link classes of its steps and of the AllReduce baseline."""
     links = tuple(link_class(system, step.groups) for step in lower_program(h, program))
     baseline = link_class(system, tuple(placement.reduction_groups(red)))
-    return CommChoice(comm.name, "reduce", comm.count, seconds, allreduce, format_program(program), links, baseline)
+    return CommChoice(comm.name, "reduce", comm.count, seconds, allreduce, format_program(program), links, baseline,
+                      rests_on, certified)
 
 
 def _no_program(comm: Communication, matrix: Matrix, max_len: int) -> P2Error:
@@ -177,7 +185,7 @@ def plan(profile: Profile, system: System, *, algo: str = "ring", config: Engine
     >>> report["best"]["matrix"]
     [[2, 8]]
     """
-    config = config or EngineConfig(engine=Engine.AUTO)
+    config = config or EngineConfig()
     axes = profile.sizes_for(system.num_devices)
     mats: list[Matrix] = matrices(system.sizes, axes)
     per_comm: list[list[CommChoice]] = []
@@ -205,7 +213,7 @@ def plan(profile: Profile, system: System, *, algo: str = "ring", config: Engine
                 {"name": c.name, "kind": c.kind, "count": c.count, "seconds_each": c.seconds_each,
                  "seconds_total": c.seconds_total, "allreduce_seconds_each": c.allreduce_seconds_each,
                  "program": c.program, "links": list(c.links), "allreduce_links": c.allreduce_links,
-                 "moved": moved(c)}
+                 "moved": moved(c), **({"rests_on": c.rests_on} if c.rests_on is not None else {})}
                 for c in choices
             ],
         })
@@ -225,12 +233,30 @@ def plan(profile: Profile, system: System, *, algo: str = "ring", config: Engine
         "axes": {a.name: s for a, s in zip(profile.axes, axes)},
         "levels": [[lv.name, lv.size] for lv in system.levels],
         "algo": algo,
+        "engine": config.engine.value,
+        **certification(config, [c for choices in per_comm for c in choices if c.kind == "reduce"]),
         "placements": rows,
         "best": rows[0],
         "median_seconds": statistics.median(totals),
         "worst": rows[-1],
         "pareto_front": [r["matrix"] for r in rows if r["pareto"]],
     }
+
+
+def certification(config: EngineConfig, reductions: list[CommChoice]) -> dict[str, Any]:
+    """Under the certified engine, whether Z3 certified the program set of every (placement, reduction) unit
+    each choice was made from, in words; nothing under another engine."""
+    if config.engine is not Engine.CERTIFIED:
+        return {}
+    missing = [c for c in reductions if not c.certified]
+    if not missing:
+        n = len(reductions)
+        words = (f"certified by Z3: each choice is the cheapest of a program set proved valid and complete up to "
+                 f"length {config.max_len} ({n} (placement, reduction) unit{'s' if n != 1 else ''})")
+    else:
+        words = (f"NOT certified by Z3 on {len(missing)} of {len(reductions)} (placement, reduction) units "
+                 "(each unit's rests_on says why)")
+    return {"certified": not missing, "certification": words}
 
 
 def moved(choice: CommChoice) -> str | None:

@@ -18,7 +18,7 @@ from p2smt.model.placement import Matrix, Placement
 from p2smt.model.request import Request
 from p2smt.model.system import System
 from p2smt.model.topology import build_topology
-from p2smt.synth.config import Engine, EngineConfig
+from p2smt.synth.config import EngineConfig
 from p2smt.synth.driver import SynthesisResult, synthesize
 
 ALGO_SCOPE = {"tree": " for AllReduce steps, ring for the others",
@@ -69,6 +69,8 @@ def rank_result(system: System, result: SynthesisResult, *, algo: str = "ring",
         matrices.append({
             "matrix": matrix,
             "allreduce_seconds": allreduce_seconds(system, m.matrix, result.axes, result.reduction_axes, algo, b),
+            "status": m.status,
+            **({"rests_on": m.stats["rests_on"]} if "rests_on" in m.stats else {}),
             "programs": [{"program": text, "seconds": s} for s, text in scored[:top]],
         })
         if scored and (best is None or sort_key(*scored[0]) + (matrix,) < sort_key(best[0], best[1]) + (best[2],)):
@@ -76,6 +78,11 @@ def rank_result(system: System, result: SynthesisResult, *, algo: str = "ring",
     return {
         "bytes_per_device": b,
         "algo": algo,
+        "engine": result.engine,
+        "status": result.status,
+        **({"certified": result.certified, "certification": result.certification()}
+           if result.certified is not None else {}),
+        "stats": {"synthesis_seconds": round(result.seconds, 6), "proof_seconds": round(result.proof_seconds, 6)},
         "matrices": matrices,
         "best": None if best is None else {"matrix": best[2], "program": best[1], "seconds": best[0]},
     }
@@ -85,17 +92,18 @@ def rank(request: Request, config: EngineConfig | None = None, *, algo: str = "r
          bytes_per_device: float | None = None, top: int | None = None) -> dict[str, Any]:
     """Synthesize every placement's programs and rank them by predicted time.
 
-    Returns ``{"bytes_per_device", "algo", "matrices": [{"matrix", "allreduce_seconds",
-    "programs": [{"program", "seconds"}]}], "best": {"matrix", "program", "seconds"}}``; programs are
-    sorted by predicted seconds, ties by program text; ``top`` keeps the first N per matrix. The default
-    engine is ``auto`` (exact, re-checked); pass ``EngineConfig()`` to have Z3 certify every set.
+    Returns ``{"bytes_per_device", "algo", "engine", "status", "certified", "certification", "matrices":
+    [{"matrix", "allreduce_seconds", "status", "rests_on", "programs": [{"program", "seconds"}]}], "best":
+    {"matrix", "program", "seconds"}}``; programs are sorted by predicted seconds, ties by program text;
+    ``top`` keeps the first N per matrix. The default engine is ``certified``: Z3 proves every placement's set
+    valid and complete (``certified``/``certification`` are there only under that engine).
     """
     system = request.load_system()
     check_request(system, algo, bytes_per_device, top)
     result = synthesize(Request.for_system(system, request.axes, request.reduce, matrix=request.matrix,
                                            hierarchy=request.hierarchy, master_scope=request.master_scope,
                                            require_progress=request.require_progress),
-                        config or EngineConfig(engine=Engine.AUTO))
+                        config or EngineConfig())
     return rank_result(system, result, algo=algo, bytes_per_device=bytes_per_device, top=top)
 
 
@@ -123,6 +131,11 @@ def render_rank(report: dict[str, Any]):
         t.add_column("program")
         t.add_row(str(best["matrix"]), f"{best['seconds']:.6g}", best["program"])
         tables.append(t)
+    if report.get("certification"):
+        words = report["certification"]
+        if report.get("certified"):
+            words += f"; the proofs took {report['stats']['proof_seconds']:.3f} s"
+        tables.append(words.replace("NOT certified", "[yellow]NOT certified[/yellow]", 1))
     return RichGroup(*tables)
 
 

@@ -80,7 +80,7 @@ class Grid(BaseModel):
 
     model_config = ConfigDict(extra="forbid", frozen=True)
     blocks: tuple[Block, ...] = Field(min_length=1)
-    engine: str = "enumerative"
+    engine: str = "certified"
     encoding: str | None = None
     max_len: int = Field(default=5, ge=1)
     timeout_s: float = Field(default=120.0, gt=0, allow_inf_nan=False)
@@ -102,6 +102,20 @@ class Grid(BaseModel):
         if v > MAX_LEN_LIMIT:
             raise ValueError(f"max_len must be at most {MAX_LEN_LIMIT}, got {v}")
         return v
+
+
+def with_search(grid: Grid, engine: str | None = None, max_len: int | None = None) -> Grid:
+    """``grid`` with ``engine`` and ``max_len`` replacing its own where given (``sweep --engine --max-len``),
+    validated as a grid file's would be."""
+    update = {k: v for k, v in (("engine", engine), ("max_len", max_len)) if v is not None}
+    if not update:
+        return grid
+    try:
+        new = Grid.model_validate(grid.model_dump() | update)
+    except ValidationError as err:
+        raise P2Error(f"--{err.errors()[0]['loc'][0]}: {err.errors()[0]['msg']}".replace("max_len", "max-len")) from None
+    _check_engine(new)
+    return new
 
 
 def grids_dir() -> Path:

@@ -17,7 +17,7 @@ from typing import Any
 
 from p2smt.errors import P2Error
 from p2smt.runs import executors
-from p2smt.runs.gridfile import Grid, load_grid
+from p2smt.runs.gridfile import Grid, load_grid, with_search
 from p2smt.runs.store import ResultStore
 from p2smt.runs.tasks import FAILURES, STATUSES, expand, task_key
 
@@ -36,6 +36,7 @@ class SweepSummary:
     submitted_keys: tuple[str, ...] = ()
     out: str = ""
     seconds: float = 0.0
+    certified: int = 0  # lines written by this call whose every program set Z3 certified
 
     @property
     def succeeded(self) -> bool:
@@ -45,7 +46,8 @@ class SweepSummary:
     def to_json(self, keys: bool = False) -> dict[str, Any]:
         """JSON form for the CLI (timings under ``stats``); ``keys`` adds the submitted keys."""
         data = {"total": self.total, "skipped_existing": self.skipped_existing, "submitted": self.submitted,
-                "finished": self.finished, "by_status": dict(self.by_status), "succeeded": self.succeeded,
+                "finished": self.finished, "by_status": dict(self.by_status), "certified": self.certified,
+                "succeeded": self.succeeded,
                 "out": self.out, "stats": {"seconds": round(self.seconds, 3)}}
         if keys:
             data["submitted_keys"] = list(self.submitted_keys)
@@ -65,6 +67,8 @@ def render_summary(summary: SweepSummary):
     for status in (*STATUSES, "lost"):
         if summary.by_status.get(status):
             t.add_row(f"  {status}", str(summary.by_status[status]))
+    if summary.certified:
+        t.add_row("  whose program sets Z3 certified", str(summary.certified))
     t.add_row("result", "[green]succeeded[/]" if summary.succeeded else "[red]failed tasks[/]")
     return t
 
@@ -87,17 +91,19 @@ def _progress_bar(enabled: bool):
 
 
 def sweep(grid_or_path: Grid | str | Path, out: str | Path, *, scheduler: str | None = None,
-          workers: int | None = None, progress: bool = True, timeout_s: float | None = None) -> SweepSummary:
+          workers: int | None = None, progress: bool = True, timeout_s: float | None = None,
+          engine: str | None = None, max_len: int | None = None) -> SweepSummary:
     """Run every task of a grid whose key is not yet in ``out`` and append one line per finished task.
 
     Locally (default) ``workers`` threads (default: all cores) each drive a task process; with
     ``scheduler`` ("tcp://host:port") tasks run on that dask.distributed cluster and ``workers``, if
     given, caps the tasks in flight. Lines are flushed as results arrive, so killing the sweep loses only
     the tasks in flight; skipped combinations are written as "skipped" lines without being submitted.
-    ``timeout_s`` replaces the grid's per-task timeout (it is part of each task, hence of its key).
+    ``timeout_s``, ``engine`` and ``max_len`` replace the grid's settings (each is part of every task, hence
+    of its key).
     """
     start = time.perf_counter()
-    grid = grid_or_path if isinstance(grid_or_path, Grid) else load_grid(grid_or_path)
+    grid = with_search(grid_or_path if isinstance(grid_or_path, Grid) else load_grid(grid_or_path), engine, max_len)
     if workers is not None and workers < 1:
         raise P2Error(f"--workers must be at least 1, got {workers}")
     if timeout_s is not None:
@@ -106,6 +112,7 @@ def sweep(grid_or_path: Grid | str | Path, out: str | Path, *, scheduler: str | 
         grid = grid.model_copy(update={"timeout_s": float(timeout_s)})
     tasks = expand(grid)
     counts: collections.Counter[str] = collections.Counter()
+    certified = 0
     with ResultStore(Path(out)) as sink:
         pending = [t for t in tasks if task_key(t) not in sink.keys]
         to_run = [t for t in pending if not t.skip]
@@ -127,10 +134,12 @@ def sweep(grid_or_path: Grid | str | Path, out: str | Path, *, scheduler: str | 
                     else:
                         sink.append(line)
                         counts[line["status"]] += 1
+                        certified += line.get("certified") is True
                     status_line = " ".join(f"{k} {v}" for k, v in sorted(counts.items()))
                     bar.update(job, advance=1, description=status_line)
     return SweepSummary(
         total=len(tasks), skipped_existing=len(tasks) - len(pending), submitted=len(to_run),
         finished=sum(v for k, v in counts.items() if k != "lost"), by_status=dict(sorted(counts.items())),
         submitted_keys=tuple(task_key(t) for t in to_run), out=str(out), seconds=time.perf_counter() - start,
+        certified=certified,
     )

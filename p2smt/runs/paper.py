@@ -24,7 +24,7 @@ from p2smt.errors import P2Error
 from p2smt.model.request import Request
 from p2smt.model.system import System
 from p2smt.runs.grid import PAPER
-from p2smt.runs.gridfile import Grid, load_grid
+from p2smt.runs.gridfile import Grid, load_grid, with_search
 from p2smt.runs.tasks import BEATS, Task, expand, ranked_fields
 from p2smt.synth.driver import synthesize
 
@@ -49,6 +49,7 @@ class SweepRow:
     algo: str
     synthesis_seconds: float
     programs: int
+    certified: str  # "yes" / "no": whether Z3 certified the placement's program set ("": not that engine)
     faster_than_allreduce: int
     allreduce_seconds: float
     best_program: str
@@ -88,7 +89,7 @@ def sweep_request(tasks: list[Task]) -> tuple[System, list[SweepRow], dict[str, 
             rows.append(SweepRow(
                 system=system.name, axes=_fmt(task.axes), reduce=_fmt(task.reduce), matrix=_fmt(m["matrix"]),
                 algo=task.algo, synthesis_seconds=m["synthesis_seconds"], programs=m["programs"],
-                faster_than_allreduce=m["faster_than_allreduce"],
+                certified={True: "yes", False: "no"}.get(m["certified"], ""), faster_than_allreduce=m["faster_than_allreduce"],
                 allreduce_seconds=_number(m["allreduce_seconds"]), best_program=m["best_program"] or "",
                 best_seconds=_number(m["best_seconds"]), speedup=_number(m["speedup"]),
             ))
@@ -107,6 +108,7 @@ def aggregate(rows: list[SweepRow]) -> dict[str, Any]:
     best_speed = max(winners, key=lambda r: (r.speedup, r.system, r.axes, r.matrix), default=None)
     return {
         "units": len(rows),
+        "units_certified": sum(r.certified == "yes" for r in rows),
         "units_beaten": len(winners),
         "share_beating_allreduce": len(winners) / len(rows) if rows else math.nan,
         "mean_speedup": sum(r.speedup for r in winners) / len(winners) if winners else math.nan,
@@ -177,9 +179,7 @@ def paper_sweep(out_dir: str | Path, *, grid: Grid | str = PAPER, engine: str | 
     """
     start = time.perf_counter()
     g = grid if isinstance(grid, Grid) else load_grid(grid)
-    update = {k: v for k, v in (("engine", engine), ("max_len", max_len)) if v is not None}
-    if update:
-        g = Grid.model_validate(g.model_dump() | update)
+    g = with_search(g, engine, max_len)
     out = Path(out_dir)
     if out.exists() and not out.is_dir():
         raise P2Error(f"--out {out} exists and is not a folder")
@@ -236,6 +236,8 @@ def render_sweep(summary: dict[str, Any]):
     side.add_column("p2smt", justify="right")
     side.add_column("P²", justify="right")
     side.add_row("units", str(agg["units"]), str(p2["units"]))
+    if any(r["certified"] for r in summary["rows"]):
+        side.add_row("units whose program set Z3 certified", str(agg["units_certified"]), "-")
     side.add_row("share where a program beats AllReduce", f"{agg['share_beating_allreduce']:.0%}",
                  f"{p2['share_beating_allreduce']:.0%}")
     side.add_row("mean speedup of those", f"{agg['mean_speedup']:.2f}x", f"{p2['mean_speedup']:.2f}x")

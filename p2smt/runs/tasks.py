@@ -163,6 +163,7 @@ def ranked_fields(result, report: dict[str, Any]) -> dict[str, Any]:
         top = progs[0] if progs else None
         per_matrix.append({
             "matrix": ranked["matrix"], "status": m.status, "programs": len(m.programs),
+            "certified": m.stats.get("certified"),
             "synthesis_seconds": round(m.seconds, 6), "allreduce_seconds": _finite(ar),
             "faster_than_allreduce": sum(1 for p in progs if p["seconds"] < ar * BEATS),
             "best_program": top["program"] if top else None,
@@ -180,7 +181,7 @@ def ranked_fields(result, report: dict[str, Any]) -> dict[str, Any]:
                 "speedup": _finite(own_ar / best["seconds"]) if own_ar and best["seconds"] > 0 else None}
         speedup = _finite(allreduce / best["seconds"]) if allreduce and best["seconds"] else None
     return {"bytes_per_device": report["bytes_per_device"], "matrices": len(result.matrices),
-            "programs": result.total_programs, "per_matrix": per_matrix, "best": best,
+            "programs": result.total_programs, "certified": result.certified, "per_matrix": per_matrix, "best": best,
             "allreduce_seconds": allreduce, "speedup": speedup}
 
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from p2smt.errors import InternalError
@@ -106,8 +106,6 @@ def _z3_cegis(
     on_first_step: FirstStepReport | None = None,
 ) -> EngineOutcome:
     """``z3`` with the ``values`` encoding (CEGIS over counterexample inputs)."""
-    from dataclasses import replace
-
     return _z3(prob, max_len, replace(opts, engine=Engine.Z3, encoding="values"), h)
 
 
@@ -134,8 +132,6 @@ def resolved(config: EngineConfig, k: int) -> EngineConfig:
     """``auto`` is the exact explicit engine for ``k`` devices: enumerative up to 64 devices, pieces above."""
     if config.engine != Engine.AUTO:
         return config
-    from dataclasses import replace
-
     return replace(config, engine=Engine.ENUMERATIVE if k <= PIECES_EXPLORES_ABOVE else Engine.PIECES)
 
 
@@ -147,7 +143,6 @@ def _auto(prob: SynthesisProblem, max_len: int, opts: EngineOptions,
 def _certified(prob: SynthesisProblem, max_len: int, opts: EngineOptions,
                h: SynthesisHierarchy | None = None, *, on_first_step: FirstStepReport | None = None) -> EngineOutcome:
     """The proposer's programs, proved valid and complete by Z3; a disagreement is an InternalError."""
-    from dataclasses import replace
     from pathlib import Path
 
     from p2smt.smt.certify import certify
@@ -255,6 +250,24 @@ class SynthesisResult:
         """Whether Z3 certified every placement's set (None: not the certified engine)."""
         flags = [m.stats.get("certified") for m in self.matrices]
         return None if not flags or any(f is None for f in flags) else all(flags)
+
+    def certification(self, seconds: bool = False) -> str | None:
+        """Whether Z3 certified the programs, or why not, in words (None: not the certified engine); with
+        ``seconds``, how long the proofs took (left out of JSON, which stays the same run to run)."""
+        if self.certified is None:
+            return None
+        proofs = [m.stats["certificate"] for m in self.matrices if "certificate" in m.stats]
+        if self.certified:
+            took = f", {self.proof_seconds:.3f} s" if seconds else ""
+            return (f"certified by Z3: every program proved valid and no other program of length ≤ {self.max_len} "
+                    f"exists ({len(proofs)} proofs{took})")
+        why = sorted({m.stats["why_not"] for m in self.matrices if m.stats.get("why_not")})
+        return f"NOT certified by Z3: {'; '.join(why)} (programs from the proposer, re-checked)"
+
+    @property
+    def proof_seconds(self) -> float:
+        """Seconds of Z3's certificates over every placement (0 under another engine)."""
+        return sum(m.stats["certificate"]["seconds"] for m in self.matrices if "certificate" in m.stats)
 
     @property
     def total_programs(self) -> int:
@@ -458,14 +471,15 @@ def synthesize(request: Request, config: EngineConfig | None = None, *,
             stats: dict[str, Any] = {"same_problem_as": [list(r) for r in first]}
             if "certified" in outcome.stats:
                 stats["certified"] = outcome.stats["certified"]
+            stats["rests_on"] = f"as for matrix {stats['same_problem_as']} (the same problem): {outcome.stats['rests_on']}"
         else:
             report = None
             if on_partial is not None and config.prune == "none" and explicit_search(config, prob.num_devices):
                 report = _first_step_reporter(placement.matrix, h, prob, config, on_partial)
             outcome, indices = _solve(prob, config, h, report)
-            solved[prob] = (placement.matrix, outcome, indices)
             engine = resolved(config, prob.num_devices).engine
             stats = dict(outcome.stats) | {"rests_on": rests_on(engine, prob.num_devices, outcome)}
+            solved[prob] = (placement.matrix, replace(outcome, stats=stats), indices)
         progs = _programs(h, indices)
         secs = time.perf_counter() - t0
         results.append(MatrixResult(placement.matrix, h, progs, outcome.status, secs, stats))
