@@ -82,7 +82,7 @@ def _representative_completeness(prob: SynthesisProblem, max_len: int, h: Synthe
     finds valid here and invalid at size 2 within ``max_len`` steps: the exact search at the real size
     instead. None when not run or not decided (the result stays conjectured)."""
     from p2smt.synth.lockstep import generic_completeness
-    from p2smt.synth.symmetric import INCLUSION_PAIRS, proof_by_default
+    from p2smt.synth.symmetric import INCLUSION_PAIRS, inclusion_proved, proof_by_default
 
     if h is None or not proof_by_default(h, prob.num_devices):
         return None
@@ -95,10 +95,8 @@ def _representative_completeness(prob: SynthesisProblem, max_len: int, h: Synthe
             "rests_on": rests_on, "real_check": "search", "inclusion_pairs": proof.pairs})
     if not proof.proved:  # undecided, or a missed program longer than max_len
         return None
-    words = (f"proved at the real size: every program valid here, of any length, is valid at size 2 "
-             f"(docs/symmetry.md, Theorem 3': {proof.pairs} pairs of states explored)")
     return EngineOutcome(SolveStatus.COMPLETE, programs, stats | {
-        "completeness": "proved", "rests_on": words, "inclusion_pairs": proof.pairs})
+        "completeness": "proved", "rests_on": inclusion_proved("size 2", proof.pairs), "inclusion_pairs": proof.pairs})
 
 
 def _z3_cegis(

@@ -249,6 +249,12 @@ def why_not_generic(h: object, k: int) -> str | None:
     return None
 
 
+def inclusion_proved(instance: str, pairs: int) -> str:
+    """The words of a completeness proved by the inclusion exploration (``instance``: e.g. "size 2")."""
+    return (f"proved at the real size: every program valid here, of any length, is valid at {instance} "
+            f"(docs/symmetry.md, Theorem 3': {pairs} pairs of states explored on the compressed interpreter)")
+
+
 def _rests_on(h: SynthesisHierarchy, checks: list[int], proved_pairs: int | None = None) -> str:
     """What the result rests on: the real-size check of the generic programs, then completeness (proved by
     the inclusion exploration's ``proved_pairs`` pairs of states, or not proved)."""
@@ -260,10 +266,7 @@ def _rests_on(h: SynthesisHierarchy, checks: list[int], proved_pairs: int | None
         + f" checked at the real size by {INTERPRETERS[checker(h.num_devices)]}, the invalid ones dropped; "
     )
     if proved_pairs is not None:
-        return validity + (
-            "completeness: proved at the real size: every program valid here, of any length, is valid at the "
-            f"generic instance (docs/symmetry.md, Theorem 3': {proved_pairs} pairs of states explored on the "
-            "compressed interpreter)")
+        return validity + "completeness: " + inclusion_proved("the generic instance", proved_pairs)
     return validity + (
         "completeness: NOT proved: the generic instance "
         f"misses programs valid at some real sizes (docs/symmetry.md: {KNOWN_COMPLETE_BELOW} steps on four "
