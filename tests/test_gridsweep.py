@@ -128,6 +128,31 @@ max_len: 3
     rows = read_results(out)
     assert sorted(r["status"] for r in rows) == ["ok"] + ["skipped"] * 5
     assert all(r["reason"] for r in rows if r["status"] == "skipped")
+    # a grid file that names no engine is certified: the line and the summary say Z3 certified the sets
+    (done,) = [r for r in rows if r["status"] == "ok"]
+    assert grid.engine == "certified" and done["task"]["engine"] == "certified"
+    assert done["certified"] is True and all(m["certified"] is True for m in done["per_matrix"])
+    assert summary.certified == 1 and summary.to_json()["certified"] == 1
+
+
+def test_engine_and_max_len_replace_the_grid_files(tmp_path, run_cli):
+    """``sweep --grid F --engine E --max-len N`` runs F's tasks with E and N (part of each key); bad values
+    are one-line errors; the per-request options of synth are not offered."""
+    grid_path = write(tmp_path, TINY)
+    out = tmp_path / "out.jsonl"
+    rc, text, _ = run_cli("sweep", "--grid", grid_path, "--out", out, "--engine", "auto", "--max-len", "2", "--json")
+    summary = json.loads(text)
+    assert rc == 0 and summary["certified"] == 0
+    rows = read_results(out)
+    assert {(r["task"]["engine"], r["task"]["max_len"]) for r in rows} == {("auto", 2)}
+    assert all("certified" not in r or r["certified"] is None for r in rows)
+    assert not set(keys_of(out)) & {task_key(t) for t in expand(load_grid(grid_path))}
+    for bad, words in ((("--engine", "magic"), "--engine: unknown engine 'magic'; engines: "),
+                       (("--max-len", "0"), "--max-len: Input should be greater than or equal to 1"),
+                       (("--proposer", "pieces"), "unrecognized arguments: --proposer pieces")):
+        rc, _, err = run_cli("sweep", "--grid", grid_path, "--out", tmp_path / "x.jsonl", *bad)
+        assert rc == 2 and words in err and len(err.strip().splitlines()) == 1, err
+        assert not (tmp_path / "x.jsonl").exists()
 
 
 def test_local_sweep_writes_one_line_per_task_and_resumes_only_missing_tasks(tmp_path):

@@ -45,6 +45,7 @@ def test_rows_cover_every_unit(swept):
     assert {r["algo"] for r in rows if r["system"] == "v100-4x8"} == {"ring"}
     for r in rows:
         assert r["programs"] >= 1 and r["best_seconds"] > 0
+        assert r["certified"] == "yes"  # a grid that names no engine is certified by Z3
         assert r["speedup"] == pytest.approx(r["allreduce_seconds"] / r["best_seconds"])
         assert 0 <= r["faster_than_allreduce"] <= r["programs"]
         assert (r["faster_than_allreduce"] > 0) == (r["speedup"] > 1 + 1e-9)
@@ -67,7 +68,7 @@ def test_aggregate_matches_the_rows(swept):
     _, summary = swept
     agg, rows = summary["aggregate"], summary["rows"]
     beaten = [r for r in rows if r["best_seconds"] < r["allreduce_seconds"] * (1 - 1e-9)]
-    assert agg["units_beaten"] == len(beaten)
+    assert agg["units_beaten"] == len(beaten) and agg["units_certified"] == len(rows)
     assert agg["share_beating_allreduce"] == pytest.approx(len(beaten) / len(rows))
     assert agg["max_speedup"] == pytest.approx(max(r["speedup"] for r in beaten))
     assert agg["max_allreduce_spread"] >= 1

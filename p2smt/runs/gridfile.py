@@ -113,7 +113,9 @@ def with_search(grid: Grid, engine: str | None = None, max_len: int | None = Non
     try:
         new = Grid.model_validate(grid.model_dump() | update)
     except ValidationError as err:
-        raise P2Error(f"--{err.errors()[0]['loc'][0]}: {err.errors()[0]['msg']}".replace("max_len", "max-len")) from None
+        first = err.errors()[0]
+        flag = str(first["loc"][0]).replace("_", "-")
+        raise P2Error(f"--{flag}: {first['msg'].removeprefix('Value error, ')}") from None
     _check_engine(new)
     return new
 
