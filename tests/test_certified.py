@@ -142,3 +142,36 @@ def test_proposer_option_only_with_certified():
     with pytest.raises(P2Error, match="--proposer"):
         EngineConfig(proposer="z3")
     assert EngineConfig(proposer="pieces").proposer is Engine.PIECES
+
+
+def test_a_spent_proof_budget_says_not_certified_and_why():
+    """A budget of Z3 resource units bounds each placement's proof the same way on every machine: once
+    spent, the set is the proposer's (re-checked), the result is not certified and says why."""
+    req = Request("a100-4x16", axes=(2, 32), reduce=(1,), matrix=((1, 2), (4, 8)))
+    proved = synthesize(req, EngineConfig())
+    used = proved.matrices[0].stats["certificate"]["resource_units"]
+    assert proved.certified is True and 0 < used < 100 * 1_000_000
+    short = synthesize(req, EngineConfig(proof_budget=1))
+    (m,) = short.to_json()["matrices"]
+    assert short.status == "complete" and short.certified is False and used > 1_000_000
+    assert m["certificate"]["resource_units"] == 1_000_000
+    assert m["why_not"] == ("the completeness proof spent its budget of 1,000,000 Z3 resource units before it "
+                            "finished (--proof-budget raises it; 0: no limit)")
+    assert m["rests_on"].startswith("NOT certified (the completeness proof spent its budget")
+    assert _texts(short) == _texts(proved)
+    again = synthesize(req, EngineConfig(proof_budget=1))
+    assert again.to_json()["matrices"][0]["certificate"] == m["certificate"]
+    unlimited = synthesize(req, EngineConfig(proof_budget=0))
+    assert unlimited.certified is True and unlimited.matrices[0].stats["certificate"]["resource_units"] == used
+
+
+def test_proof_budget_is_a_count_for_the_certified_engine_only(capsys):
+    from p2smt.errors import P2Error
+
+    with pytest.raises(P2Error, match="--proof-budget: only with --engine certified"):
+        EngineConfig(engine="pieces", proof_budget=5)
+    with pytest.raises(P2Error, match="--proof-budget must be an integer ≥ 0"):
+        EngineConfig(proof_budget=-1)
+    assert main(["synth", "--system", "v100-2x8", "--axes", "2,8", "--reduce", "1", "--engine", "auto",
+                 "--proof-budget", "3"]) == 2
+    assert capsys.readouterr().err.strip() == "p2smt: error: --proof-budget: only with --engine certified (got --engine auto)"

@@ -161,3 +161,16 @@ def test_a_set_smaller_than_the_threshold_is_proved_on_one_thread(monkeypatch):
     assert "jobs" not in certify(prob, 3, programs, jobs=2).stats["completeness"]
     monkeypatch.setattr(certify_module, "PARALLEL_FROM", len(programs))
     assert certify(prob, 3, programs, jobs=2).stats["completeness"]["jobs"] == 2
+
+
+def test_each_thread_keeps_to_the_proof_budget(monkeypatch):
+    """With --jobs each unit's context has the budget: spent, the verdict is not certified, with the reason
+    (here a budget unit is 100,000 resource units, so that a small problem spends it)."""
+    from p2smt.smt import budget
+
+    monkeypatch.setattr(budget, "UNITS", 100_000)
+    req = Request("a100-4x16", axes=(2, 32), reduce=(1,), matrix=((1, 2), (4, 8)))
+    res = synthesize(req, EngineConfig(jobs=2, proof_budget=1))
+    (m,) = res.to_json()["matrices"]
+    assert res.status == "complete" and res.certified is False and "spent its budget of 100,000" in m["why_not"]
+    assert m["certificate"]["completeness"]["jobs"] == 2

@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from p2smt.errors import P2Error
+from p2smt.smt.budget import DEFAULT_PROOF_BUDGET
 
 MAX_DEVICES = 1 << 16
 """Devices of the largest system a command builds (the placement limit; larger grows memory unbounded)."""
@@ -118,6 +119,10 @@ def add_search(p: argparse.ArgumentParser, grid: bool = False) -> None:
     p.add_argument("--proposer", help="certified engine's proposer: enumerative | pieces (default: pieces)")
     p.add_argument("--jobs", type=int, default=1, metavar="N",
                    help="certified engine: Z3's proofs on N threads (0: one per core; default 1)")
+    p.add_argument("--proof-budget", type=int, default=DEFAULT_PROOF_BUDGET, metavar="M",
+                   help="certified engine: millions of Z3 resource units each placement's proof may spend (default "
+                        f"{DEFAULT_PROOF_BUDGET}, about 45 s of Z3 on a 2-core EPYC; 0: no limit). The same bound on "
+                        "every machine; past it the result says the programs are not certified, and why")
     p.add_argument("--inclusion-pairs", type=int, metavar="N",
                    help="symmetric engine: prove completeness at the real size exploring at most N pairs of states "
                         "(any number of levels; 0: no proof). Default: the proof runs with 2 non-trivial levels up to "
@@ -235,6 +240,7 @@ def engine_config(args: argparse.Namespace):
         emit_smt2=getattr(args, "emit_smt2", None),
         prune=getattr(args, "prune", "none"),
         proposer=getattr(args, "proposer", None),
+        proof_budget=getattr(args, "proof_budget", DEFAULT_PROOF_BUDGET),
         certificate=getattr(args, "certificate", None),
         jobs=getattr(args, "jobs", 1),
         inclusion_pairs=getattr(args, "inclusion_pairs", None),

@@ -24,6 +24,7 @@ from p2smt.errors import InternalError, P2Error
 from p2smt.model.problem import SynthesisProblem, canonical_order
 from p2smt.model.status import SolveStatus
 from p2smt.smt.base import Encoding, Program
+from p2smt.smt.budget import ResourceBudget
 from p2smt.smt.check import Unknown
 from p2smt.smt.engine import DEFAULT_ENCODING, EngineResult, Smt2Sink, run_encoding, solver_figures
 from p2smt.smt.parallel import run_units
@@ -194,12 +195,14 @@ class CertificateSink(Smt2Sink):
                                  f"{body}(check-sat)\n(exit)\n")
 
 
-def prove_valid(enc, programs: Sequence[Program], timeout_ms: int | None, sink: Smt2Sink
-                ) -> tuple[list[Refuted], dict[str, Any], bool]:
-    """The encoding's exact checker on every candidate (batches); (refuted, stats, answered)."""
+def prove_valid(enc, programs: Sequence[Program], timeout_ms: int | None, sink: Smt2Sink,
+                budget: ResourceBudget | None = None) -> tuple[list[Refuted], dict[str, Any], bool]:
+    """The encoding's exact checker on every candidate (batches), its checks within ``budget`` (which it
+    keeps for the completeness run's refinements); (refuted, stats, answered)."""
     start = time.perf_counter()
     chk = enc.checker()
     chk.record = sink.active
+    chk.budget = budget
     if timeout_ms is not None:
         chk.solver.set("timeout", int(timeout_ms))
     refuted: list[Refuted] = []
@@ -229,28 +232,40 @@ def certify(
     certificate: Path | None = None,
     encoding: str = DEFAULT_ENCODING,
     jobs: int = 1,
+    budget: int | None = None,
 ) -> Certificate:
-    """Z3's proof that ``proposed`` is exactly the set of valid programs of 1..max_len steps; with
-    ``jobs`` > 1, no written certificate and at least ``PARALLEL_FROM`` programs, on that many threads
-    (``certify_parallel``)."""
+    """Z3's proof that ``proposed`` is exactly the set of valid programs of 1..max_len steps, within
+    ``budget`` Z3 resource units (None: unlimited); with ``jobs`` > 1, no written certificate and at least
+    ``PARALLEL_FROM`` programs, on that many threads (``certify_parallel``)."""
     if jobs > 1 and certificate is None and len(proposed) >= PARALLEL_FROM:
-        return certify_parallel(problem, max_len, proposed, timeout_ms=timeout_ms, encoding=encoding, jobs=jobs)
+        return certify_parallel(problem, max_len, proposed, timeout_ms=timeout_ms, encoding=encoding, jobs=jobs,
+                                budget=budget)
     start = time.perf_counter()
     spec = load_encoding(encoding)
     digest = hashlib.sha256(repr((problem, max_len)).encode()).hexdigest()[:10]
     sink = CertificateSink(certificate, f"certificate-{digest}")
     enc = spec.create(problem, max_len, None)
-    refuted, validity, answered = prove_valid(enc, proposed, timeout_ms, sink)
+    spend = ResourceBudget(budget)
+    refuted, validity, answered = prove_valid(enc, proposed, timeout_ms, sink, spend)
     stats: dict[str, Any] = {"validity": validity}
     if not answered:
-        stats["seconds"] = round(time.perf_counter() - start, 6)
-        return Certificate(SolveStatus.UNKNOWN, tuple(refuted), (), stats, "a validity query timed out")
+        stats |= {"resource_units": spend.used, "seconds": round(time.perf_counter() - start, 6)}
+        return Certificate(SolveStatus.UNKNOWN, tuple(refuted), (), stats, unfinished("validity", spend))
     strategy = Complete(proposed, cubes=certificate is None)
-    res = run_encoding(enc, max_len, timeout_ms=timeout_ms, strategy=strategy, sink=sink.scoped("completeness"))
+    res = run_encoding(enc, max_len, timeout_ms=timeout_ms, strategy=strategy, sink=sink.scoped("completeness"),
+                       budget=spend)
     stats["completeness"] = completeness_stats(res, strategy, max_len, validity["solver_seconds"])
-    stats["seconds"] = round(time.perf_counter() - start, 6)
-    reason = None if res.status is SolveStatus.COMPLETE else "a completeness query timed out"
+    stats |= {"resource_units": spend.used, "seconds": round(time.perf_counter() - start, 6)}
+    reason = None if res.status is SolveStatus.COMPLETE else unfinished("completeness", spend)
     return Certificate(res.status, tuple(refuted), tuple(strategy.missed), stats, reason)
+
+
+def unfinished(proof: str, spend: ResourceBudget) -> str:
+    """Why a proof gave no answer: its resource budget spent, or a query's timeout."""
+    if spend.exhausted:
+        return (f"the {proof} proof spent its budget of {spend.units:,} Z3 resource units before it finished "
+                "(--proof-budget raises it; 0: no limit)")
+    return f"a {proof} query timed out"
 
 
 def completeness_stats(res: EngineResult, strategy: Complete, max_len: int, validity_solving: float = 0.0
@@ -272,27 +287,32 @@ def completeness_stats(res: EngineResult, strategy: Complete, max_len: int, vali
 
 
 def certify_parallel(problem: SynthesisProblem, max_len: int, proposed: Sequence[Program], *,
-                     timeout_ms: int | None, encoding: str, jobs: int) -> Certificate:
+                     timeout_ms: int | None, encoding: str, jobs: int, budget: int | None = None) -> Certificate:
     """``certify`` with the completeness cubes dealt round-robin (first instruction i to share i mod
     jobs) to ``jobs`` threads and the validity proof alongside on one more (it is an eighth to a quarter
     of the work on BlueConnect's hierarchy and P²'s grid: on a pool of ``jobs`` it would delay a share).
-    Each unit builds its own encoding in its own Z3 context. The disagreements come in canonical order,
-    the figures summed (each share's under ``workers``); the completeness seconds are wall time."""
+    Each unit builds its own encoding in its own Z3 context, with its own ``budget`` of resource units. The
+    disagreements come in canonical order, the figures summed (each share's under ``workers``); the
+    completeness seconds are wall time."""
     start = time.perf_counter()
     spec = load_encoding(encoding)
     shares = [share for w in range(jobs) if (share := list(range(w, len(problem.candidates), jobs)))]
 
-    def validity() -> tuple[list[Refuted], dict[str, Any], bool]:
-        return prove_valid(spec.create(problem, max_len, None), proposed, timeout_ms, CertificateSink(None, ""))
+    spends = [ResourceBudget(budget) for _ in range(len(shares) + 1)]
 
-    def completeness(share: list[int]) -> Callable[[], tuple[EngineResult, Complete]]:
+    def validity() -> tuple[list[Refuted], dict[str, Any], bool]:
+        return prove_valid(spec.create(problem, max_len, None), proposed, timeout_ms, CertificateSink(None, ""),
+                           spends[0])
+
+    def completeness(w: int, share: list[int]) -> Callable[[], tuple[EngineResult, Complete]]:
         def unit() -> tuple[EngineResult, Complete]:
             strategy = Complete(proposed, firsts=share)
             return run_encoding(spec.create(problem, max_len, None), max_len, timeout_ms=timeout_ms,
-                                strategy=strategy), strategy
+                                strategy=strategy, budget=spends[w + 1]), strategy
         return unit
 
-    proof, *done = run_units([validity, *map(completeness, shares)], len(shares) + 1)
+    proof, *done = run_units([validity, *(completeness(w, share) for w, share in enumerate(shares))],
+                             len(shares) + 1)
     (refuted, valid_stats, answered), runs = proof.result, [d.result for d in done]
     figures = [completeness_stats(res, strategy, max_len) for res, strategy in runs]
     summed = ("queries", "conflicts", "trie_clauses")
@@ -307,12 +327,12 @@ def certify_parallel(problem: SynthesisProblem, max_len: int, proposed: Sequence
                                  **{key: f[key] for key in summed}}
                     for w, (share, f, d) in enumerate(zip(shares, figures, done))},
     }}
-    stats["seconds"] = round(time.perf_counter() - start, 6)
+    stats |= {"resource_units": sum(s.used for s in spends), "seconds": round(time.perf_counter() - start, 6)}
     missed = tuple(canonical_order([p for _, strategy in runs for p in strategy.missed]))
     refuted.sort(key=lambda r: (len(r.program), r.program))
     status, reason = SolveStatus.COMPLETE, None
     if not answered:
-        status, reason = SolveStatus.UNKNOWN, "a validity query timed out"
-    elif any(res.status is not SolveStatus.COMPLETE for res, _ in runs):
-        status, reason = SolveStatus.UNKNOWN, "a completeness query timed out"
+        status, reason = SolveStatus.UNKNOWN, unfinished("validity", spends[0])
+    elif unfinished_runs := [w for w, (res, _) in enumerate(runs) if res.status is not SolveStatus.COMPLETE]:
+        status, reason = SolveStatus.UNKNOWN, unfinished("completeness", spends[unfinished_runs[0] + 1])
     return Certificate(status, tuple(refuted), missed, stats, reason)

@@ -22,6 +22,7 @@ import z3
 from p2smt.model.collectives import Collective
 from p2smt.model.problem import SynthesisProblem
 from p2smt.smt import terms as T
+from p2smt.smt.budget import ResourceBudget
 from p2smt.smt.counts import after as counts_after
 from p2smt.smt.structure import Structure
 from p2smt.smt.terms import Term
@@ -114,6 +115,7 @@ class PlanChecker:
         self.nodes: dict[tuple[int, ...], Node] = {(): root}
         self.calls = 0
         self.solver_seconds = 0.0  # in Z3's checks and models (the rest of a proof builds its formulas)
+        self.budget: ResourceBudget | None = None  # the Z3 work the checks may spend (None: unlimited)
         self._model = None
         self.record = False  # keep each query's SMT-LIB2 text in ``log`` (for --emit-smt2)
         self.log: list[tuple[str, str]] = []
@@ -202,16 +204,25 @@ class PlanChecker:
             self.log.append((kind, text.sexpr() + "(check-sat)\n"))
         start = time.perf_counter()
         try:
-            res = self.solver.check()
+            res = self._check()
             if res == z3.unknown:
                 raise Unknown(self.solver.reason_unknown())
             self._model = self.solver.model() if res == z3.sat else None
-            if res == z3.sat and prefer_first_row and self.solver.check(self.row == 0) == z3.sat:
+            if res == z3.sat and prefer_first_row and self._check(self.row == 0) == z3.sat:
                 self._model = self.solver.model()
             return res == z3.sat
         finally:
             self.solver_seconds += time.perf_counter() - start
             self.solver.pop()
+
+    def _check(self, *assumptions: Term) -> z3.CheckSatResult:
+        """One check within ``budget`` (raises Unknown when it is spent)."""
+        if self.budget is not None and not self.budget.arm(self.solver):
+            raise Unknown("the proof's resource budget is spent")
+        res = self.solver.check(*assumptions)
+        if self.budget is not None:
+            self.budget.note(self.solver)
+        return res
 
     def witness(self) -> dict[str, int]:
         m = self._model

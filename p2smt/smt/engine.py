@@ -25,6 +25,7 @@ from p2smt.model.hierarchy import SynthesisHierarchy
 from p2smt.model.problem import SynthesisProblem, canonical_order
 from p2smt.model.status import SolveStatus
 from p2smt.smt.base import Encoding, Program
+from p2smt.smt.budget import ResourceBudget
 from p2smt.smt.registry import load_encoding
 from p2smt.smt.strategy import Enumerate, Phase, Strategy
 
@@ -128,11 +129,13 @@ def run_encoding(
     tag: str = "query",
     strategy: Strategy | None = None,
     sink: Smt2Sink | None = None,
+    budget: ResourceBudget | None = None,
 ) -> EngineResult:
     """The one solver loop: declare once, then for each of the strategy's phases check, decode, admit,
     confirm (alone or in batches), record and block until unsat; ``unknown`` ends the run.
 
-    Queries go to ``sink`` when given, else to a new one writing into ``emit_smt2`` as ``tag``."""
+    Queries go to ``sink`` when given, else to a new one writing into ``emit_smt2`` as ``tag``; ``budget``
+    bounds the Z3 work of every check (once spent, the run ends ``unknown``)."""
     start = time.perf_counter()
     strategy = strategy or Enumerate()
     solver = enc.new_solver()
@@ -226,9 +229,14 @@ def run_encoding(
         while True:
             assumptions = phase.assumptions()
             emitter.write(f"{phase.name}-synth", solver, assumptions)
+            if budget is not None and not budget.arm(solver):
+                status = SolveStatus.UNKNOWN
+                break
             checking = time.perf_counter()
             result = solver.check(*assumptions)
             solving += time.perf_counter() - checking
+            if budget is not None:
+                budget.note(solver)
             calls += 1
             if result == z3.unsat:
                 break

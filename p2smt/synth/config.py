@@ -8,6 +8,7 @@ from enum import StrEnum
 from typing import Any
 
 from p2smt.errors import P2Error
+from p2smt.smt.budget import DEFAULT_PROOF_BUDGET
 
 MAX_LEN_LIMIT = 12
 
@@ -67,6 +68,7 @@ class EngineConfig:
     proposer: Engine | None = None
     certificate: str | None = None
     jobs: int = 1  # the certified engine's Z3 proof on this many threads (0: one per core)
+    proof_budget: int = DEFAULT_PROOF_BUDGET  # the certified engine's Z3 work per placement, millions of units (0: none)
     inclusion_pairs: int | None = None  # the symmetric engine's completeness proof: its bound (0: never)
 
     def __post_init__(self) -> None:
@@ -76,12 +78,14 @@ class EngineConfig:
             if self.proposer not in PROPOSERS:
                 raise P2Error(f"--proposer: one of {', '.join(PROPOSERS)} (got {self.proposer})")
         _count(self.jobs, "--jobs", "every core")
+        _count(self.proof_budget, "--proof-budget", "no limit")
         if self.inclusion_pairs is not None:
             _count(self.inclusion_pairs, "--inclusion-pairs", "no proof")
             if self.engine != Engine.SYMMETRIC:
                 raise P2Error(f"--inclusion-pairs: only with --engine symmetric (got --engine {self.engine})")
         cert_only = [flag for flag, value in (("--proposer", self.proposer), ("--certificate", self.certificate),
-                                              ("--jobs", self.jobs != 1)) if value]
+                                              ("--jobs", self.jobs != 1),
+                                              ("--proof-budget", self.proof_budget != DEFAULT_PROOF_BUDGET)) if value]
         if cert_only and self.engine != Engine.CERTIFIED:
             raise P2Error(f"{', '.join(cert_only)}: only with --engine certified (got --engine {self.engine})")
         if isinstance(self.max_len, bool) or not isinstance(self.max_len, int):
@@ -108,6 +112,7 @@ class EngineConfig:
             "proposer": self.proposer.value if self.proposer is not None else None,
             "certificate": self.certificate,
             "jobs": self.jobs,
+            "proof_budget": self.proof_budget,
             "inclusion_pairs": self.inclusion_pairs,
         }
 

@@ -143,19 +143,22 @@ def _certified(prob: SynthesisProblem, max_len: int, opts: EngineOptions,
     """The proposer's programs, proved valid and complete by Z3; a disagreement is an InternalError."""
     from pathlib import Path
 
+    from p2smt.smt.budget import DEFAULT_PROOF_BUDGET, UNITS
     from p2smt.smt.certify import certify
     from p2smt.smt.parallel import threads
 
     proposer = proposer_of(opts, prob.num_devices)
     start = time.perf_counter()
-    proposed = run_engine(prob, replace(opts, engine=proposer, proposer=None, certificate=None, jobs=1), h,
+    proposed = run_engine(prob, replace(opts, engine=proposer, proposer=None, certificate=None, jobs=1,
+                                        proof_budget=DEFAULT_PROOF_BUDGET), h,
                           on_first_step=on_first_step)
     stats: dict[str, Any] = {"proposer": proposer.value, "proposer_seconds": round(time.perf_counter() - start, 6)}
     if prob.num_devices > CERTIFY_LIMIT:
         reason = f"{prob.num_devices} devices: above the Z3 certificate's limit of {CERTIFY_LIMIT}"
         return EngineOutcome(proposed.status, proposed.programs, stats | {"certified": False, "why_not": reason})
     cert = certify(prob, max_len, proposed.programs, timeout_ms=opts.timeout_ms,
-                   certificate=Path(opts.certificate) if opts.certificate else None, jobs=threads(opts.jobs))
+                   certificate=Path(opts.certificate) if opts.certificate else None, jobs=threads(opts.jobs),
+                   budget=opts.proof_budget * UNITS if opts.proof_budget else None)
     if cert.refuted or cert.missed:
         raise InternalError(disagreement(prob, proposer, cert))
     stats |= {"certified": cert.certified, "certificate": cert.stats}
