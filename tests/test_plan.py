@@ -44,13 +44,13 @@ def test_data_parallel_profile_picks_the_placement_rank_picks_for_that_axis():
     ("gpt3-13b-tp-dp", "dgx-a100", 4, "ring"), ("gpt3-tp-pp-dp", "a100-4x16", None, "tree"),
     ("resnet50-dp", "fig2-16gpu", None, "auto")])
 def test_branch_and_bound_plans_what_ranking_every_program_plans(profile, system, nodes, algo):
-    """The ``auto`` plan (each placement's cheapest program by the branch and bound) is the report ranking
-    the pieces engine's whole program set gives: same programs, seconds, links, order and Pareto front;
-    only the engine and what each choice rests on differ."""
+    """The default plan (``auto``: each placement's cheapest program by the branch and bound) is the report
+    ranking the pieces engine's whole program set gives: same programs, seconds, links, order and Pareto
+    front; only the engine and what each choice rests on differ."""
     from p2smt.synth.config import EngineConfig
 
     sys_ = load_system(system, nodes=nodes)
-    searched = plan(load_profile(profile), sys_, algo=algo, config=EngineConfig(engine="auto"))
+    searched = plan(load_profile(profile), sys_, algo=algo)
     ranked = plan(load_profile(profile), sys_, algo=algo, config=EngineConfig(engine="pieces"))
     assert all("branch and bound" in c["rests_on"] for r in searched["placements"] for c in r["communications"]
                if c["kind"] == "reduce")
@@ -69,18 +69,19 @@ def _without_grounds(report):
                   "worst": rows([report["worst"]])[0]}
 
 
-def test_the_default_plan_chooses_from_z3_certified_sets():
-    """By default each reduction's program is the cheapest of a set Z3 certified; the choices equal ``auto``'s."""
+def test_the_certified_plan_chooses_from_z3_certified_sets():
+    """Under ``certified`` each reduction's program is the cheapest of a set Z3 certified; the choices equal
+    the default's (``auto``, the branch and bound)."""
     from p2smt.synth.config import EngineConfig
 
     sys_ = load_system("v100-4x8")
-    certified = plan(load_profile("resnet50-dp"), sys_)
+    certified = plan(load_profile("resnet50-dp"), sys_, config=EngineConfig())
     assert certified["engine"] == "certified" and certified["certified"] is True
     assert certified["certification"].startswith("certified by Z3: each choice is the cheapest of a program set")
     (comm,) = certified["best"]["communications"]
     assert comm["rests_on"].startswith("the cheapest of 93 programs; Z3-certified at the real size (32 devices)")
-    auto = plan(load_profile("resnet50-dp"), sys_, config=EngineConfig(engine="auto"))
-    assert "certified" not in auto
+    auto = plan(load_profile("resnet50-dp"), sys_)
+    assert auto["engine"] == "auto" and "certified" not in auto
     assert {k: v for k, v in _without_grounds(certified).items() if not k.startswith("certifi")} \
         == _without_grounds(auto)
 

@@ -103,12 +103,12 @@ def add_plan_input(p: argparse.ArgumentParser, hlo: bool = False) -> None:
                                               "--json, or a list); XLA id i is system device order[i]")
 
 
-def add_search(p: argparse.ArgumentParser, grid: bool = False) -> None:
-    """The engine options. ``grid``: a sweep's, where ``--engine`` and ``--max-len`` replace a grid file's
-    settings (default: the grid's) and the per-request options (``--proposer``, ``--jobs``,
-    ``--inclusion-pairs``) are not offered, a grid file having no place for them."""
-    p.add_argument("--engine", default=None if grid else "certified",
-                   help=f"default {'the grid' + chr(39) + 's (certified unless it names another)' if grid else 'certified'}"
+def add_search(p: argparse.ArgumentParser, grid: bool = False, engine: str = "certified") -> None:
+    """The engine options (``engine``: the default). ``grid``: a sweep's, where ``--engine`` and ``--max-len``
+    replace a grid file's settings (default: the grid's) and the per-request options (``--proposer``,
+    ``--jobs``, ``--proof-budget``, ``--inclusion-pairs``) are not offered, a grid file having no place for them."""
+    p.add_argument("--engine", default=None if grid else engine,
+                   help=f"default {'the grid' + chr(39) + 's (certified unless it names another)' if grid else engine}"
                         ". certified: a proposer's programs proved valid and complete by Z3 | "
                         "auto: the exact explicit engine for the size (enumerative up to 64 devices, pieces above) | "
                         "enumerative | pieces (compressed state, any size) | z3 | z3-cegis | symmetric")
@@ -121,7 +121,7 @@ def add_search(p: argparse.ArgumentParser, grid: bool = False) -> None:
                    help="certified engine: Z3's proofs on N threads (0: one per core; default 1)")
     p.add_argument("--proof-budget", type=int, default=DEFAULT_PROOF_BUDGET, metavar="M",
                    help="certified engine: millions of Z3 resource units each placement's proof may spend (default "
-                        f"{DEFAULT_PROOF_BUDGET}, about 45 s of Z3 on a 2-core EPYC; 0: no limit). The same bound on "
+                        f"{DEFAULT_PROOF_BUDGET}, about 35-45 s of Z3 on a 2-core EPYC; 0: no limit). The same bound on "
                         "every machine; past it the result says the programs are not certified, and why")
     p.add_argument("--inclusion-pairs", type=int, metavar="N",
                    help="symmetric engine: prove completeness at the real size exploring at most N pairs of states "

@@ -21,7 +21,7 @@ def register(sub) -> None:
     p.add_argument("--profile", required=True, help="shipped profile name or path to a YAML file")
     add_system(p)
     add_algo(p)
-    add_search(p)
+    add_search(p, engine="auto")  # the cheapest program by branch and bound: see docs/results-2026-12-02.md
     p.add_argument("--png", help="write a stacked-bar chart of per-placement time")
     p.add_argument("--export-dir", help="write the best placement's mesh order and lowered programs here")
     add_bounds(p)

@@ -2,8 +2,9 @@
 
 For every placement, each reduction gets its best synthesized program under the cost model and each
 pipeline transfer its point-to-point time; the placement's per-step time is the count-weighted sum. The
-best program is found by ranking the engine's whole program set (by default Z3-certified valid and
-complete) or, under the ``auto`` engine, by the branch and bound of ``cost.branch`` (the same program).
+best program is found by the branch and bound of ``cost.branch`` under the default engine (``auto``: it
+prices only what its bound cannot cut), else by ranking the engine's whole program set (under
+``certified``, a set Z3 proved valid and complete): the same program.
 Placements are ranked by that total; the Pareto front keeps those no other placement beats on every
 communication at once.
 """
@@ -99,8 +100,8 @@ def link_class(system: System, groups: tuple[Group, ...]) -> str:
 
 def _reduction_choices(system: System, axes: tuple[int, ...], comm: Communication, red: tuple[int, ...],
                        algo: str, config: EngineConfig, report: UnitReport | None = None) -> list[CommChoice]:
-    """One reduction's cheapest program on every placement: by the branch and bound when ``config`` is
-    ``auto`` and the synthesis hierarchy fits it, else by ranking the engine's whole program set."""
+    """One reduction's cheapest program on every placement: by the branch and bound when ``config`` is the
+    default (``auto``) and the synthesis hierarchy fits it, else by ranking the engine's whole program set."""
     if config.engine is Engine.AUTO:
         placements = placements_for(system, axes, None)
         hierarchies = [synthesis_hierarchy(p, red, system.level_names) for p in placements]
@@ -185,7 +186,7 @@ def plan(profile: Profile, system: System, *, algo: str = "ring", config: Engine
     >>> report["best"]["matrix"]
     [[2, 8]]
     """
-    config = config or EngineConfig()
+    config = config or EngineConfig(engine=Engine.AUTO)
     axes = profile.sizes_for(system.num_devices)
     mats: list[Matrix] = matrices(system.sizes, axes)
     per_comm: list[list[CommChoice]] = []

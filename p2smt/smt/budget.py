@@ -18,7 +18,7 @@ __all__ = ["DEFAULT_PROOF_BUDGET", "UNITS", "ResourceBudget"]
 UNITS = 1_000_000
 """``--proof-budget`` counts millions of Z3 resource units."""
 DEFAULT_PROOF_BUDGET = 100
-"""Millions of units per placement's proof: about 45 s of Z3 on the 2-core AMD EPYC of docs/results, where
+"""Millions of units per placement's proof: about 35-45 s of Z3 on the 2-core AMD EPYC of docs/results, where
 three-level sets of 1,635 programs spend 31-47 M (10-25 s) and P²'s placements 1-3 M; four-level sets of
 7,636 programs need about 600 M and are reported not certified unless the budget is raised."""
 
