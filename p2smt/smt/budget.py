@@ -19,8 +19,8 @@ UNITS = 1_000_000
 """``--proof-budget`` counts millions of Z3 resource units."""
 DEFAULT_PROOF_BUDGET = 100
 """Millions of units per placement's proof: about 35-45 s of Z3 on the 2-core AMD EPYC of docs/results, where
-three-level sets of 1,635 programs spend 31-47 M (10-25 s) and P²'s placements 1-3 M; four-level sets of
-7,636 programs need about 600 M and are reported not certified unless the budget is raised."""
+three-level sets of 1,635 programs spend 31-47 M (10-25 s) and P²'s placements 1-2 M; four-level sets of
+7,636 programs need more than 200 M and are reported not certified unless the budget is raised."""
 
 
 def spent(solver: z3.Solver) -> int:
