@@ -92,9 +92,10 @@ def rank(request: Request, config: EngineConfig | None = None, *, algo: str = "r
          bytes_per_device: float | None = None, top: int | None = None) -> dict[str, Any]:
     """Synthesize every placement's programs and rank them by predicted time.
 
-    Returns ``{"bytes_per_device", "algo", "engine", "status", "certified", "certification", "matrices":
-    [{"matrix", "allreduce_seconds", "status", "rests_on", "programs": [{"program", "seconds"}]}], "best":
-    {"matrix", "program", "seconds"}}``; programs are sorted by predicted seconds, ties by program text;
+    Returns ``{"bytes_per_device", "algo", "engine", "status", "certified", "certification", "stats":
+    {"synthesis_seconds", "proof_seconds"}, "matrices": [{"matrix", "allreduce_seconds", "status", "rests_on",
+    "programs": [{"program", "seconds"}]}], "best": {"matrix", "program", "seconds"}}``; programs are
+    sorted by predicted seconds, ties by program text;
     ``top`` keeps the first N per matrix. The default engine is ``certified``: Z3 proves every placement's set
     valid and complete (``certified``/``certification`` are there only under that engine).
     """
