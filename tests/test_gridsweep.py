@@ -135,6 +135,23 @@ max_len: 3
     assert summary.certified == 1 and summary.to_json()["certified"] == 1
 
 
+def test_a_grid_files_proof_budget_reaches_every_task(tmp_path, monkeypatch):
+    """``proof_budget`` in a grid file is every task's (part of its key); spent, the line says not certified."""
+    from p2smt.smt import budget
+
+    grid = load_grid(write(tmp_path, "systems: [a100-2x16]\naxes: [[2, 16]]\nreductions: [[1]]\nproof_budget: 1\n"))
+    (task,) = [t for t in expand(grid) if t.algo == "ring"]
+    assert grid.proof_budget == 1 and task.proof_budget == 1 and task.engine_config().proof_budget == 1
+    default = Task.from_json(task.to_json() | {"proof_budget": budget.DEFAULT_PROOF_BUDGET})
+    assert task_key(default) != task_key(task) and Task.from_json(task.to_json()) == task
+    monkeypatch.setattr(budget, "UNITS", 10_000)  # so that one budget unit is spent by this small problem
+    line = evaluate(task)
+    assert line["status"] == "ok" and line["certified"] is False
+    assert [m["certified"] for m in line["per_matrix"]] == [False, False]
+    with pytest.raises(P2Error, match="proof_budget"):
+        load_grid(write(tmp_path, "systems: [a100-2x16]\naxes: [[2, 16]]\nreductions: [[1]]\nproof_budget: -1\n"))
+
+
 def test_engine_and_max_len_replace_the_grid_files(tmp_path, run_cli):
     """``sweep --grid F --engine E --max-len N`` runs F's tasks with E and N (part of each key); bad values
     are one-line errors; the per-request options of synth are not offered."""
@@ -147,8 +164,12 @@ def test_engine_and_max_len_replace_the_grid_files(tmp_path, run_cli):
     assert {(r["task"]["engine"], r["task"]["max_len"]) for r in rows} == {("auto", 2)}
     assert all("certified" not in r or r["certified"] is None for r in rows)
     assert not set(keys_of(out)) & {task_key(t) for t in expand(load_grid(grid_path))}
+    rc, text, _ = run_cli("sweep", "--grid", grid_path, "--out", tmp_path / "b.jsonl", "--engine", "certified",
+                          "--max-len", "2", "--proof-budget", "7", "--json")
+    assert rc == 0 and {r["task"]["proof_budget"] for r in read_results(tmp_path / "b.jsonl")} == {7}
     for bad, words in ((("--engine", "magic"), "--engine: unknown engine 'magic'; engines: "),
                        (("--max-len", "0"), "--max-len: Input should be greater than or equal to 1"),
+                       (("--proof-budget", "-1"), "--proof-budget: Input should be greater than or equal to 0"),
                        (("--proposer", "pieces"), "unrecognized arguments: --proposer pieces")):
         rc, _, err = run_cli("sweep", "--grid", grid_path, "--out", tmp_path / "x.jsonl", *bad)
         assert rc == 2 and words in err and len(err.strip().splitlines()) == 1, err

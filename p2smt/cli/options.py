@@ -104,9 +104,9 @@ def add_plan_input(p: argparse.ArgumentParser, hlo: bool = False) -> None:
 
 
 def add_search(p: argparse.ArgumentParser, grid: bool = False, engine: str = "certified") -> None:
-    """The engine options (``engine``: the default). ``grid``: a sweep's, where ``--engine`` and ``--max-len``
-    replace a grid file's settings (default: the grid's) and the per-request options (``--proposer``,
-    ``--jobs``, ``--proof-budget``, ``--inclusion-pairs``) are not offered, a grid file having no place for them."""
+    """The engine options (``engine``: the default). ``grid``: a sweep's, where ``--engine``, ``--max-len``
+    and ``--proof-budget`` replace a grid file's settings (default: the grid's) and the per-request options
+    (``--proposer``, ``--jobs``, ``--inclusion-pairs``) are not offered, a grid file having no place for them."""
     p.add_argument("--engine", default=None if grid else engine,
                    help=f"default {'the grid' + chr(39) + 's (certified unless it names another)' if grid else engine}"
                         ". certified: a proposer's programs proved valid and complete by Z3 | "
@@ -114,15 +114,16 @@ def add_search(p: argparse.ArgumentParser, grid: bool = False, engine: str = "ce
                         "enumerative | pieces (compressed state, any size) | z3 | z3-cegis | symmetric")
     p.add_argument("--max-len", type=int, default=None if grid else 5,
                    help=f"longest program (default {'the grid' + chr(39) + 's' if grid else 5})")
+    p.add_argument("--proof-budget", type=int, default=None if grid else DEFAULT_PROOF_BUDGET, metavar="M",
+                   help="certified engine: millions of Z3 resource units each placement's proof may spend (default "
+                        f"{'the grid' + chr(39) + 's, else ' if grid else ''}{DEFAULT_PROOF_BUDGET}, about 35-45 s of Z3 "
+                        "on a 2-core EPYC; 0: no limit). The same bound on every machine; past it the result says the "
+                        "programs are not certified, and why")
     if grid:
         return
     p.add_argument("--proposer", help="certified engine's proposer: enumerative | pieces (default: pieces)")
     p.add_argument("--jobs", type=int, default=1, metavar="N",
                    help="certified engine: Z3's proofs on N threads (0: one per core; default 1)")
-    p.add_argument("--proof-budget", type=int, default=DEFAULT_PROOF_BUDGET, metavar="M",
-                   help="certified engine: millions of Z3 resource units each placement's proof may spend (default "
-                        f"{DEFAULT_PROOF_BUDGET}, about 35-45 s of Z3 on a 2-core EPYC; 0: no limit). The same bound on "
-                        "every machine; past it the result says the programs are not certified, and why")
     p.add_argument("--inclusion-pairs", type=int, metavar="N",
                    help="symmetric engine: prove completeness at the real size exploring at most N pairs of states "
                         "(any number of levels; 0: no proof). Default: the proof runs with 2 non-trivial levels up to "

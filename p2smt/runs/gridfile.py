@@ -1,8 +1,9 @@
 """Grid files: YAML products of systems × nodes × axes × reductions × algorithms × message sizes.
 
 A grid is one product, or several (``grids:``, a list of blocks, each a product; fields given beside
-``grids:`` are defaults of every block) expanded one after the other. ``engine``, ``encoding``,
-``max_len`` and ``timeout_s`` hold for the whole file. Everything is validated on load, including the
+``grids:`` are defaults of every block) expanded one after the other. ``engine`` (default ``certified``),
+``encoding``, ``max_len``, ``timeout_s`` and ``proof_budget`` (the certified engine's, in millions of Z3
+resource units per placement) hold for the whole file. Everything is validated on load, including the
 engine configuration, so a bad entry is refused before anything runs.
 """
 
@@ -16,6 +17,7 @@ from pydantic import BaseModel, ConfigDict, Field, StrictInt, ValidationError, f
 
 from p2smt.errors import P2Error
 from p2smt.model.yamlfile import read_yaml
+from p2smt.smt.budget import DEFAULT_PROOF_BUDGET
 
 PositiveInt = Annotated[StrictInt, Field(ge=1)]
 AxisSpec = PositiveInt | Literal["auto"]
@@ -84,6 +86,7 @@ class Grid(BaseModel):
     encoding: str | None = None
     max_len: int = Field(default=5, ge=1)
     timeout_s: float = Field(default=120.0, gt=0, allow_inf_nan=False)
+    proof_budget: int = Field(default=DEFAULT_PROOF_BUDGET, ge=0, strict=True)
 
     @field_validator("engine")
     @classmethod
@@ -104,10 +107,12 @@ class Grid(BaseModel):
         return v
 
 
-def with_search(grid: Grid, engine: str | None = None, max_len: int | None = None) -> Grid:
-    """``grid`` with ``engine`` and ``max_len`` replacing its own where given (``sweep --engine --max-len``),
-    validated as a grid file's would be."""
-    update = {k: v for k, v in (("engine", engine), ("max_len", max_len)) if v is not None}
+def with_search(grid: Grid, engine: str | None = None, max_len: int | None = None,
+                proof_budget: int | None = None) -> Grid:
+    """``grid`` with ``engine``, ``max_len`` and ``proof_budget`` replacing its own where given (``sweep
+    --engine --max-len --proof-budget``), validated as a grid file's would be."""
+    update = {k: v for k, v in (("engine", engine), ("max_len", max_len), ("proof_budget", proof_budget))
+              if v is not None}
     if not update:
         return grid
     try:
@@ -158,7 +163,7 @@ def _document(data: dict[str, Any]) -> tuple[dict[str, Any], bool]:
 def _check_engine(grid: Grid) -> None:
     from p2smt.synth.config import EngineConfig
 
-    EngineConfig(engine=grid.engine, max_len=grid.max_len, encoding=grid.encoding)
+    EngineConfig(engine=grid.engine, max_len=grid.max_len, encoding=grid.encoding, proof_budget=grid.proof_budget)
     if grid.encoding is not None:
         from p2smt.smt.registry import load_encoding
 

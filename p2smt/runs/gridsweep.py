@@ -92,18 +92,19 @@ def _progress_bar(enabled: bool):
 
 def sweep(grid_or_path: Grid | str | Path, out: str | Path, *, scheduler: str | None = None,
           workers: int | None = None, progress: bool = True, timeout_s: float | None = None,
-          engine: str | None = None, max_len: int | None = None) -> SweepSummary:
+          engine: str | None = None, max_len: int | None = None, proof_budget: int | None = None) -> SweepSummary:
     """Run every task of a grid whose key is not yet in ``out`` and append one line per finished task.
 
     Locally (default) ``workers`` threads (default: all cores) each drive a task process; with
     ``scheduler`` ("tcp://host:port") tasks run on that dask.distributed cluster and ``workers``, if
     given, caps the tasks in flight. Lines are flushed as results arrive, so killing the sweep loses only
     the tasks in flight; skipped combinations are written as "skipped" lines without being submitted.
-    ``timeout_s``, ``engine`` and ``max_len`` replace the grid's settings (each is part of every task, hence
-    of its key).
+    ``timeout_s``, ``engine``, ``max_len`` and ``proof_budget`` replace the grid's settings (each is part of
+    every task, hence of its key).
     """
     start = time.perf_counter()
-    grid = with_search(grid_or_path if isinstance(grid_or_path, Grid) else load_grid(grid_or_path), engine, max_len)
+    grid = with_search(grid_or_path if isinstance(grid_or_path, Grid) else load_grid(grid_or_path), engine, max_len,
+                       proof_budget)
     if workers is not None and workers < 1:
         raise P2Error(f"--workers must be at least 1, got {workers}")
     if timeout_s is not None:

@@ -167,19 +167,20 @@ def _publish(tmp: Path, out: Path) -> None:
 
 
 def paper_sweep(out_dir: str | Path, *, grid: Grid | str = PAPER, engine: str | None = None,
-                plots: bool = True, max_len: int | None = None,
+                plots: bool = True, max_len: int | None = None, proof_budget: int | None = None,
                 report: Callable[[str], None] | None = None) -> dict[str, Any]:
     """Run a grid (default P²'s, ``grids/paper.yaml``): write sweep.csv, sweep.json and one PNG per request.
 
     The files are written to a hidden folder beside ``out_dir`` and moved there only when every request
-    has run, so a failed sweep leaves no partial output. ``engine`` and ``max_len`` replace the grid's;
+    has run, so a failed sweep leaves no partial output. ``engine``, ``max_len`` and ``proof_budget``
+    replace the grid's;
     ``report`` receives each finished request's label (progress).
     Returns ``{"rows": [row dicts], "aggregate": {...}, "p2": P2_HEADLINE, "files": {...},
     "stats": {"seconds"}}``.
     """
     start = time.perf_counter()
     g = grid if isinstance(grid, Grid) else load_grid(grid)
-    g = with_search(g, engine, max_len)
+    g = with_search(g, engine, max_len, proof_budget)
     out = Path(out_dir)
     if out.exists() and not out.is_dir():
         raise P2Error(f"--out {out} exists and is not a folder")

@@ -18,6 +18,7 @@ from p2smt import __version__
 from p2smt.errors import P2Error
 from p2smt.model.request import Request
 from p2smt.runs.gridfile import Grid
+from p2smt.smt.budget import DEFAULT_PROOF_BUDGET
 from p2smt.synth.config import EngineConfig
 
 STATUSES = ("ok", "conjectured", "unknown", "timeout", "error", "skipped")
@@ -46,6 +47,7 @@ class Task:
     encoding: str | None
     max_len: int
     timeout_s: float
+    proof_budget: int = DEFAULT_PROOF_BUDGET  # the certified engine's Z3 work per placement (millions of units)
     skip: str | None = field(default=None, compare=False)
 
     def request(self) -> Request:
@@ -55,7 +57,8 @@ class Task:
     def engine_config(self) -> EngineConfig:
         """The engine configuration: the solver gets ``timeout_s`` before the hard limit kills it."""
         return EngineConfig(engine=self.engine, max_len=self.max_len,
-                            timeout_ms=max(1, int(self.timeout_s * 1000)), encoding=self.encoding)
+                            timeout_ms=max(1, int(self.timeout_s * 1000)), encoding=self.encoding,
+                            proof_budget=self.proof_budget)
 
     @property
     def bytes_per_device(self) -> float | None:
@@ -66,7 +69,7 @@ class Task:
         return {
             "system": self.system, "nodes": self.nodes, "axes": list(self.axes), "reduce": list(self.reduce),
             "algo": self.algo, "bytes": self.bytes, "engine": self.engine, "encoding": self.encoding,
-            "max_len": self.max_len, "timeout_s": self.timeout_s,
+            "max_len": self.max_len, "timeout_s": self.timeout_s, "proof_budget": self.proof_budget,
         }
 
     @classmethod
@@ -75,7 +78,7 @@ class Task:
             system=data["system"], nodes=int(data["nodes"]), axes=tuple(data["axes"]),
             reduce=tuple(data["reduce"]), algo=data["algo"], bytes=data["bytes"], engine=data["engine"],
             encoding=data.get("encoding"), max_len=int(data["max_len"]), timeout_s=float(data["timeout_s"]),
-            skip=skip,
+            proof_budget=int(data.get("proof_budget", DEFAULT_PROOF_BUDGET)), skip=skip,
         )
 
 
@@ -127,7 +130,7 @@ def expand(grid: Grid) -> list[Task]:
                                     system=name, nodes=nodes, axes=axes, reduce=tuple(red), algo=algo,
                                     bytes=b if b == "default" else float(b), engine=grid.engine,
                                     encoding=grid.encoding, max_len=grid.max_len,
-                                    timeout_s=float(grid.timeout_s), skip=skip,
+                                    timeout_s=float(grid.timeout_s), proof_budget=grid.proof_budget, skip=skip,
                                 )
                                 key = task_key(task)
                                 if key not in seen:
