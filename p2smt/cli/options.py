@@ -107,16 +107,17 @@ def add_search(p: argparse.ArgumentParser, grid: bool = False, engine: str = "ce
     """The engine options (``engine``: the default). ``grid``: a sweep's, where ``--engine``, ``--max-len``
     and ``--proof-budget`` replace a grid file's settings (default: the grid's) and the per-request options
     (``--proposer``, ``--jobs``, ``--inclusion-pairs``) are not offered, a grid file having no place for them."""
+    grids = "the grid's"
     p.add_argument("--engine", default=None if grid else engine,
-                   help=f"default {'the grid' + chr(39) + 's (certified unless it names another)' if grid else engine}"
-                        ". certified: a proposer's programs proved valid and complete by Z3 | "
+                   help=f"default {grids + ' (certified unless it names another)' if grid else engine}. "
+                        "certified: a proposer's programs proved valid and complete by Z3 | "
                         "auto: the exact explicit engine for the size (enumerative up to 64 devices, pieces above) | "
                         "enumerative | pieces (compressed state, any size) | z3 | z3-cegis | symmetric")
     p.add_argument("--max-len", type=int, default=None if grid else 5,
-                   help=f"longest program (default {'the grid' + chr(39) + 's' if grid else 5})")
+                   help=f"longest program (default {grids if grid else 5})")
     p.add_argument("--proof-budget", type=int, default=None if grid else DEFAULT_PROOF_BUDGET, metavar="M",
                    help="certified engine: millions of Z3 resource units each placement's proof may spend (default "
-                        f"{'the grid' + chr(39) + 's, else ' if grid else ''}{DEFAULT_PROOF_BUDGET}, about 35-45 s of Z3 "
+                        f"{grids + ', else ' if grid else ''}{DEFAULT_PROOF_BUDGET}, about 35-45 s of Z3 "
                         "on a 2-core EPYC; 0: no limit). The same bound on every machine; past it the result says the "
                         "programs are not certified, and why")
     if grid:

@@ -31,6 +31,7 @@ def register(sub) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from p2smt.cost.plan import plan, plot_plan, render_plan
+    from p2smt.cost.rank import flagged
     from p2smt.model.placement import matrices
     from p2smt.model.profile import load_profile
 
@@ -60,7 +61,7 @@ def run(args: argparse.Namespace) -> int:
             f"{report['median_seconds']:.4g} s; worst {worst['matrix']} {worst['total_seconds']:.4g} s"
         )
         if "certification" in report:
-            c.print(report["certification"].replace("NOT certified", "[yellow]NOT certified[/yellow]", 1))
+            c.print(flagged(report["certification"]))
         if args.png:
             c.print(f"chart: {args.png}")
 

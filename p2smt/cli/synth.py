@@ -85,8 +85,9 @@ def next_steps(args: argparse.Namespace) -> str:
 
 def certification_line(result) -> str:
     """``SynthesisResult.certification`` with the proofs' seconds, a missing proof in yellow."""
-    words = result.certification(seconds=True)
-    return words.replace("NOT certified", "[yellow]NOT certified[/yellow]", 1)
+    from p2smt.cost.rank import flagged
+
+    return flagged(result.certification(seconds=True))
 
 
 def partial_words(partial) -> str:

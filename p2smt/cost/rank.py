@@ -108,6 +108,11 @@ def rank(request: Request, config: EngineConfig | None = None, *, algo: str = "r
     return rank_result(system, result, algo=algo, bytes_per_device=bytes_per_device, top=top)
 
 
+def flagged(words: str) -> str:
+    """Proof words for a rich console: a missing proof ("NOT certified") in yellow."""
+    return words.replace("NOT certified", "[yellow]NOT certified[/yellow]", 1)
+
+
 def render_rank(report: dict[str, Any]):
     """Rich tables for a rank report: one table per matrix (rank, seconds, speedup over AllReduce)."""
     from rich.console import Group as RichGroup
@@ -136,7 +141,7 @@ def render_rank(report: dict[str, Any]):
         words = report["certification"]
         if report.get("certified"):
             words += f"; the proofs took {report['stats']['proof_seconds']:.3f} s"
-        tables.append(words.replace("NOT certified", "[yellow]NOT certified[/yellow]", 1))
+        tables.append(flagged(words))
     return RichGroup(*tables)
 
 
