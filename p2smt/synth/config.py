@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from enum import StrEnum
 from typing import Any
 
@@ -99,6 +99,12 @@ class EngineConfig:
             raise P2Error(f"{', '.join(smt_only)}: only with --engine z3 (got --engine {self.engine})")
         if self.encoding_options is not None and not isinstance(self.encoding_options, Mapping):
             raise P2Error("--encoding-options must be a JSON object")
+
+    def proposing(self, engine: Engine) -> EngineConfig:
+        """This configuration for the certified engine's proposer ``engine``: the certified-only settings (those
+        ``__post_init__`` refuses with another engine) back at their defaults."""
+        return replace(self, engine=engine, proposer=None, certificate=None, jobs=1,
+                       proof_budget=DEFAULT_PROOF_BUDGET)
 
     def to_json(self) -> dict[str, Any]:
         return {

@@ -143,15 +143,13 @@ def _certified(prob: SynthesisProblem, max_len: int, opts: EngineOptions,
     """The proposer's programs, proved valid and complete by Z3; a disagreement is an InternalError."""
     from pathlib import Path
 
-    from p2smt.smt.budget import DEFAULT_PROOF_BUDGET, UNITS
+    from p2smt.smt.budget import UNITS
     from p2smt.smt.certify import certify
     from p2smt.smt.parallel import threads
 
     proposer = proposer_of(opts, prob.num_devices)
     start = time.perf_counter()
-    proposed = run_engine(prob, replace(opts, engine=proposer, proposer=None, certificate=None, jobs=1,
-                                        proof_budget=DEFAULT_PROOF_BUDGET), h,
-                          on_first_step=on_first_step)
+    proposed = run_engine(prob, opts.proposing(proposer), h, on_first_step=on_first_step)
     stats: dict[str, Any] = {"proposer": proposer.value, "proposer_seconds": round(time.perf_counter() - start, 6)}
     if prob.num_devices > CERTIFY_LIMIT:
         reason = f"{prob.num_devices} devices: above the Z3 certificate's limit of {CERTIFY_LIMIT}"
