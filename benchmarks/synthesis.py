@@ -6,7 +6,9 @@ proposer's seconds, Z3's validity proofs, Z3's completeness certificate, the par
 Z3's own checks ("solving": the rest is building the formulas in z3py), the certified engine's total
 and its CPU seconds (the figure to compare on a shared machine), the pure Z3 engine's total
 (``--no-z3`` skips it) and whether each is at or under P²'s time; then the totals, the counts at or
-under P²'s time, whether every set is equal, and the machine.
+under P²'s time, whether every set is equal, and the machine. A last line runs the requests again one
+after another with one proof store, as a sweep does, so that each distinct problem is proved once (a
+figure of a sweep, not of a request: P²'s times are per request).
 
     python benchmarks/synthesis.py                 # the whole grid
     python benchmarks/synthesis.py --only a100-4x16 --no-z3
@@ -19,6 +21,7 @@ import argparse
 import csv
 import json
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -43,13 +46,13 @@ def p2_times() -> dict[tuple[str, tuple[int, ...], tuple[int, ...]], float]:
     }
 
 
-def run(cfg, engine: str, jobs: int = 1):
+def run(cfg, engine: str, jobs: int = 1, store: str | None = None):
     """(result, wall seconds, CPU seconds) of one request under ``engine`` (CPU time: the figure to compare
     on a machine shared with other work, where wall time also counts the waits for a core; with
-    ``jobs`` > 1 it is every thread's)."""
+    ``jobs`` > 1 it is every thread's), reusing and adding to the proofs in ``store`` if given."""
     req = Request.for_system(load_system(cfg.system), cfg.axes, cfg.reduction_axes)
     start, cpu = time.perf_counter(), time.process_time()
-    res = synthesize(req, EngineConfig(engine=engine, prune="p2-47", jobs=jobs))
+    res = synthesize(req, EngineConfig(engine=engine, prune="p2-47", jobs=jobs, proof_store=store))
     return res, time.perf_counter() - start, time.process_time() - cpu
 
 
@@ -65,6 +68,21 @@ def parts(res) -> dict[str, float]:
             out["completeness"] += cert["completeness"]["seconds"]
             out["solving"] += cert["validity"]["solver_seconds"] + cert["completeness"]["solver_seconds"]
     return out
+
+
+def sweep_with_store(configs, jobs: int) -> dict[str, float | int]:
+    """The requests run in order with one proof store (empty at the start), so that each distinct problem
+    is proved once: the seconds, CPU seconds, and how many placements' proofs were made and reused."""
+    seconds = cpu = 0.0
+    proved = reused = 0
+    with tempfile.TemporaryDirectory(prefix="p2smt-bench-proofs-") as store:
+        for cfg in configs:
+            res, wall, used = run(cfg, "certified", jobs, store)
+            seconds, cpu = seconds + wall, cpu + used
+            certs = [m.stats["certificate"] for m in res.matrices if "certificate" in m.stats]
+            reused += sum("reused" in c for c in certs)
+            proved += sum("reused" not in c for c in certs)
+    return {"seconds": round(seconds, 4), "cpu_seconds": round(cpu, 4), "proved": proved, "reused": reused}
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -122,10 +140,15 @@ def main(argv: list[str] | None = None) -> int:
     print(f"at or under P²'s time: certified {sum(r['certified_seconds'] <= r['p2_seconds'] for r in rows)}/{n}"
           f" (Z3's checks alone: {sum(r['solving_seconds'] <= r['p2_seconds'] for r in rows)}/{n})"
           + ("" if args.no_z3 else f", pure Z3 {sum(r['z3_seconds'] <= r['p2_seconds'] for r in rows)}/{n}"))
+    shared = sweep_with_store(configs, args.jobs)
+    print(f"the same requests one after another sharing a proof store, as a sweep does (not per request): "
+          f"certified {shared['seconds']:.2f} s ({shared['cpu_seconds']:.2f} s CPU), {shared['proved']} proofs made "
+          f"and {shared['reused']} reused of {shared['proved'] + shared['reused']}")
     print(f"every request certified: {all_certified}" + ("" if args.no_z3 else f"; pure Z3 sets equal: {all_same}"))
     print(f"machine: {describe_machine()}")
     if args.json:
-        Path(args.json).write_text(json.dumps({"machine": machine_info(), "jobs": args.jobs, "rows": rows}, indent=2))
+        Path(args.json).write_text(json.dumps({"machine": machine_info(), "jobs": args.jobs, "rows": rows,
+                                                "shared_store": shared}, indent=2))
     return 0 if all_certified and all_same else 1
 
 

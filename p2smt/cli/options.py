@@ -120,6 +120,11 @@ def add_search(p: argparse.ArgumentParser, grid: bool = False, engine: str = "ce
                         f"{grids + ', else ' if grid else ''}{DEFAULT_PROOF_BUDGET}, about 35-45 s of Z3 "
                         "on a 2-core EPYC; 0: no limit). The same bound on every machine; past it the result says the "
                         "programs are not certified, and why")
+    p.add_argument("--proof-store", metavar="DIR",
+                   help="certified engine: reuse the proofs in DIR of problems proved before (same problem, "
+                        "length, Z3 side and Z3 version) and add new ones"
+                        + (" (default: a store for this run only, so requests share their problems' proofs)"
+                           if grid else ""))
     if grid:
         return
     p.add_argument("--proposer", help="certified engine's proposer: enumerative | pieces (default: pieces)")
@@ -243,6 +248,7 @@ def engine_config(args: argparse.Namespace):
         prune=getattr(args, "prune", "none"),
         proposer=getattr(args, "proposer", None),
         proof_budget=getattr(args, "proof_budget", DEFAULT_PROOF_BUDGET),
+        proof_store=getattr(args, "proof_store", None),
         certificate=getattr(args, "certificate", None),
         jobs=getattr(args, "jobs", 1),
         inclusion_pairs=getattr(args, "inclusion_pairs", None),

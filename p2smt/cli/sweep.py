@@ -35,7 +35,8 @@ def run(args: argparse.Namespace) -> int:
         folder_path(args.out or "p2-sweep", "--out")
         with progress_display(args, "sweep --paper: requests", None) as show:
             summary = paper_sweep(args.out or "p2-sweep", engine=args.engine, plots=not args.no_plots,
-                                  max_len=args.max_len, proof_budget=args.proof_budget, report=show)
+                                  max_len=args.max_len, proof_budget=args.proof_budget,
+                                  proof_store=args.proof_store, report=show)
         emit(args, {k: v for k, v in summary.items() if k != "rows"} | {"out": args.out or "p2-sweep"},
              lambda c: c.print(render_sweep(summary)))
         return ExitCode.OK
@@ -43,6 +44,6 @@ def run(args: argparse.Namespace) -> int:
 
     summary = sweep(args.grid, writable_file(args.out or "sweep.jsonl", "--out"), scheduler=args.scheduler,
                     workers=args.workers, timeout_s=args.timeout, progress=not args.json, engine=args.engine,
-                    max_len=args.max_len, proof_budget=args.proof_budget)
+                    max_len=args.max_len, proof_budget=args.proof_budget, proof_store=args.proof_store)
     emit(args, summary.to_json(), lambda c: c.print(render_summary(summary)))
     return ExitCode.OK if summary.succeeded else ExitCode.FAIL

@@ -65,7 +65,7 @@ def run_task(task: Task | dict[str, Any]) -> dict[str, Any]:
         line = evaluate(task)
     else:
         limit = hard_limit(task.timeout_s)
-        outcome = _thread_child().call("p2smt.runs.tasks:evaluate_json", [task.to_json()], limit_s=limit)
+        outcome = _thread_child().call("p2smt.runs.tasks:evaluate_json", [task.payload()], limit_s=limit)
         if outcome.status == OutcomeStatus.OK:
             line = outcome.value
         elif outcome.status == OutcomeStatus.TIMEOUT:

@@ -9,9 +9,11 @@ whose key is missing. Tasks run on local threads or a dask.distributed cluster (
 from __future__ import annotations
 
 import collections
+import contextlib
 import math
+import tempfile
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -92,7 +94,8 @@ def _progress_bar(enabled: bool):
 
 def sweep(grid_or_path: Grid | str | Path, out: str | Path, *, scheduler: str | None = None,
           workers: int | None = None, progress: bool = True, timeout_s: float | None = None,
-          engine: str | None = None, max_len: int | None = None, proof_budget: int | None = None) -> SweepSummary:
+          engine: str | None = None, max_len: int | None = None, proof_budget: int | None = None,
+          proof_store: str | Path | None = None) -> SweepSummary:
     """Run every task of a grid whose key is not yet in ``out`` and append one line per finished task.
 
     Locally (default) ``workers`` threads (default: all cores) each drive a task process; with
@@ -100,7 +103,8 @@ def sweep(grid_or_path: Grid | str | Path, out: str | Path, *, scheduler: str | 
     given, caps the tasks in flight. Lines are flushed as results arrive, so killing the sweep loses only
     the tasks in flight; skipped combinations are written as "skipped" lines without being submitted.
     ``timeout_s``, ``engine``, ``max_len`` and ``proof_budget`` replace the grid's settings (each is part of
-    every task, hence of its key).
+    every task, hence of its key). The certified engine's tasks share their proofs through ``proof_store``
+    (``ProofStore``; no part of the key); locally it defaults to a folder kept for this run only.
     """
     start = time.perf_counter()
     grid = with_search(grid_or_path if isinstance(grid_or_path, Grid) else load_grid(grid_or_path), engine, max_len,
@@ -111,10 +115,19 @@ def sweep(grid_or_path: Grid | str | Path, out: str | Path, *, scheduler: str | 
         if not (math.isfinite(timeout_s) and timeout_s > 0):
             raise P2Error(f"--timeout must be a positive number of seconds, got {timeout_s}")
         grid = grid.model_copy(update={"timeout_s": float(timeout_s)})
-    tasks = expand(grid)
+    with contextlib.ExitStack() as stack:
+        if proof_store is None and scheduler is None:
+            proof_store = stack.enter_context(tempfile.TemporaryDirectory(prefix="p2smt-proofs-"))
+        return _sweep(grid, Path(out), scheduler, workers, progress, start,
+                      str(proof_store) if proof_store is not None else None)
+
+
+def _sweep(grid: Grid, out: Path, scheduler: str | None, workers: int | None, progress: bool, start: float,
+           proof_store: str | None) -> SweepSummary:
+    tasks = [replace(t, proof_store=proof_store) for t in expand(grid)]
     counts: collections.Counter[str] = collections.Counter()
     certified = 0
-    with ResultStore(Path(out)) as sink:
+    with ResultStore(out) as sink:
         pending = [t for t in tasks if task_key(t) not in sink.keys]
         to_run = [t for t in pending if not t.skip]
         bar = _progress_bar(progress)

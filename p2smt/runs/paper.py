@@ -7,15 +7,17 @@ AllReduce's predicted time, the best program, its time and the speedup AllReduce
 
 from __future__ import annotations
 
+import contextlib
 import csv
 import json
 import math
 import os
 import shutil
+import tempfile
 import time
 from collections import Counter
 from collections.abc import Callable
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -168,12 +170,13 @@ def _publish(tmp: Path, out: Path) -> None:
 
 def paper_sweep(out_dir: str | Path, *, grid: Grid | str = PAPER, engine: str | None = None,
                 plots: bool = True, max_len: int | None = None, proof_budget: int | None = None,
-                report: Callable[[str], None] | None = None) -> dict[str, Any]:
+                proof_store: str | Path | None = None, report: Callable[[str], None] | None = None) -> dict[str, Any]:
     """Run a grid (default P²'s, ``grids/paper.yaml``): write sweep.csv, sweep.json and one PNG per request.
 
     The files are written to a hidden folder beside ``out_dir`` and moved there only when every request
     has run, so a failed sweep leaves no partial output. ``engine``, ``max_len`` and ``proof_budget``
-    replace the grid's;
+    replace the grid's; the certified engine's requests share their proofs through ``proof_store``
+    (``ProofStore``; default: a folder kept for this run only);
     ``report`` receives each finished request's label (progress).
     Returns ``{"rows": [row dicts], "aggregate": {...}, "p2": P2_HEADLINE, "files": {...},
     "stats": {"seconds"}}``.
@@ -192,17 +195,20 @@ def paper_sweep(out_dir: str | Path, *, grid: Grid | str = PAPER, engine: str | 
     try:
         rows: list[SweepRow] = []
         pictures = []
-        for tasks in _requests(g).values():
-            system, request_rows, reports = sweep_request(tasks)
-            rows.extend(request_rows)
-            if plots:
-                t = tasks[0]
-                name = f"{system.name}_axes{'x'.join(map(str, t.axes))}_reduce{'-'.join(map(str, t.reduce))}"
-                plot_config(tmp / f"{name}.png", f"{system.name} axes {list(t.axes)} reduce {list(t.reduce)}",
-                            reports)
-                pictures.append(f"{name}.png")
-            if report is not None:
-                report(f"{system.name} axes {list(tasks[0].axes)} reduce {list(tasks[0].reduce)}")
+        with contextlib.ExitStack() as stack:
+            shared = str(proof_store) if proof_store is not None else \
+                stack.enter_context(tempfile.TemporaryDirectory(prefix="p2smt-proofs-"))
+            for tasks in _requests(g).values():
+                system, request_rows, reports = sweep_request([replace(t, proof_store=shared) for t in tasks])
+                rows.extend(request_rows)
+                if plots:
+                    t = tasks[0]
+                    name = f"{system.name}_axes{'x'.join(map(str, t.axes))}_reduce{'-'.join(map(str, t.reduce))}"
+                    plot_config(tmp / f"{name}.png", f"{system.name} axes {list(t.axes)} reduce {list(t.reduce)}",
+                                reports)
+                    pictures.append(f"{name}.png")
+                if report is not None:
+                    report(f"{system.name} axes {list(tasks[0].axes)} reduce {list(tasks[0].reduce)}")
         summary = {
             "rows": [asdict(r) for r in rows],
             "aggregate": aggregate(rows),

@@ -49,6 +49,7 @@ class Task:
     timeout_s: float
     proof_budget: int = DEFAULT_PROOF_BUDGET  # the certified engine's Z3 work per placement (millions of units)
     skip: str | None = field(default=None, compare=False)
+    proof_store: str | None = field(default=None, compare=False)  # where proofs are shared; no part of the key
 
     def request(self) -> Request:
         """The synthesis request (every placement of the axes on the resized system)."""
@@ -58,7 +59,8 @@ class Task:
         """The engine configuration: the solver gets ``timeout_s`` before the hard limit kills it."""
         return EngineConfig(engine=self.engine, max_len=self.max_len,
                             timeout_ms=max(1, int(self.timeout_s * 1000)), encoding=self.encoding,
-                            proof_budget=self.proof_budget)
+                            proof_budget=self.proof_budget,
+                            proof_store=self.proof_store if self.engine == "certified" else None)
 
     @property
     def bytes_per_device(self) -> float | None:
@@ -79,7 +81,12 @@ class Task:
             reduce=tuple(data["reduce"]), algo=data["algo"], bytes=data["bytes"], engine=data["engine"],
             encoding=data.get("encoding"), max_len=int(data["max_len"]), timeout_s=float(data["timeout_s"]),
             proof_budget=int(data.get("proof_budget", DEFAULT_PROOF_BUDGET)), skip=skip,
+            proof_store=data.get("proof_store"),
         )
+
+    def payload(self) -> dict[str, Any]:
+        """What a task's child process receives: the canonical fields and the proof store, if any."""
+        return self.to_json() | ({"proof_store": self.proof_store} if self.proof_store else {})
 
 
 def task_key(task: Task) -> str:

@@ -69,6 +69,7 @@ class EngineConfig:
     certificate: str | None = None
     jobs: int = 1  # the certified engine's Z3 proof on this many threads (0: one per core)
     proof_budget: int = DEFAULT_PROOF_BUDGET  # the certified engine's Z3 work per placement, millions of units (0: none)
+    proof_store: str | None = None  # the certified engine's folder of proofs to reuse and add to (proofstore.py)
     inclusion_pairs: int | None = None  # the symmetric engine's completeness proof: its bound (0: never)
 
     def __post_init__(self) -> None:
@@ -85,7 +86,8 @@ class EngineConfig:
                 raise P2Error(f"--inclusion-pairs: only with --engine symmetric (got --engine {self.engine})")
         cert_only = [flag for flag, value in (("--proposer", self.proposer), ("--certificate", self.certificate),
                                               ("--jobs", self.jobs != 1),
-                                              ("--proof-budget", self.proof_budget != DEFAULT_PROOF_BUDGET)) if value]
+                                              ("--proof-budget", self.proof_budget != DEFAULT_PROOF_BUDGET),
+                                              ("--proof-store", self.proof_store)) if value]
         if cert_only and self.engine != Engine.CERTIFIED:
             raise P2Error(f"{', '.join(cert_only)}: only with --engine certified (got --engine {self.engine})")
         if isinstance(self.max_len, bool) or not isinstance(self.max_len, int):
@@ -104,7 +106,7 @@ class EngineConfig:
         """This configuration for the certified engine's proposer ``engine``: the certified-only settings (those
         ``__post_init__`` refuses with another engine) back at their defaults."""
         return replace(self, engine=engine, proposer=None, certificate=None, jobs=1,
-                       proof_budget=DEFAULT_PROOF_BUDGET)
+                       proof_budget=DEFAULT_PROOF_BUDGET, proof_store=None)
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -119,6 +121,7 @@ class EngineConfig:
             "certificate": self.certificate,
             "jobs": self.jobs,
             "proof_budget": self.proof_budget,
+            "proof_store": self.proof_store,
             "inclusion_pairs": self.inclusion_pairs,
         }
 

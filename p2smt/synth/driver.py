@@ -11,13 +11,14 @@ from p2smt.errors import InternalError
 from p2smt.model.dsl import Instruction, Program, candidate_instructions, problem
 from p2smt.model.hierarchy import SynthesisHierarchy, synthesis_hierarchy
 from p2smt.model.placement import Matrix, Placement, matrices
-from p2smt.model.problem import SynthesisProblem
+from p2smt.model.problem import SynthesisProblem, canonical_order
 from p2smt.model.request import Request
 from p2smt.model.status import SolveStatus
 from p2smt.model.system import System
 from p2smt.semantics.dense import execute_all
 from p2smt.synth.config import Engine, EngineConfig
 from p2smt.synth.partial import FirstStepPrograms
+from p2smt.synth.proofstore import ProofStore
 from p2smt.synth.recheck import INTERPRETERS, PIECES_ABOVE, RECHECK_LIMIT, checker, dropped_stats, recheck
 from p2smt.synth.search import FirstStepReport
 from p2smt.timings import split_timings
@@ -154,9 +155,15 @@ def _certified(prob: SynthesisProblem, max_len: int, opts: EngineOptions,
     if prob.num_devices > CERTIFY_LIMIT:
         reason = f"{prob.num_devices} devices: above the Z3 certificate's limit of {CERTIFY_LIMIT}"
         return EngineOutcome(proposed.status, proposed.programs, stats | {"certified": False, "why_not": reason})
+    budget = opts.proof_budget * UNITS if opts.proof_budget else None
+    store = ProofStore(opts.proof_store) if opts.proof_store and not opts.certificate else None
+    if store is not None and (reused := _reused(store, prob, max_len, proposer, proposed.programs, budget)):
+        words = f"{certified_words(prob.num_devices, max_len, reused)}; the proof reused from the proof store"
+        return EngineOutcome(proposed.status, proposed.programs,
+                             stats | {"certified": True, "certificate": reused, "rests_on": words})
     cert = certify(prob, max_len, proposed.programs, timeout_ms=opts.timeout_ms,
                    certificate=Path(opts.certificate) if opts.certificate else None, jobs=threads(opts.jobs),
-                   budget=opts.proof_budget * UNITS if opts.proof_budget else None)
+                   budget=budget)
     if cert.refuted or cert.missed:
         raise InternalError(disagreement(prob, proposer, cert))
     stats |= {"certified": cert.certified, "certificate": cert.stats}
@@ -164,7 +171,27 @@ def _certified(prob: SynthesisProblem, max_len: int, opts: EngineOptions,
         stats["why_not"] = cert.reason
     else:
         stats["rests_on"] = certified_words(prob.num_devices, max_len, cert.stats)
+        if store is not None:
+            store.put(prob, max_len, proposed.programs, cert.stats)
     return EngineOutcome(proposed.status, proposed.programs, stats)
+
+
+def _reused(store: ProofStore, prob: SynthesisProblem, max_len: int, proposer: Engine,
+            programs: tuple[tuple[int, ...], ...], budget: int | None) -> dict[str, Any] | None:
+    """The certificate figures of the store's proof of this problem (None: no entry, or one that spent more
+    than ``budget``, which a fresh proof would not finish either); a proposer whose set differs from the
+    proved one disagrees with Z3 (InternalError)."""
+    start = time.perf_counter()
+    entry = store.get(prob, max_len)
+    if entry is None or (budget is not None and entry.resource_units > budget):
+        return None
+    found = set(programs)
+    if found != entry.programs:
+        extra = [f"it finds {prob.label(p)!r}, which Z3 proved absent" for p in canonical_order(found - entry.programs)]
+        lost = [f"it misses {prob.label(p)!r}, which Z3 proved valid" for p in canonical_order(entry.programs - found)]
+        raise InternalError(f"certified synthesis: the {proposer.value} proposer disagrees with the proof in "
+                            f"{store.path(entry.key)}: " + "; ".join(extra + lost))
+    return entry.certificate | {"reused": entry.key, "seconds": round(time.perf_counter() - start, 6)}
 
 
 def certified_words(k: int, max_len: int, stats: dict[str, Any]) -> str:
@@ -257,9 +284,11 @@ class SynthesisResult:
             return None
         proofs = [m.stats["certificate"] for m in self.matrices if "certificate" in m.stats]
         if self.certified:
+            reused = sum("reused" in p for p in proofs)
+            again = f", {reused} reused from the proof store" if reused else ""
             took = f", {self.proof_seconds:.3f} s" if seconds else ""
             return (f"certified by Z3: every program proved valid and no other program of length ≤ {self.max_len} "
-                    f"exists ({len(proofs)} proofs{took})")
+                    f"exists ({len(proofs)} proofs{again}{took})")
         why = sorted({m.stats["why_not"] for m in self.matrices if m.stats.get("why_not")})
         return f"NOT certified by Z3: {'; '.join(why)} (programs from the proposer, re-checked)"
 

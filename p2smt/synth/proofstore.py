@@ -1,0 +1,147 @@
+"""A folder of Z3 certificates keyed by problem, so that a problem certified once is not proved again.
+
+Sweeps meet one synthesis problem under many requests: P²'s grid certifies 78 placements, of which 12
+are distinct problems. An entry records the program set Z3 proved valid and complete, and the proof's
+figures. Its key is a SHA-256 of the problem (devices, goal groups, candidate groups, the progress rule),
+the maximum length and a fingerprint of what the proof rests on: the Z3 side's source (``p2smt/smt``),
+the default encoding's file, the problem definition and Z3's version. Editing any of them starts afresh.
+
+An entry is trusted as the proof it records (delete the folder to prove again). A proposer whose set
+differs from an entry's is a disagreement with Z3 (``InternalError``), as in a fresh proof.
+
+>>> import tempfile
+>>> from p2smt.model.problem import Candidate, SynthesisProblem
+>>> from p2smt.model.collectives import Collective
+>>> prob = SynthesisProblem(2, ((0, 1),), (Candidate("ar", Collective.ALL_REDUCE, ((0, 1),)),))
+>>> store = ProofStore(tempfile.mkdtemp())
+>>> store.get(prob, 3) is None
+True
+>>> _ = store.put(prob, 3, [(0,)], {"validity": {"queries": 1}, "resource_units": 10, "seconds": 0.1})
+>>> entry = store.get(prob, 3)
+>>> sorted(entry.programs), entry.resource_units, entry.certificate
+([(0,)], 10, {'resource_units': 10, 'validity': {'queries': 1}})
+"""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+import json
+import os
+import tempfile
+from collections.abc import Iterable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import p2smt
+from p2smt.errors import P2Error
+from p2smt.model.problem import SynthesisProblem, canonical_order
+from p2smt.timings import split_timings
+
+__all__ = ["FORMAT", "ProofStore", "StoredProof", "fingerprint", "problem_json"]
+
+FORMAT = 1
+"""The entries' layout; part of every key."""
+
+
+@dataclass(frozen=True)
+class StoredProof:
+    """One entry: the certified program set (candidate indices), the proof's figures without its seconds
+    (those of the run that made it are in the file) and the Z3 resource units it spent."""
+
+    key: str
+    programs: frozenset[tuple[int, ...]]
+    certificate: dict[str, Any]
+    resource_units: int
+
+
+def _sources() -> Iterable[Path]:
+    """The files a certificate rests on: the Z3 side, the default encoding, the problem's definition."""
+    from p2smt.smt.engine import DEFAULT_ENCODING
+    from p2smt.smt.registry import load_encoding
+
+    root = Path(p2smt.__file__).parent
+    yield from sorted((root / "smt").glob("*.py"))
+    yield root / "model" / "problem.py"
+    yield root / "model" / "collectives.py"
+    yield Path(load_encoding(DEFAULT_ENCODING).source)
+
+
+@functools.cache
+def fingerprint() -> str:
+    """SHA-256 of p2smt's version, Z3's version and the bytes of every file the proofs rest on."""
+    import z3
+
+    h = hashlib.sha256(f"{p2smt.__version__}\0{z3.get_version_string()}\0".encode())
+    for path in _sources():
+        h.update(path.name.encode() + b"\0" + path.read_bytes() + b"\0")
+    return h.hexdigest()
+
+
+def problem_json(prob: SynthesisProblem) -> dict[str, Any]:
+    """The problem as canonical JSON (labels included: a program is reported by its candidates' labels)."""
+    return {
+        "devices": prob.num_devices,
+        "goal": [list(g) for g in prob.goal_groups],
+        "candidates": [[c.label, c.collective.value, [list(g) for g in c.groups]] for c in prob.candidates],
+        "progress": prob.require_progress,
+    }
+
+
+class ProofStore:
+    """Certificates in ``root`` (created on the first write), one JSON file per (problem, maximum length)."""
+
+    def __init__(self, root: str | Path):
+        self.root = Path(root)
+        if self.root.exists() and not self.root.is_dir():
+            raise P2Error(f"--proof-store {self.root} exists and is not a folder")
+
+    def key(self, prob: SynthesisProblem, max_len: int) -> str:
+        text = json.dumps({"format": FORMAT, "fingerprint": fingerprint(), "max_len": max_len,
+                           "problem": problem_json(prob)}, sort_keys=True, separators=(",", ":"))
+        return hashlib.sha256(text.encode()).hexdigest()
+
+    def path(self, key: str) -> Path:
+        return self.root / f"{key}.json"
+
+    def get(self, prob: SynthesisProblem, max_len: int) -> StoredProof | None:
+        """The entry of this problem and length, or None; an unreadable entry is an error naming its file."""
+        key = self.key(prob, max_len)
+        path = self.path(key)
+        try:
+            data = json.loads(path.read_text(encoding="utf-8"))
+        except FileNotFoundError:
+            return None
+        except (OSError, UnicodeDecodeError, json.JSONDecodeError) as err:
+            raise P2Error(f"--proof-store: cannot read {path} ({err}); delete it to prove again") from None
+        try:
+            if data["format"] != FORMAT or data["key"] != key:
+                raise ValueError("another key or format")
+            programs = frozenset(tuple(int(i) for i in p) for p in data["programs"])
+            if any(not 0 <= i < len(prob.candidates) for p in programs for i in p):
+                raise ValueError("a candidate index out of range")
+            return StoredProof(key, programs, dict(data["certificate"]), int(data["resource_units"]))
+        except (KeyError, TypeError, ValueError) as err:
+            raise P2Error(f"--proof-store: {path} is not a proof entry ({err}); delete it to prove again") from None
+
+    def put(self, prob: SynthesisProblem, max_len: int, programs: Iterable[tuple[int, ...]],
+            stats: dict[str, Any]) -> Path:
+        """Record a certified set with its proof's statistics (written whole or not at all)."""
+        import z3
+
+        key = self.key(prob, max_len)
+        certificate, timed = split_timings(stats)
+        entry = {"format": FORMAT, "key": key, "p2smt": p2smt.__version__, "z3": z3.get_version_string(),
+                 "devices": prob.num_devices, "candidates": len(prob.candidates), "max_len": max_len,
+                 "programs": [list(p) for p in canonical_order(set(programs))], "certificate": certificate,
+                 "resource_units": int(stats.get("resource_units", 0)), "timings": timed}
+        try:
+            self.root.mkdir(parents=True, exist_ok=True)
+            fd, tmp = tempfile.mkstemp(dir=self.root, prefix=f".{key[:12]}.", suffix=".tmp")
+            with os.fdopen(fd, "w", encoding="utf-8") as f:
+                json.dump(entry, f, sort_keys=True)
+            os.replace(tmp, self.path(key))
+        except OSError as err:
+            raise P2Error(f"--proof-store: cannot write to {self.root} ({err.strerror})") from None
+        return self.path(key)

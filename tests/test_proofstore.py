@@ -1,0 +1,148 @@
+"""The proof store: a problem certified once is not proved again, and an entry that disagrees is an error."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from p2smt.cli.main import main
+from p2smt.errors import InternalError, P2Error
+from p2smt.model.dsl import problem
+from p2smt.model.request import Request
+from p2smt.runs.gridfile import load_grid
+from p2smt.runs.gridsweep import sweep
+from p2smt.runs.store import read_rows
+from p2smt.runs.tasks import Task, expand, task_key
+from p2smt.synth.config import EngineConfig
+from p2smt.synth.driver import synthesize
+from p2smt.synth.proofstore import ProofStore
+
+REQ = Request("a100-4x16", axes=(2, 32), reduce=(1,), matrix=((1, 2), (4, 8)))
+
+
+def _entry(folder):
+    (path,) = sorted(folder.glob("*.json"))
+    return path, json.loads(path.read_text())
+
+
+def _problem(result):
+    (m,) = result.matrices
+    return problem(m.hierarchy, True)
+
+
+def test_a_stored_proof_is_reused_with_the_same_result(tmp_path):
+    """The second run proves nothing: same programs, same certificate figures, and it says where the proof
+    came from (in words and under ``reused``)."""
+    store = tmp_path / "proofs"
+    fresh = synthesize(REQ, EngineConfig(proof_store=str(store)))
+    path, entry = _entry(store)
+    again = synthesize(REQ, EngineConfig(proof_store=str(store)))
+    plain = synthesize(REQ, EngineConfig())
+    first, second, alone = ({k: v for k, v in r.to_json()["matrices"][0].items() if k != "stats"}
+                            for r in (fresh, again, plain))
+    assert fresh.certified is True and again.certified is True
+    assert first["programs"] == second["programs"] == alone["programs"]
+    assert "reused" not in first["certificate"] and first == alone
+    assert second["certificate"] == first["certificate"] | {"reused": path.stem}
+    assert second["rests_on"] == first["rests_on"] + "; the proof reused from the proof store"
+    assert again.certification().endswith("(1 proofs, 1 reused from the proof store)")
+    assert entry["key"] == path.stem and len(entry["programs"]) == len(first["programs"])
+    assert entry["certificate"] == first["certificate"] and entry["resource_units"] > 0
+    assert _entry(store)[1] == entry  # a reuse writes nothing
+
+
+def test_keys_follow_the_problem_and_the_length(tmp_path):
+    store = ProofStore(tmp_path)
+    prob = _problem(synthesize(REQ, EngineConfig(engine="pieces")))
+    other = _problem(synthesize(Request("a100-4x16", axes=(2, 32), reduce=(0,), matrix=((1, 2), (4, 8))),
+                                EngineConfig(engine="pieces")))
+    assert store.key(prob, 5) == ProofStore(tmp_path / "x").key(prob, 5)
+    assert len({store.key(prob, 5), store.key(prob, 4), store.key(other, 5)}) == 3
+
+
+def test_an_entry_that_disagrees_with_the_proposer_is_an_internal_error(tmp_path, capsys):
+    """A stored set without one of the proposer's programs, or with one more, is a disagreement with Z3
+    (exit 3) naming the program, never a silent reuse."""
+    store = tmp_path / "proofs"
+    synthesize(REQ, EngineConfig(proof_store=str(store)))
+    path, entry = _entry(store)
+    label = _problem(synthesize(REQ, EngineConfig(engine="pieces"))).label(tuple(entry["programs"][-1]))
+    path.write_text(json.dumps(entry | {"programs": entry["programs"][:-1]}))
+    with pytest.raises(InternalError) as err:
+        synthesize(REQ, EngineConfig(proof_store=str(store)))
+    assert str(err.value) == (f"certified synthesis: the pieces proposer disagrees with the proof in {path}: "
+                              f"it finds {label!r}, which Z3 proved absent")
+    path.write_text(json.dumps(entry | {"programs": entry["programs"] + [[0, 0, 0, 0, 0]]}))
+    with pytest.raises(InternalError, match="it misses .*, which Z3 proved valid$"):
+        synthesize(REQ, EngineConfig(proof_store=str(store)))
+    argv = ["synth", "--system", "a100-4x16", "--axes", "2,32", "--reduce", "1", "--matrix", "[[1,2],[4,8]]",
+            "--proof-store", str(store)]
+    assert main(argv) == 3
+    err = capsys.readouterr().err
+    assert err.startswith("p2smt: INTERNAL ERROR (please report): certified synthesis: the pieces proposer "
+                          "disagrees with the proof in ") and len(err.strip().splitlines()) == 1
+
+
+def test_an_unreadable_entry_or_store_is_a_clear_error(tmp_path, capsys):
+    store = tmp_path / "proofs"
+    synthesize(REQ, EngineConfig(proof_store=str(store)))
+    path, entry = _entry(store)
+    argv = ["synth", "--system", "a100-4x16", "--axes", "2,32", "--reduce", "1", "--matrix", "[[1,2],[4,8]]",
+            "--proof-store"]
+    for text in ("{", json.dumps(entry | {"key": "0" * 64}), json.dumps(entry | {"programs": [[99]]}), "[]"):
+        path.write_text(text)
+        assert main([*argv, str(store), "--json"]) == 2
+        err = capsys.readouterr()
+        assert err.out == "" and len(err.err.strip().splitlines()) == 1 and "--proof-store: " in err.err
+        assert "delete it to prove again" in err.err and str(path) in err.err
+    afile = tmp_path / "f"
+    afile.write_text("")
+    assert main([*argv, str(afile)]) == 2
+    assert capsys.readouterr().err.strip() == f"p2smt: error: --proof-store {afile} exists and is not a folder"
+    assert main([*argv, str(store), "--engine", "pieces"]) == 2
+    assert "--proof-store: only with --engine certified" in capsys.readouterr().err
+    with pytest.raises(P2Error, match="--proof-store: only with --engine certified"):
+        EngineConfig(engine="auto", proof_store=str(store))
+    assert EngineConfig(proof_store="x").proposing(EngineConfig().engine).proof_store is None
+
+
+def test_an_entry_beyond_the_budget_is_proved_again(tmp_path):
+    """An entry that spent more units than the budget asked is not reused: a fresh proof within that budget
+    would not finish either, so the result is what it would be without the store."""
+    store = tmp_path / "proofs"
+    fresh = synthesize(REQ, EngineConfig(proof_store=str(store)))
+    path, entry = _entry(store)
+    short = synthesize(REQ, EngineConfig(proof_store=str(store), proof_budget=1))
+    assert short.certified is False and entry["resource_units"] > 1_000_000
+    path.write_text(json.dumps(entry | {"resource_units": 10**12}))
+    again = synthesize(REQ, EngineConfig(proof_store=str(store)))
+    assert again.certified is True and "reused" not in again.matrices[0].stats["certificate"]
+    assert _entry(store)[1]["resource_units"] == entry["resource_units"]  # rewritten by the fresh proof
+    assert [str(p) for p in again.matrices[0].programs] == [str(p) for p in fresh.matrices[0].programs]
+
+
+def test_a_written_certificate_neither_reads_nor_fills_the_store(tmp_path):
+    store = tmp_path / "proofs"
+    res = synthesize(REQ, EngineConfig(proof_store=str(store), certificate=str(tmp_path / "cert")))
+    assert res.certified is True and not store.exists() and any((tmp_path / "cert").iterdir())
+
+
+def test_a_local_grid_sweep_shares_proofs_between_its_tasks(tmp_path):
+    """Two requests of one problem (AllReduce over the same 16 devices of two systems' placements) are
+    proved once: the store ends with one entry per distinct problem, and the store is no part of a key."""
+    grid = tmp_path / "g.yaml"
+    grid.write_text("systems: [a100-2x16]\naxes: [[2, 16], [16, 2]]\nreductions: [[1], [0]]\n"
+                    "algorithms: [ring]\nmax_len: 3\n")
+    store = tmp_path / "proofs"
+    summary = sweep(str(grid), tmp_path / "out.jsonl", workers=1, progress=False, proof_store=store)
+    rows = read_rows(tmp_path / "out.jsonl")
+    ran = [r for r in rows if r["status"] == "ok"]
+    placements = sum(len(r["per_matrix"]) for r in ran)
+    assert summary.certified == len(ran) == 4 and all(r["certified"] is True for r in ran)
+    assert 0 < len(list(store.glob("*.json"))) < placements
+    task = expand(load_grid(str(grid)))[0]
+    from dataclasses import replace
+
+    assert task_key(replace(task, proof_store=str(store))) == task_key(task)
+    assert Task.from_json(replace(task, proof_store="s").payload()).engine_config().proof_store == "s"
