@@ -175,3 +175,27 @@ def test_proof_budget_is_a_count_for_the_certified_engine_only(capsys):
     assert main(["synth", "--system", "v100-2x8", "--axes", "2,8", "--reduce", "1", "--engine", "auto",
                  "--proof-budget", "3"]) == 2
     assert capsys.readouterr().err.strip() == "p2smt: error: --proof-budget: only with --engine certified (got --engine auto)"
+
+
+def test_a_certificates_standard_form_keeps_to_the_proof_budget(tmp_path):
+    """Re-solving a query's standard form (for its ``:status``) is bounded by the proof budget as the proof
+    is: past it, a one-line error that names the flag; without a budget the file is written."""
+    import z3
+
+    from p2smt.errors import P2Error
+    from p2smt.smt.certify import CertificateSink
+
+    ctx = z3.Context()
+    xs = [z3.Bool(f"x{i}", ctx) for i in range(40)]
+    query = z3.Solver(ctx=ctx)
+    query.add(z3.PbEq([(x, 1) for x in xs], 20), z3.Or(xs[0], xs[1]))
+    sink = CertificateSink(tmp_path, "t")
+    sink.units = 1
+    with pytest.raises(P2Error, match=r"^--certificate: Z3 gives no answer on the standard form of a validity-check "
+                                      r"query within its budget of 1 Z3 resource units \(--proof-budget raises it"):
+        sink.scoped("x").write_text("validity-check", query.sexpr())
+    assert not list(tmp_path.iterdir())
+    sink.units = None
+    sink.write_text("validity-check", query.sexpr())
+    (written,) = tmp_path.iterdir()
+    assert "(set-info :status sat)" in written.read_text()

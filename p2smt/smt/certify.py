@@ -163,10 +163,14 @@ class Complete(Enumerate):
 class CertificateSink(Smt2Sink):
     """Writes each query as standard SMT-LIB2 (``set-logic ALL``, cardinality constraints as clauses,
     assumptions asserted, ``check-sat``) with Z3's answer as its expected ``:status``, for a second
-    solver to re-check."""
+    solver to re-check. ``units`` bounds Z3's work on each standard form (None: unlimited)."""
+
+    units: int | None = None
 
     def scoped(self, prefix: str) -> CertificateSink:
-        return CertificateSink(self.folder, self.tag, f"{self.prefix}{prefix}-", self._counter)
+        inner = CertificateSink(self.folder, self.tag, f"{self.prefix}{prefix}-", self._counter)
+        inner.units = self.units
+        return inner
 
     def write(self, kind: str, solver: z3.Solver, assumptions: Iterable[z3.ExprRef]) -> None:
         if self.folder is not None:
@@ -186,9 +190,12 @@ class CertificateSink(Smt2Sink):
         for sub in z3.Tactic("card2bv", ctx)(goal):
             plain.add(sub.as_expr())
         body = plain.sexpr()  # before the check, which adds Z3's own model-conversion commands
+        plain.set("rlimit", self.units or 0)
         answer = plain.check()
         if answer == z3.unknown:
-            raise P2Error(f"--certificate: Z3 gives no answer on the standard form of a {kind} query")
+            within = (f" within its budget of {self.units:,} Z3 resource units (--proof-budget raises it; 0: no limit)"
+                      if self.units else "")
+            raise P2Error(f"--certificate: Z3 gives no answer on the standard form of a {kind} query{within}")
         if "(_ at-most" in body or "(_ pbeq" in body or "(_ pble" in body or "(_ pbge" in body:
             raise InternalError(f"--certificate: a {kind} query keeps a Z3-only cardinality constraint")
         super().write_text(kind, f"(set-info :smt-lib-version 2.6)\n(set-logic ALL)\n(set-info :status {answer})\n"
@@ -244,6 +251,7 @@ def certify(
     spec = load_encoding(encoding)
     digest = hashlib.sha256(repr((problem, max_len)).encode()).hexdigest()[:10]
     sink = CertificateSink(certificate, f"certificate-{digest}")
+    sink.units = budget
     enc = spec.create(problem, max_len, None)
     spend = ResourceBudget(budget)
     refuted, validity, answered = prove_valid(enc, proposed, timeout_ms, sink, spend)
