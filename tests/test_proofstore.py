@@ -146,3 +146,14 @@ def test_a_local_grid_sweep_shares_proofs_between_its_tasks(tmp_path):
 
     assert task_key(replace(task, proof_store=str(store))) == task_key(task)
     assert Task.from_json(replace(task, proof_store="s").payload()).engine_config().proof_store == "s"
+
+
+def test_a_sweep_of_another_engine_refuses_a_proof_store(tmp_path, capsys):
+    grid = tmp_path / "g.yaml"
+    grid.write_text("systems: [a100-2x16]\naxes: [[2, 16]]\nreductions: [[1]]\nengine: auto\n")
+    for argv in (["--grid", str(grid), "--out", str(tmp_path / "o.jsonl")],
+                 ["--paper", "--engine", "pieces", "--out", str(tmp_path / "p")]):
+        assert main(["sweep", *argv, "--proof-store", str(tmp_path / "s")]) == 2
+        err = capsys.readouterr().err.strip()
+        assert err.startswith("p2smt: error: --proof-store: only with --engine certified (the sweep's engine is ")
+        assert not (tmp_path / "o.jsonl").exists() and not (tmp_path / "p").exists()

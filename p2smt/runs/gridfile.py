@@ -125,6 +125,12 @@ def with_search(grid: Grid, engine: str | None = None, max_len: int | None = Non
     return new
 
 
+def check_store(grid: Grid, proof_store: object) -> None:
+    """A proof store is the certified engine's: refused for a sweep of another engine (it would be unused)."""
+    if proof_store is not None and grid.engine != "certified":
+        raise P2Error(f"--proof-store: only with --engine certified (the sweep's engine is {grid.engine})")
+
+
 def grids_dir() -> Path:
     """The shipped grids (p2smt/runs/grids)."""
     return Path(__file__).resolve().parent / "grids"

@@ -19,7 +19,7 @@ from typing import Any
 
 from p2smt.errors import P2Error
 from p2smt.runs import executors
-from p2smt.runs.gridfile import Grid, load_grid, with_search
+from p2smt.runs.gridfile import Grid, check_store, load_grid, with_search
 from p2smt.runs.store import ResultStore
 from p2smt.runs.tasks import FAILURES, STATUSES, expand, task_key
 
@@ -109,6 +109,7 @@ def sweep(grid_or_path: Grid | str | Path, out: str | Path, *, scheduler: str | 
     start = time.perf_counter()
     grid = with_search(grid_or_path if isinstance(grid_or_path, Grid) else load_grid(grid_or_path), engine, max_len,
                        proof_budget)
+    check_store(grid, proof_store)
     if workers is not None and workers < 1:
         raise P2Error(f"--workers must be at least 1, got {workers}")
     if timeout_s is not None:

@@ -26,7 +26,7 @@ from p2smt.errors import P2Error
 from p2smt.model.request import Request
 from p2smt.model.system import System
 from p2smt.runs.grid import PAPER
-from p2smt.runs.gridfile import Grid, load_grid, with_search
+from p2smt.runs.gridfile import Grid, check_store, load_grid, with_search
 from p2smt.runs.tasks import BEATS, Task, expand, ranked_fields
 from p2smt.synth.driver import synthesize
 
@@ -184,6 +184,7 @@ def paper_sweep(out_dir: str | Path, *, grid: Grid | str = PAPER, engine: str | 
     start = time.perf_counter()
     g = grid if isinstance(grid, Grid) else load_grid(grid)
     g = with_search(g, engine, max_len, proof_budget)
+    check_store(g, proof_store)
     out = Path(out_dir)
     if out.exists() and not out.is_dir():
         raise P2Error(f"--out {out} exists and is not a folder")
