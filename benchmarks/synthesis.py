@@ -70,11 +70,13 @@ def parts(res) -> dict[str, float]:
     return out
 
 
-def sweep_with_store(configs, jobs: int) -> dict[str, float | int]:
+def sweep_with_store(configs, jobs: int, expected: dict[str, list[list[str]]]) -> dict[str, float | int | bool]:
     """The requests run in order with one proof store (empty at the start), so that each distinct problem
-    is proved once: the seconds, CPU seconds, and how many placements' proofs were made and reused."""
+    is proved once: the seconds, CPU seconds, how many placements' proofs were made and reused, and whether
+    every set is certified and the one each request got alone (``expected``: label -> programs)."""
     seconds = cpu = 0.0
     proved = reused = 0
+    same = True
     with tempfile.TemporaryDirectory(prefix="p2smt-bench-proofs-") as store:
         for cfg in configs:
             res, wall, used = run(cfg, "certified", jobs, store)
@@ -82,7 +84,9 @@ def sweep_with_store(configs, jobs: int) -> dict[str, float | int]:
             certs = [m.stats["certificate"] for m in res.matrices if "certificate" in m.stats]
             reused += sum("reused" in c for c in certs)
             proved += sum("reused" not in c for c in certs)
-    return {"seconds": round(seconds, 4), "cpu_seconds": round(cpu, 4), "proved": proved, "reused": reused}
+            same &= bool(res.certified) and [list(map(str, m.programs)) for m in res.matrices] == expected[cfg.label]
+    return {"seconds": round(seconds, 4), "cpu_seconds": round(cpu, 4), "proved": proved, "reused": reused,
+            "same": same}
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -99,10 +103,12 @@ def main(argv: list[str] | None = None) -> int:
     print(head)
     print("-" * len(head))
     rows, all_certified, all_same = [], True, True
+    alone: dict[str, list[list[str]]] = {}
     for cfg in configs:
         p2 = reported[(cfg.system, tuple(cfg.axes), tuple(cfg.reduction_axes))]
         res, total, cpu = run(cfg, "certified", args.jobs)
         split = parts(res)
+        alone[cfg.label] = [list(map(str, m.programs)) for m in res.matrices]
         row = {"request": cfg.label, "programs": res.total_programs, "p2_seconds": p2,
                "certified_seconds": round(total, 4), "certified_cpu_seconds": round(cpu, 4),
                "certified": bool(res.certified),
@@ -140,16 +146,17 @@ def main(argv: list[str] | None = None) -> int:
     print(f"at or under P²'s time: certified {sum(r['certified_seconds'] <= r['p2_seconds'] for r in rows)}/{n}"
           f" (Z3's checks alone: {sum(r['solving_seconds'] <= r['p2_seconds'] for r in rows)}/{n})"
           + ("" if args.no_z3 else f", pure Z3 {sum(r['z3_seconds'] <= r['p2_seconds'] for r in rows)}/{n}"))
-    shared = sweep_with_store(configs, args.jobs)
+    shared = sweep_with_store(configs, args.jobs, alone)
     print(f"the same requests one after another sharing a proof store, as a sweep does (not per request): "
           f"certified {shared['seconds']:.2f} s ({shared['cpu_seconds']:.2f} s CPU), {shared['proved']} proofs made "
-          f"and {shared['reused']} reused of {shared['proved'] + shared['reused']}")
+          f"and {shared['reused']} reused of {shared['proved'] + shared['reused']}, "
+          f"{'the same sets' if shared['same'] else 'SETS DIFFER'}")
     print(f"every request certified: {all_certified}" + ("" if args.no_z3 else f"; pure Z3 sets equal: {all_same}"))
     print(f"machine: {describe_machine()}")
     if args.json:
         Path(args.json).write_text(json.dumps({"machine": machine_info(), "jobs": args.jobs, "rows": rows,
                                                 "shared_store": shared}, indent=2))
-    return 0 if all_certified and all_same else 1
+    return 0 if all_certified and all_same and shared["same"] else 1
 
 
 if __name__ == "__main__":

@@ -10,7 +10,7 @@ import pytest
 import p2smt
 
 DOCUMENTED = ["p2smt", "p2smt.api", "p2smt.model.request", "p2smt.synth.config", "p2smt.synth.driver",
-              "p2smt.cost.plan", "p2smt.timings"]
+              "p2smt.synth.proofstore", "p2smt.cost.plan", "p2smt.timings"]
 
 
 def test_every_export_resolves():

@@ -7,7 +7,7 @@ import json
 import pytest
 
 from p2smt.cli.main import main
-from p2smt.errors import InternalError, P2Error
+from p2smt.errors import P2Error
 from p2smt.model.dsl import problem
 from p2smt.model.request import Request
 from p2smt.runs.gridfile import load_grid
@@ -61,27 +61,42 @@ def test_keys_follow_the_problem_and_the_length(tmp_path):
     assert len({store.key(prob, 5), store.key(prob, 4), store.key(other, 5)}) == 3
 
 
-def test_an_entry_that_disagrees_with_the_proposer_is_an_internal_error(tmp_path, capsys):
-    """A stored set without one of the proposer's programs, or with one more, is a disagreement with Z3
-    (exit 3) naming the program, never a silent reuse."""
+def test_an_entry_with_another_set_is_proved_again_and_replaced(tmp_path):
+    """A stored set that differs from the proposer's (an entry edited by hand) is not reused: the problem is
+    proved again, the fresh proof decides and replaces the entry, and the certificate names the one it
+    replaced."""
     store = tmp_path / "proofs"
-    synthesize(REQ, EngineConfig(proof_store=str(store)))
+    fresh = synthesize(REQ, EngineConfig(proof_store=str(store)))
     path, entry = _entry(store)
-    label = _problem(synthesize(REQ, EngineConfig(engine="pieces"))).label(tuple(entry["programs"][-1]))
-    path.write_text(json.dumps(entry | {"programs": entry["programs"][:-1]}))
-    with pytest.raises(InternalError) as err:
-        synthesize(REQ, EngineConfig(proof_store=str(store)))
-    assert str(err.value) == (f"certified synthesis: the pieces proposer disagrees with the proof in {path}: "
-                              f"it finds {label!r}, which Z3 proved absent")
-    path.write_text(json.dumps(entry | {"programs": entry["programs"] + [[0, 0, 0, 0, 0]]}))
-    with pytest.raises(InternalError, match="it misses .*, which Z3 proved valid$"):
-        synthesize(REQ, EngineConfig(proof_store=str(store)))
+    for programs in (entry["programs"][:-1], entry["programs"] + [[0, 0, 0, 0, 0]]):
+        path.write_text(json.dumps(entry | {"programs": programs}))
+        again = synthesize(REQ, EngineConfig(proof_store=str(store)))
+        cert = again.matrices[0].stats["certificate"]
+        assert again.certified is True and cert["replaced"] == path.stem and "reused" not in cert
+        assert [str(p) for p in again.matrices[0].programs] == [str(p) for p in fresh.matrices[0].programs]
+        assert _entry(store)[1]["programs"] == entry["programs"]
+
+
+def test_a_proposer_that_disagrees_with_the_fresh_proof_is_still_exit_3(tmp_path, monkeypatch, capsys):
+    """With a store, a proposer that drops a program is caught as without one: the stored set does not
+    match, the fresh proof finds the program the proposer missed, exit 3."""
+    from p2smt.synth import driver
+
+    store = tmp_path / "proofs"
     argv = ["synth", "--system", "a100-4x16", "--axes", "2,32", "--reduce", "1", "--matrix", "[[1,2],[4,8]]",
             "--proof-store", str(store)]
+    assert main(argv) == 0
+    capsys.readouterr()
+    real = driver.run_engine
+
+    def dropping(prob, config, h=None, **kw):
+        out = real(prob, config, h, **kw)
+        return out if config.engine == "certified" else driver.EngineOutcome(out.status, out.programs[1:], out.stats)
+
+    monkeypatch.setattr(driver, "run_engine", dropping)
     assert main(argv) == 3
     err = capsys.readouterr().err
-    assert err.startswith("p2smt: INTERNAL ERROR (please report): certified synthesis: the pieces proposer "
-                          "disagrees with the proof in ") and len(err.strip().splitlines()) == 1
+    assert "which the pieces proposer missed" in err and len(err.strip().splitlines()) == 1
 
 
 def test_an_unreadable_entry_or_store_is_a_clear_error(tmp_path, capsys):
@@ -90,7 +105,9 @@ def test_an_unreadable_entry_or_store_is_a_clear_error(tmp_path, capsys):
     path, entry = _entry(store)
     argv = ["synth", "--system", "a100-4x16", "--axes", "2,32", "--reduce", "1", "--matrix", "[[1,2],[4,8]]",
             "--proof-store"]
-    for text in ("{", json.dumps(entry | {"key": "0" * 64}), json.dumps(entry | {"programs": [[99]]}), "[]"):
+    for text in ("{", json.dumps(entry | {"key": "0" * 64}), json.dumps(entry | {"programs": [[99]]}), "[]",
+                 json.dumps(entry | {"programs": ["00"]}), json.dumps(entry | {"certificate": {}}),
+                 json.dumps(entry | {"resource_units": "9"})):
         path.write_text(text)
         assert main([*argv, str(store), "--json"]) == 2
         err = capsys.readouterr()
@@ -128,24 +145,55 @@ def test_a_written_certificate_neither_reads_nor_fills_the_store(tmp_path):
     assert res.certified is True and not store.exists() and any((tmp_path / "cert").iterdir())
 
 
-def test_a_local_grid_sweep_shares_proofs_between_its_tasks(tmp_path):
-    """Two requests of one problem (AllReduce over the same 16 devices of two systems' placements) are
-    proved once: the store ends with one entry per distinct problem, and the store is no part of a key."""
-    grid = tmp_path / "g.yaml"
-    grid.write_text("systems: [a100-2x16]\naxes: [[2, 16], [16, 2]]\nreductions: [[1], [0]]\n"
-                    "algorithms: [ring]\nmax_len: 3\n")
+def test_a_sweep_proves_each_problem_once(tmp_path, monkeypatch):
+    """Two requests of one problem (AllReduce over 16 devices, on placements of two axes orders) are proved
+    once: by default through a folder kept for the run only (removed at its end), or through the store
+    given, which a second run then reuses whole."""
+    import tempfile
+
+    from p2smt.runs.paper import paper_sweep
+    from p2smt.smt import certify
+
+    grid = load_grid(str(_grid(tmp_path)))
+    calls = []
+    real = certify.certify
+    monkeypatch.setattr(certify, "certify", lambda prob, *a, **kw: calls.append(prob) or real(prob, *a, **kw))
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path / "tmp"))
+    (tmp_path / "tmp").mkdir()
+    summary = paper_sweep(tmp_path / "a", grid=grid, plots=False)
+    assert summary["aggregate"]["units_certified"] == summary["aggregate"]["units"] == 8
+    assert len(calls) == len(set(calls)) < 4 and not list((tmp_path / "tmp").iterdir())
     store = tmp_path / "proofs"
-    summary = sweep(str(grid), tmp_path / "out.jsonl", workers=1, progress=False, proof_store=store)
-    rows = read_rows(tmp_path / "out.jsonl")
-    ran = [r for r in rows if r["status"] == "ok"]
-    placements = sum(len(r["per_matrix"]) for r in ran)
+    calls.clear()
+    paper_sweep(tmp_path / "b", grid=grid, plots=False, proof_store=store)
+    assert len(calls) == len(set(calls)) == len(list(store.glob("*.json")))
+    calls.clear()
+    again = paper_sweep(tmp_path / "c", grid=grid, plots=False, proof_store=str(store))
+    assert calls == [] and again["aggregate"] == summary["aggregate"]
+
+
+def test_a_grid_sweeps_tasks_get_the_store(tmp_path):
+    """Tasks run in child processes: the store reaches them (they fill it), and it is no part of a key."""
+    store = tmp_path / "proofs"
+    summary = sweep(str(_grid(tmp_path)), tmp_path / "out.jsonl", workers=1, progress=False, proof_store=store)
+    ran = [r for r in read_rows(tmp_path / "out.jsonl") if r["status"] == "ok"]
     assert summary.certified == len(ran) == 4 and all(r["certified"] is True for r in ran)
-    assert 0 < len(list(store.glob("*.json"))) < placements
-    task = expand(load_grid(str(grid)))[0]
+    assert list(store.glob("*.json"))
+    task = expand(load_grid(str(_grid(tmp_path))))[0]
     from dataclasses import replace
 
     assert task_key(replace(task, proof_store=str(store))) == task_key(task)
     assert Task.from_json(replace(task, proof_store="s").payload()).engine_config().proof_store == "s"
+    assert main(["sweep", "--grid", str(_grid(tmp_path)), "--out", str(tmp_path / "x.jsonl"),
+                 "--proof-store", str(tmp_path / "out.jsonl")]) == 2
+    assert not (tmp_path / "x.jsonl").exists()
+
+
+def _grid(tmp_path):
+    grid = tmp_path / "g.yaml"
+    grid.write_text("systems: [a100-2x16]\naxes: [[2, 16], [16, 2]]\nreductions: [[1], [0]]\n"
+                    "algorithms: [ring]\nmax_len: 3\n")
+    return grid
 
 
 def test_a_sweep_of_another_engine_refuses_a_proof_store(tmp_path, capsys):
@@ -157,3 +205,19 @@ def test_a_sweep_of_another_engine_refuses_a_proof_store(tmp_path, capsys):
         err = capsys.readouterr().err.strip()
         assert err.startswith("p2smt: error: --proof-store: only with --engine certified (the sweep's engine is ")
         assert not (tmp_path / "o.jsonl").exists() and not (tmp_path / "p").exists()
+
+
+def test_an_edited_source_changes_every_key(tmp_path, monkeypatch):
+    """The key follows the bytes of the files the proofs rest on: an edit starts afresh."""
+    from p2smt.synth import proofstore
+
+    extra = tmp_path / "extra.py"
+    extra.write_text("a = 1\n")
+    sources = list(proofstore._sources())
+    monkeypatch.setattr(proofstore, "_sources", lambda: [*sources, extra])
+    prob = _problem(synthesize(REQ, EngineConfig(engine="pieces")))
+    store = ProofStore(tmp_path)
+    before = store.key(prob, 5)
+    assert store.key(prob, 5) == before
+    extra.write_text("a = 22\n")  # another size: a coarse clock may keep the time
+    assert store.key(prob, 5) != before

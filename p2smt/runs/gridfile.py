@@ -125,10 +125,16 @@ def with_search(grid: Grid, engine: str | None = None, max_len: int | None = Non
     return new
 
 
-def check_store(grid: Grid, proof_store: object) -> None:
-    """A proof store is the certified engine's: refused for a sweep of another engine (it would be unused)."""
-    if proof_store is not None and grid.engine != "certified":
+def check_store(grid: Grid, proof_store: str | Path | None) -> str | None:
+    """The sweep's proof store as an absolute path, its folder made (None: none given); refused for a sweep
+    of another engine, where it would be unused."""
+    if proof_store is None:
+        return None
+    if grid.engine != "certified":
         raise P2Error(f"--proof-store: only with --engine certified (the sweep's engine is {grid.engine})")
+    from p2smt.synth.proofstore import ProofStore
+
+    return str(ProofStore(proof_store).ensure().root)
 
 
 def grids_dir() -> Path:

@@ -109,22 +109,22 @@ def sweep(grid_or_path: Grid | str | Path, out: str | Path, *, scheduler: str | 
     start = time.perf_counter()
     grid = with_search(grid_or_path if isinstance(grid_or_path, Grid) else load_grid(grid_or_path), engine, max_len,
                        proof_budget)
-    check_store(grid, proof_store)
     if workers is not None and workers < 1:
         raise P2Error(f"--workers must be at least 1, got {workers}")
     if timeout_s is not None:
         if not (math.isfinite(timeout_s) and timeout_s > 0):
             raise P2Error(f"--timeout must be a positive number of seconds, got {timeout_s}")
         grid = grid.model_copy(update={"timeout_s": float(timeout_s)})
+    proof_store = check_store(grid, proof_store)
     with contextlib.ExitStack() as stack:
         if proof_store is None and scheduler is None:
             proof_store = stack.enter_context(tempfile.TemporaryDirectory(prefix="p2smt-proofs-"))
-        return _sweep(grid, Path(out), scheduler, workers, progress, start,
-                      str(proof_store) if proof_store is not None else None)
+        return _sweep(grid, Path(out), scheduler, workers, progress, start, proof_store)
 
 
 def _sweep(grid: Grid, out: Path, scheduler: str | None, workers: int | None, progress: bool, start: float,
            proof_store: str | None) -> SweepSummary:
+    """``sweep`` once its settings are checked: every task carries ``proof_store`` (None: no sharing)."""
     tasks = [replace(t, proof_store=proof_store) for t in expand(grid)]
     counts: collections.Counter[str] = collections.Counter()
     certified = 0

@@ -184,10 +184,10 @@ def paper_sweep(out_dir: str | Path, *, grid: Grid | str = PAPER, engine: str | 
     start = time.perf_counter()
     g = grid if isinstance(grid, Grid) else load_grid(grid)
     g = with_search(g, engine, max_len, proof_budget)
-    check_store(g, proof_store)
     out = Path(out_dir)
     if out.exists() and not out.is_dir():
         raise P2Error(f"--out {out} exists and is not a folder")
+    proof_store = check_store(g, proof_store)
     tmp = out.parent / f".{out.name}.partial-{os.getpid()}"
     try:
         tmp.mkdir(parents=True)
@@ -197,8 +197,7 @@ def paper_sweep(out_dir: str | Path, *, grid: Grid | str = PAPER, engine: str | 
         rows: list[SweepRow] = []
         pictures = []
         with contextlib.ExitStack() as stack:
-            shared = str(proof_store) if proof_store is not None else \
-                stack.enter_context(tempfile.TemporaryDirectory(prefix="p2smt-proofs-"))
+            shared = proof_store or stack.enter_context(tempfile.TemporaryDirectory(prefix="p2smt-proofs-"))
             for tasks in _requests(g).values():
                 system, request_rows, reports = sweep_request([replace(t, proof_store=shared) for t in tasks])
                 rows.extend(request_rows)

@@ -165,12 +165,13 @@ class CertificateSink(Smt2Sink):
     assumptions asserted, ``check-sat``) with Z3's answer as its expected ``:status``, for a second
     solver to re-check. ``units`` bounds Z3's work on each standard form (None: unlimited)."""
 
-    units: int | None = None
+    def __init__(self, folder: Path | None, tag: str, prefix: str = "", counter: list[int] | None = None,
+                 units: int | None = None):
+        super().__init__(folder, tag, prefix, counter)
+        self.units = units
 
     def scoped(self, prefix: str) -> CertificateSink:
-        inner = CertificateSink(self.folder, self.tag, f"{self.prefix}{prefix}-", self._counter)
-        inner.units = self.units
-        return inner
+        return CertificateSink(self.folder, self.tag, f"{self.prefix}{prefix}-", self._counter, self.units)
 
     def write(self, kind: str, solver: z3.Solver, assumptions: Iterable[z3.ExprRef]) -> None:
         if self.folder is not None:
@@ -250,8 +251,7 @@ def certify(
     start = time.perf_counter()
     spec = load_encoding(encoding)
     digest = hashlib.sha256(repr((problem, max_len)).encode()).hexdigest()[:10]
-    sink = CertificateSink(certificate, f"certificate-{digest}")
-    sink.units = budget
+    sink = CertificateSink(certificate, f"certificate-{digest}", units=budget)
     enc = spec.create(problem, max_len, None)
     spend = ResourceBudget(budget)
     refuted, validity, answered = prove_valid(enc, proposed, timeout_ms, sink, spend)

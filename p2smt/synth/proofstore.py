@@ -7,19 +7,22 @@ the maximum length and a fingerprint of what the proof rests on: the Z3 side's s
 the default encoding's file, the problem definition and Z3's version. Editing any of them starts afresh.
 
 An entry is trusted as the proof it records (delete the folder to prove again). A proposer whose set
-differs from an entry's is a disagreement with Z3 (``InternalError``), as in a fresh proof.
+differs from an entry's has the problem proved again, and the fresh proof decides.
 
 >>> import tempfile
 >>> from p2smt.model.problem import Candidate, SynthesisProblem
 >>> from p2smt.model.collectives import Collective
 >>> prob = SynthesisProblem(2, ((0, 1),), (Candidate("ar", Collective.ALL_REDUCE, ((0, 1),)),))
->>> store = ProofStore(tempfile.mkdtemp())
+>>> folder = tempfile.TemporaryDirectory()
+>>> store = ProofStore(folder.name)
 >>> store.get(prob, 3) is None
 True
->>> _ = store.put(prob, 3, [(0,)], {"validity": {"queries": 1}, "resource_units": 10, "seconds": 0.1})
+>>> stats = {"validity": {"queries": 1}, "completeness": {"queries": 2}, "resource_units": 10, "seconds": 0.1}
+>>> _ = store.put(prob, 3, [(0,)], stats)
 >>> entry = store.get(prob, 3)
->>> sorted(entry.programs), entry.resource_units, entry.certificate
-([(0,)], 10, {'resource_units': 10, 'validity': {'queries': 1}})
+>>> sorted(entry.programs), entry.resource_units, entry.certificate["completeness"]
+([(0,)], 10, {'queries': 2})
+>>> folder.cleanup()
 """
 
 from __future__ import annotations
@@ -68,13 +71,20 @@ def _sources() -> Iterable[Path]:
     yield Path(load_encoding(DEFAULT_ENCODING).source)
 
 
-@functools.cache
 def fingerprint() -> str:
-    """SHA-256 of p2smt's version, Z3's version and the bytes of every file the proofs rest on."""
+    """SHA-256 of p2smt's version, Z3's version and the bytes of every file the proofs rest on (read again
+    when a file changes, as the encoding registry reloads an edited encoding)."""
+    paths = tuple(_sources())
+    return _fingerprint(tuple((str(p), p.stat().st_mtime_ns, p.stat().st_size) for p in paths))
+
+
+@functools.lru_cache(maxsize=8)
+def _fingerprint(files: tuple[tuple[str, int, int], ...]) -> str:
     import z3
 
     h = hashlib.sha256(f"{p2smt.__version__}\0{z3.get_version_string()}\0".encode())
-    for path in _sources():
+    for name, _, _ in files:
+        path = Path(name)
         h.update(path.name.encode() + b"\0" + path.read_bytes() + b"\0")
     return h.hexdigest()
 
@@ -93,16 +103,26 @@ class ProofStore:
     """Certificates in ``root`` (created on the first write), one JSON file per (problem, maximum length)."""
 
     def __init__(self, root: str | Path):
-        self.root = Path(root)
+        self.root = Path(root).resolve()
         if self.root.exists() and not self.root.is_dir():
-            raise P2Error(f"--proof-store {self.root} exists and is not a folder")
+            raise P2Error(f"--proof-store {root} exists and is not a folder")
+
+    def ensure(self) -> ProofStore:
+        """The store with its folder made (a sweep checks it before its tasks run)."""
+        try:
+            self.root.mkdir(parents=True, exist_ok=True)
+        except OSError as err:
+            raise P2Error(f"--proof-store: cannot create {self.root} ({err.strerror})") from None
+        return self
 
     def key(self, prob: SynthesisProblem, max_len: int) -> str:
+        """The entry's name: SHA-256 of the layout, the fingerprint, the length and the problem."""
         text = json.dumps({"format": FORMAT, "fingerprint": fingerprint(), "max_len": max_len,
                            "problem": problem_json(prob)}, sort_keys=True, separators=(",", ":"))
         return hashlib.sha256(text.encode()).hexdigest()
 
     def path(self, key: str) -> Path:
+        """The entry's file."""
         return self.root / f"{key}.json"
 
     def get(self, prob: SynthesisProblem, max_len: int) -> StoredProof | None:
@@ -118,10 +138,16 @@ class ProofStore:
         try:
             if data["format"] != FORMAT or data["key"] != key:
                 raise ValueError("another key or format")
-            programs = frozenset(tuple(int(i) for i in p) for p in data["programs"])
-            if any(not 0 <= i < len(prob.candidates) for p in programs for i in p):
-                raise ValueError("a candidate index out of range")
-            return StoredProof(key, programs, dict(data["certificate"]), int(data["resource_units"]))
+            programs = frozenset(tuple(p) for p in data["programs"])
+            if not all(type(i) is int and 0 <= i < len(prob.candidates) for p in programs for i in p):
+                raise ValueError("a program that is not a list of candidate indices")
+            certificate = data["certificate"]
+            if not all(type(certificate[proof]["queries"]) is int for proof in ("validity", "completeness")):
+                raise ValueError("a certificate without its queries")
+            units = data["resource_units"]
+            if type(units) is not int:
+                raise ValueError("resource_units is not an integer")
+            return StoredProof(key, programs, dict(certificate), units)
         except (KeyError, TypeError, ValueError) as err:
             raise P2Error(f"--proof-store: {path} is not a proof entry ({err}); delete it to prove again") from None
 
@@ -136,12 +162,17 @@ class ProofStore:
                  "devices": prob.num_devices, "candidates": len(prob.candidates), "max_len": max_len,
                  "programs": [list(p) for p in canonical_order(set(programs))], "certificate": certificate,
                  "resource_units": int(stats.get("resource_units", 0)), "timings": timed}
+        self.ensure()
+        tmp = None
         try:
-            self.root.mkdir(parents=True, exist_ok=True)
             fd, tmp = tempfile.mkstemp(dir=self.root, prefix=f".{key[:12]}.", suffix=".tmp")
             with os.fdopen(fd, "w", encoding="utf-8") as f:
                 json.dump(entry, f, sort_keys=True)
             os.replace(tmp, self.path(key))
+            tmp = None
         except OSError as err:
             raise P2Error(f"--proof-store: cannot write to {self.root} ({err.strerror})") from None
+        finally:
+            if tmp is not None:
+                Path(tmp).unlink(missing_ok=True)
         return self.path(key)
