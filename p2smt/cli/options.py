@@ -111,7 +111,7 @@ def add_search(p: argparse.ArgumentParser, grid: bool = False, engine: str = "ce
     p.add_argument("--engine", default=None if grid else engine,
                    help=f"default {grids + ' (certified unless it names another)' if grid else engine}. "
                         "certified: a proposer's programs proved valid and complete by Z3 | "
-                        "auto: the exact explicit engine for the size (enumerative up to 64 devices, pieces above) | "
+                        "auto: the fastest exact explicit engine (pieces, re-checked) | "
                         "enumerative | pieces (compressed state, any size) | z3 | z3-cegis | symmetric")
     p.add_argument("--max-len", type=int, default=None if grid else 5,
                    help=f"longest program (default {grids if grid else 5})")
