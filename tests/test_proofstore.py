@@ -221,3 +221,30 @@ def test_an_edited_source_changes_every_key(tmp_path, monkeypatch):
     assert store.key(prob, 5) == before
     extra.write_text("a = 22\n")  # another size: a coarse clock may keep the time
     assert store.key(prob, 5) != before
+
+
+def test_a_spent_budget_is_remembered_for_the_same_attempt(tmp_path, monkeypatch):
+    """Z3's resource counts repeat, so a proof that ran out of a budget runs out again: the store records
+    it, and the same attempt (same budget, same threads) gives the same answer without Z3. Another budget
+    tries again; a certified set is never replaced by a spent attempt."""
+    from p2smt.smt import certify
+
+    calls = []
+    real = certify.certify
+    monkeypatch.setattr(certify, "certify", lambda prob, *a, **kw: calls.append(prob) or real(prob, *a, **kw))
+    store = tmp_path / "proofs"
+    short = EngineConfig(proof_store=str(store), proof_budget=1)
+    first = synthesize(REQ, short)
+    path, entry = _entry(store)
+    assert first.certified is False and entry["spent"]["budget"] == 1_000_000 and len(calls) == 1
+    again = synthesize(REQ, short)
+    one, two = (r.to_json()["matrices"][0] for r in (first, again))
+    assert len(calls) == 1 and again.certified is False
+    assert two["why_not"] == one["why_not"] and two["rests_on"] == one["rests_on"]
+    assert two["certificate"] == one["certificate"] | {"reused": path.stem}
+    assert synthesize(REQ, EngineConfig(proof_store=str(store), proof_budget=1, jobs=2)).certified is False
+    assert len(calls) == 2  # another number of threads is another attempt
+    proved = synthesize(REQ, EngineConfig(proof_store=str(store)))
+    assert proved.certified is True and len(calls) == 3 and _entry(store)[1]["spent"] is None
+    assert synthesize(REQ, short).certified is False and len(calls) == 4
+    assert _entry(store)[1]["spent"] is None  # the certified set stays

@@ -61,6 +61,7 @@ class Certificate:
     missed: tuple[Program, ...]
     stats: dict[str, Any] = field(default_factory=dict)
     reason: str | None = None
+    spent: bool = False  # unfinished because the resource budget ran out (deterministic, unlike a timeout)
 
     @property
     def certified(self) -> bool:
@@ -258,14 +259,16 @@ def certify(
     stats: dict[str, Any] = {"validity": validity}
     if not answered:
         stats |= {"resource_units": spend.used, "seconds": round(time.perf_counter() - start, 6)}
-        return Certificate(SolveStatus.UNKNOWN, tuple(refuted), (), stats, unfinished("validity", spend))
+        return Certificate(SolveStatus.UNKNOWN, tuple(refuted), (), stats, unfinished("validity", spend),
+                           spend.exhausted)
     strategy = Complete(proposed, cubes=certificate is None)
     res = run_encoding(enc, max_len, timeout_ms=timeout_ms, strategy=strategy, sink=sink.scoped("completeness"),
                        budget=spend)
     stats["completeness"] = completeness_stats(res, strategy, max_len, validity["solver_seconds"])
     stats |= {"resource_units": spend.used, "seconds": round(time.perf_counter() - start, 6)}
     reason = None if res.status is SolveStatus.COMPLETE else unfinished("completeness", spend)
-    return Certificate(res.status, tuple(refuted), tuple(strategy.missed), stats, reason)
+    return Certificate(res.status, tuple(refuted), tuple(strategy.missed), stats, reason,
+                       res.status is not SolveStatus.COMPLETE and spend.exhausted)
 
 
 def unfinished(proof: str, spend: ResourceBudget) -> str:
@@ -338,9 +341,10 @@ def certify_parallel(problem: SynthesisProblem, max_len: int, proposed: Sequence
     stats |= {"resource_units": sum(s.used for s in spends), "seconds": round(time.perf_counter() - start, 6)}
     missed = tuple(canonical_order([p for _, strategy in runs for p in strategy.missed]))
     refuted.sort(key=lambda r: (len(r.program), r.program))
-    status, reason = SolveStatus.COMPLETE, None
+    status, reason, spent = SolveStatus.COMPLETE, None, False
     if not answered:
-        status, reason = SolveStatus.UNKNOWN, unfinished("validity", spends[0])
+        status, reason, spent = SolveStatus.UNKNOWN, unfinished("validity", spends[0]), spends[0].exhausted
     elif unfinished_runs := [w for w, (res, _) in enumerate(runs) if res.status is not SolveStatus.COMPLETE]:
-        status, reason = SolveStatus.UNKNOWN, unfinished("completeness", spends[unfinished_runs[0] + 1])
-    return Certificate(status, tuple(refuted), missed, stats, reason)
+        first = spends[unfinished_runs[0] + 1]
+        status, reason, spent = SolveStatus.UNKNOWN, unfinished("completeness", first), first.exhausted
+    return Certificate(status, tuple(refuted), missed, stats, reason, spent)

@@ -18,7 +18,7 @@ from p2smt.model.system import System
 from p2smt.semantics.dense import execute_all
 from p2smt.synth.config import Engine, EngineConfig
 from p2smt.synth.partial import FirstStepPrograms
-from p2smt.synth.proofstore import ProofStore
+from p2smt.synth.proofstore import ProofStore, Spent
 from p2smt.synth.recheck import INTERPRETERS, PIECES_ABOVE, RECHECK_LIMIT, checker, dropped_stats, recheck
 from p2smt.synth.search import FirstStepReport
 from p2smt.timings import split_timings
@@ -156,9 +156,16 @@ def _certified(prob: SynthesisProblem, max_len: int, opts: EngineOptions,
         reason = f"{prob.num_devices} devices: above the Z3 certificate's limit of {CERTIFY_LIMIT}"
         return EngineOutcome(proposed.status, proposed.programs, stats | {"certified": False, "why_not": reason})
     budget = opts.proof_budget * UNITS if opts.proof_budget else None
+    jobs = threads(opts.jobs)
     store = ProofStore(opts.proof_store) if opts.proof_store and not opts.certificate else None
     t0 = time.perf_counter()
     entry = store.get(prob, max_len) if store is not None else None
+    if entry is not None and entry.spent is not None:
+        if (budget, jobs) == (entry.spent.budget, entry.spent.jobs):  # the same attempt: Z3's counts repeat
+            spent = entry.certificate | {"reused": entry.key, "seconds": round(time.perf_counter() - t0, 6)}
+            return EngineOutcome(proposed.status, proposed.programs,
+                                 stats | {"certified": False, "certificate": spent, "why_not": entry.spent.why_not})
+        entry = None
     if entry is not None and (budget is not None and entry.resource_units > budget):
         entry = None  # a fresh proof within this budget would not finish: prove again, as without the store
     if entry is not None and entry.programs == set(proposed.programs):
@@ -167,13 +174,14 @@ def _certified(prob: SynthesisProblem, max_len: int, opts: EngineOptions,
         return EngineOutcome(proposed.status, proposed.programs,
                              stats | {"certified": True, "certificate": reused, "rests_on": words})
     cert = certify(prob, max_len, proposed.programs, timeout_ms=opts.timeout_ms,
-                   certificate=Path(opts.certificate) if opts.certificate else None, jobs=threads(opts.jobs),
-                   budget=budget)
+                   certificate=Path(opts.certificate) if opts.certificate else None, jobs=jobs, budget=budget)
     if cert.refuted or cert.missed:
         raise InternalError(disagreement(prob, proposer, cert))
     stats |= {"certified": cert.certified, "certificate": cert.stats}
     if not cert.certified:
         stats["why_not"] = cert.reason
+        if store is not None and cert.spent and budget is not None and cert.reason is not None:
+            store.put(prob, max_len, (), cert.stats, Spent(budget, jobs, cert.reason))
     else:
         stats["rests_on"] = certified_words(prob.num_devices, max_len, cert.stats)
         if store is not None:

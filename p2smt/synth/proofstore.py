@@ -6,7 +6,9 @@ figures. Its key is a SHA-256 of the problem (devices, goal groups, candidate gr
 the maximum length and a fingerprint of what the proof rests on: the Z3 side's source (``p2smt/smt``),
 the default encoding's file, the problem definition and Z3's version. Editing any of them starts afresh.
 
-An entry is trusted as the proof it records (delete the folder to prove again). A proposer whose set
+An entry may also record a proof that ran out of its resource budget: Z3's counts are deterministic, so
+the same attempt (same budget, same threads) is not made again. An entry is trusted as the proof it
+records (delete the folder to prove again). A proposer whose set
 differs from an entry's has the problem proved again, and the fresh proof decides.
 
 >>> import tempfile
@@ -42,21 +44,37 @@ from p2smt.errors import P2Error
 from p2smt.model.problem import SynthesisProblem, canonical_order
 from p2smt.timings import split_timings
 
-__all__ = ["FORMAT", "ProofStore", "StoredProof", "fingerprint", "problem_json"]
+__all__ = ["FORMAT", "ProofStore", "Spent", "StoredProof", "fingerprint", "problem_json"]
 
-FORMAT = 1
+FORMAT = 2
 """The entries' layout; part of every key."""
+
+
+@dataclass(frozen=True)
+class Spent:
+    """A proof that did not finish within ``budget`` resource units on ``jobs`` threads, and why: Z3's
+    counts are deterministic, so the same attempt fails the same way (a timeout is never recorded)."""
+
+    budget: int
+    jobs: int
+    why_not: str
 
 
 @dataclass(frozen=True)
 class StoredProof:
     """One entry: the certified program set (candidate indices), the proof's figures without its seconds
-    (those of the run that made it are in the file) and the Z3 resource units it spent."""
+    (those of the run that made it are in the file) and the Z3 resource units it spent; or (``spent``) a
+    proof that ran out of its budget, with the figures it reached."""
 
     key: str
     programs: frozenset[tuple[int, ...]]
     certificate: dict[str, Any]
     resource_units: int
+    spent: Spent | None = None
+
+    @property
+    def certified(self) -> bool:
+        return self.spent is None
 
 
 def _sources() -> Iterable[Path]:
@@ -142,26 +160,40 @@ class ProofStore:
             if not all(type(i) is int and 0 <= i < len(prob.candidates) for p in programs for i in p):
                 raise ValueError("a program that is not a list of candidate indices")
             certificate = data["certificate"]
-            if not all(type(certificate[proof]["queries"]) is int for proof in ("validity", "completeness")):
+            spent = data["spent"]
+            proofs = ("validity", "completeness") if spent is None else ("validity",)
+            if not all(type(certificate[proof]["queries"]) is int for proof in proofs):
                 raise ValueError("a certificate without its queries")
             units = data["resource_units"]
             if type(units) is not int:
                 raise ValueError("resource_units is not an integer")
-            return StoredProof(key, programs, dict(certificate), units)
+            if spent is not None:
+                spent = Spent(spent["budget"], spent["jobs"], spent["why_not"])
+                if type(spent.budget) is not int or type(spent.jobs) is not int or type(spent.why_not) is not str:
+                    raise ValueError("a spent budget that is not (units, jobs, why)")
+            return StoredProof(key, programs, dict(certificate), units, spent)
         except (KeyError, TypeError, ValueError) as err:
             raise P2Error(f"--proof-store: {path} is not a proof entry ({err}); delete it to prove again") from None
 
     def put(self, prob: SynthesisProblem, max_len: int, programs: Iterable[tuple[int, ...]],
-            stats: dict[str, Any]) -> Path:
-        """Record a certified set with its proof's statistics (written whole or not at all)."""
+            stats: dict[str, Any], spent: Spent | None = None) -> Path | None:
+        """Record a certified set with its proof's statistics, or (``spent``) a proof that ran out of its
+        budget, unless the store already has a certified set for the problem (written whole or not at all)."""
         import z3
 
+        if spent is not None:
+            found = self.get(prob, max_len)
+            if found is not None and found.certified:
+                return None
         key = self.key(prob, max_len)
         certificate, timed = split_timings(stats)
         entry = {"format": FORMAT, "key": key, "p2smt": p2smt.__version__, "z3": z3.get_version_string(),
                  "devices": prob.num_devices, "candidates": len(prob.candidates), "max_len": max_len,
-                 "programs": [list(p) for p in canonical_order(set(programs))], "certificate": certificate,
-                 "resource_units": int(stats.get("resource_units", 0)), "timings": timed}
+                 "programs": [list(p) for p in canonical_order(set(programs))] if spent is None else [],
+                 "certificate": certificate, "resource_units": int(stats.get("resource_units", 0)),
+                 "spent": None if spent is None else {"budget": spent.budget, "jobs": spent.jobs,
+                                                      "why_not": spent.why_not},
+                 "timings": timed}
         self.ensure()
         tmp = None
         try:
