@@ -121,12 +121,12 @@ CERTIFY_LIMIT = 256  # devices; above this the Z3 encoding is out of reach and t
 DEFAULT_PROPOSER = Engine.PIECES  # the certified engine's: 2.3x faster than enumerative on P²'s grid
 
 
-def proposer_of(opts: EngineOptions, k: int) -> Engine:
+def proposer_of(opts: EngineOptions) -> Engine:
     """The explicit engine whose programs the certified engine proves (``--proposer``, else pieces)."""
     return opts.proposer if opts.proposer is not None else DEFAULT_PROPOSER
 
 
-def resolved(config: EngineConfig, k: int) -> EngineConfig:
+def resolved(config: EngineConfig) -> EngineConfig:
     """``auto`` is the fastest exact explicit engine at every size measured, pieces (with its re-check: 2.6-2.9x
     faster than enumerative on P²'s 42 requests, 4.8x on the superpod's four-level placements of 16 devices)."""
     if config.engine != Engine.AUTO:
@@ -136,7 +136,7 @@ def resolved(config: EngineConfig, k: int) -> EngineConfig:
 
 def _auto(prob: SynthesisProblem, max_len: int, opts: EngineOptions,
           h: SynthesisHierarchy | None = None, *, on_first_step: FirstStepReport | None = None) -> EngineOutcome:
-    return run_engine(prob, resolved(opts, prob.num_devices), h, on_first_step=on_first_step)
+    return run_engine(prob, resolved(opts), h, on_first_step=on_first_step)
 
 
 def _certified(prob: SynthesisProblem, max_len: int, opts: EngineOptions,
@@ -148,7 +148,7 @@ def _certified(prob: SynthesisProblem, max_len: int, opts: EngineOptions,
     from p2smt.smt.certify import certify
     from p2smt.smt.parallel import threads
 
-    proposer = proposer_of(opts, prob.num_devices)
+    proposer = proposer_of(opts)
     start = time.perf_counter()
     proposed = run_engine(prob, opts.proposing(proposer), h, on_first_step=on_first_step)
     stats: dict[str, Any] = {"proposer": proposer.value, "proposer_seconds": round(time.perf_counter() - start, 6)}
@@ -344,7 +344,7 @@ def rechecked_by(engine: str, k: int, proposer: str | None = None) -> str | None
     runs the same check on its candidates itself (symmetric); the certified engine's programs are its
     proposer's."""
     if engine == Engine.CERTIFIED:
-        return rechecked_by(proposer or proposer_of(EngineConfig(), k), k)
+        return rechecked_by(proposer or proposer_of(EngineConfig()), k)
     if engine in ("enumerative", "symmetric"):  # symmetric: its own check of every program is ``recheck``
         return None
     if k <= PIECES_ABOVE:
@@ -390,7 +390,7 @@ def synthesize_hierarchy(
 def _solve(prob: SynthesisProblem, config: EngineConfig, h: SynthesisHierarchy | None = None,
            on_first_step: FirstStepReport | None = None) -> tuple[EngineOutcome, tuple[tuple[int, ...], ...]]:
     """The engine's outcome and its programs (candidate indices) after the re-check and pruning."""
-    config = resolved(config, prob.num_devices)
+    config = resolved(config)
     outcome = run_engine(prob, config, h, on_first_step=on_first_step)
     programs = list(outcome.programs)
     if rechecked_by(config.engine, prob.num_devices, outcome.stats.get("proposer")):
@@ -429,8 +429,8 @@ SEARCHES = {
 
 def explicit_search(config: EngineConfig, k: int) -> Engine | None:
     """The explicit search whose finished first steps a run of ``config`` reports (None: a Z3 engine's)."""
-    engine = resolved(config, k).engine
-    searcher = proposer_of(config, k) if engine == Engine.CERTIFIED else engine
+    engine = resolved(config).engine
+    searcher = proposer_of(config) if engine == Engine.CERTIFIED else engine
     return searcher if searcher in SEARCHES else None
 
 
@@ -438,7 +438,7 @@ def partial_rests_on(config: EngineConfig, k: int) -> str:
     """What the programs of an unfinished placement rest on: the search that found them, and the re-check
     or Z3 certificate the finished placement would have had but these did not reach (only explicit searches
     report partial programs: ``explicit_search`` is not None)."""
-    engine = resolved(config, k).engine
+    engine = resolved(config).engine
     searcher = explicit_search(config, k)
     found = SEARCHES[searcher]
     words = [f"partial (the search stopped before its end): not every program; each found by {found} ({k} devices)"]
@@ -502,7 +502,7 @@ def synthesize(request: Request, config: EngineConfig | None = None, *,
             if on_partial is not None and config.prune == "none" and explicit_search(config, prob.num_devices):
                 report = _first_step_reporter(placement.matrix, h, prob, config, on_partial)
             outcome, indices = _solve(prob, config, h, report)
-            engine = resolved(config, prob.num_devices).engine
+            engine = resolved(config).engine
             stats = dict(outcome.stats) | {"rests_on": rests_on(engine, prob.num_devices, outcome)}
             solved[prob] = (placement.matrix, replace(outcome, stats=stats), indices)
         progs = _programs(h, indices)
