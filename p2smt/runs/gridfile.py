@@ -9,7 +9,9 @@ engine configuration, so a bad entry is refused before anything runs.
 
 from __future__ import annotations
 
+import contextlib
 import os
+import tempfile
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
@@ -135,6 +137,14 @@ def check_store(grid: Grid, proof_store: str | Path | None) -> str | None:
     from p2smt.synth.proofstore import ProofStore
 
     return str(ProofStore(proof_store).ensure().root)
+
+
+def shared_store(grid: Grid, checked: str | None, local: bool = True) -> contextlib.AbstractContextManager[str | None]:
+    """The folder a sweep's tasks share proofs through: ``checked`` (``check_store``'s), else for a local
+    sweep of the certified engine a folder kept for the run only, else none."""
+    if checked is not None or not local or grid.engine != "certified":
+        return contextlib.nullcontext(checked)
+    return tempfile.TemporaryDirectory(prefix="p2smt-proofs-")
 
 
 def grids_dir() -> Path:

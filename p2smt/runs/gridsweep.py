@@ -9,9 +9,7 @@ whose key is missing. Tasks run on local threads or a dask.distributed cluster (
 from __future__ import annotations
 
 import collections
-import contextlib
 import math
-import tempfile
 import time
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -19,7 +17,7 @@ from typing import Any
 
 from p2smt.errors import P2Error
 from p2smt.runs import executors
-from p2smt.runs.gridfile import Grid, check_store, load_grid, with_search
+from p2smt.runs.gridfile import Grid, check_store, load_grid, shared_store, with_search
 from p2smt.runs.store import ResultStore
 from p2smt.runs.tasks import FAILURES, STATUSES, expand, task_key
 
@@ -115,11 +113,8 @@ def sweep(grid_or_path: Grid | str | Path, out: str | Path, *, scheduler: str | 
         if not (math.isfinite(timeout_s) and timeout_s > 0):
             raise P2Error(f"--timeout must be a positive number of seconds, got {timeout_s}")
         grid = grid.model_copy(update={"timeout_s": float(timeout_s)})
-    proof_store = check_store(grid, proof_store)
-    with contextlib.ExitStack() as stack:
-        if proof_store is None and scheduler is None:
-            proof_store = stack.enter_context(tempfile.TemporaryDirectory(prefix="p2smt-proofs-"))
-        return _sweep(grid, Path(out), scheduler, workers, progress, start, proof_store)
+    with shared_store(grid, check_store(grid, proof_store), local=scheduler is None) as shared:
+        return _sweep(grid, Path(out), scheduler, workers, progress, start, shared)
 
 
 def _sweep(grid: Grid, out: Path, scheduler: str | None, workers: int | None, progress: bool, start: float,

@@ -7,13 +7,11 @@ AllReduce's predicted time, the best program, its time and the speedup AllReduce
 
 from __future__ import annotations
 
-import contextlib
 import csv
 import json
 import math
 import os
 import shutil
-import tempfile
 import time
 from collections import Counter
 from collections.abc import Callable
@@ -26,7 +24,7 @@ from p2smt.errors import P2Error
 from p2smt.model.request import Request
 from p2smt.model.system import System
 from p2smt.runs.grid import PAPER
-from p2smt.runs.gridfile import Grid, check_store, load_grid, with_search
+from p2smt.runs.gridfile import Grid, check_store, load_grid, shared_store, with_search
 from p2smt.runs.tasks import BEATS, Task, expand, ranked_fields
 from p2smt.synth.driver import synthesize
 
@@ -196,8 +194,7 @@ def paper_sweep(out_dir: str | Path, *, grid: Grid | str = PAPER, engine: str | 
     try:
         rows: list[SweepRow] = []
         pictures = []
-        with contextlib.ExitStack() as stack:
-            shared = proof_store or stack.enter_context(tempfile.TemporaryDirectory(prefix="p2smt-proofs-"))
+        with shared_store(g, proof_store) as shared:
             for tasks in _requests(g).values():
                 system, request_rows, reports = sweep_request([replace(t, proof_store=shared) for t in tasks])
                 rows.extend(request_rows)

@@ -60,7 +60,7 @@ class Task:
         return EngineConfig(engine=self.engine, max_len=self.max_len,
                             timeout_ms=max(1, int(self.timeout_s * 1000)), encoding=self.encoding,
                             proof_budget=self.proof_budget,
-                            proof_store=self.proof_store if self.engine == "certified" else None)
+                            proof_store=self.proof_store)
 
     @property
     def bytes_per_device(self) -> float | None:
