@@ -160,19 +160,14 @@ def _certified(prob: SynthesisProblem, max_len: int, opts: EngineOptions,
     store = ProofStore(opts.proof_store) if opts.proof_store and not opts.certificate else None
     t0 = time.perf_counter()
     entry = store.get(prob, max_len) if store is not None else None
-    if entry is not None and entry.spent is not None:
-        if (budget, jobs) == (entry.spent.budget, entry.spent.jobs):  # the same attempt: Z3's counts repeat
-            spent = entry.certificate | {"reused": entry.key, "seconds": round(time.perf_counter() - t0, 6)}
-            return EngineOutcome(proposed.status, proposed.programs,
-                                 stats | {"certified": False, "certificate": spent, "why_not": entry.spent.why_not})
-        entry = None
-    if entry is not None and (budget is not None and entry.resource_units > budget):
-        entry = None  # a fresh proof within this budget would not finish: prove again, as without the store
-    if entry is not None and entry.programs == set(proposed.programs):
-        reused = entry.certificate | {"reused": entry.key, "seconds": round(time.perf_counter() - t0, 6)}
-        words = f"{certified_words(prob.num_devices, max_len, reused)}; the proof reused from the proof store"
-        return EngineOutcome(proposed.status, proposed.programs,
-                             stats | {"certified": True, "certificate": reused, "rests_on": words})
+    if entry is not None and entry.answers(set(proposed.programs), budget, jobs):
+        figures = entry.certificate | {"reused": entry.key, "seconds": round(time.perf_counter() - t0, 6)}
+        if entry.spent is not None:
+            answer = {"certified": False, "certificate": figures, "why_not": entry.spent.why_not}
+        else:
+            answer = {"certified": True, "certificate": figures, "rests_on": certified_words(
+                prob.num_devices, max_len, figures) + "; the proof reused from the proof store"}
+        return EngineOutcome(proposed.status, proposed.programs, stats | answer)
     cert = certify(prob, max_len, proposed.programs, timeout_ms=opts.timeout_ms,
                    certificate=Path(opts.certificate) if opts.certificate else None, jobs=jobs, budget=budget)
     if cert.refuted or cert.missed:
@@ -186,7 +181,7 @@ def _certified(prob: SynthesisProblem, max_len: int, opts: EngineOptions,
         stats["rests_on"] = certified_words(prob.num_devices, max_len, cert.stats)
         if store is not None:
             store.put(prob, max_len, proposed.programs, cert.stats)
-            if entry is not None:  # an entry with another set (edited by hand?): the fresh proof replaced it
+            if entry is not None and entry.fits(budget):  # another set (edited by hand?), now replaced
                 stats["certificate"] = cert.stats | {"replaced": entry.key}
     return EngineOutcome(proposed.status, proposed.programs, stats)
 

@@ -76,6 +76,18 @@ class StoredProof:
     def certified(self) -> bool:
         return self.spent is None
 
+    def fits(self, budget: int | None) -> bool:
+        """Whether a fresh proof within ``budget`` units (None: unlimited) would finish as this one did."""
+        return self.certified and (budget is None or self.resource_units <= budget)
+
+    def answers(self, programs: frozenset[tuple[int, ...]] | set[tuple[int, ...]], budget: int | None,
+                jobs: int) -> bool:
+        """Whether the entry is what a fresh proof of ``programs`` within ``budget`` on ``jobs`` threads would
+        give: the same certified set within the budget, or the same spent attempt (Z3's counts repeat)."""
+        if self.spent is not None:
+            return (budget, jobs) == (self.spent.budget, self.spent.jobs)
+        return self.fits(budget) and self.programs == programs
+
 
 def _sources() -> Iterable[Path]:
     """The files a certificate rests on: the Z3 side, the default encoding, the problem's definition."""
