@@ -243,8 +243,10 @@ def test_row_abstraction_gives_the_interpreters_volumes():
             progs = tuple(sorted(set(m.programs), key=lambda p: tuple(map(str, p.instructions))))
             exact = _held_fractions.__wrapped__(m.hierarchy, progs)
             rows = _held_fractions_by_rows(m.hierarchy, progs)
+            checked = held_fractions_of_programs(m.hierarchy, progs, checked=True)  # what rank uses
             for p in progs:
                 assert all(np.array_equal(a, b) for a, b in zip(exact[p], rows[p], strict=True)), p
+                assert all(np.array_equal(a, b) for a, b in zip(exact[p], checked[p], strict=True)), p
 
 
 def test_volumes_at_1024_devices_follow_the_state(pod):

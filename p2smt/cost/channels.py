@@ -9,6 +9,9 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from functools import cached_property
+
+import numpy as np
 
 from p2smt.cost.tuner import HOP_CLASSES
 from p2smt.errors import P2Error
@@ -35,6 +38,14 @@ class Channel:
     fixed_us: float = 0.0
     plateau_scale: float = 0.0
     plateau_volume: float = 1.0
+
+    @cached_property
+    def edges(self) -> tuple[np.ndarray, np.ndarray, tuple[tuple[EdgeKey, int], ...]]:
+        """``load`` as arrays for the fluid model, made once per channel: the resource keys with every
+        named resource as -1 (its key and position listed last), and the bytes per message byte."""
+        keys = np.array([k if isinstance(k, int) else -1 for k, _ in self.load], dtype=np.intp)
+        named = tuple((k, i) for i, (k, _) in enumerate(self.load) if not isinstance(k, int))
+        return keys, np.array([v for _, v in self.load], dtype=float), named
 
 
 def _coef(collective: Collective, p: int) -> float:
@@ -185,8 +196,11 @@ def _shape_orders(topo: Topology, shape: tuple[tuple[int, ...], ...]):
 
 
 def _sorted(load: dict[EdgeKey, float]) -> tuple[tuple[EdgeKey, float], ...]:
-    """A channel's load in a fixed order: edge ids ascending, then the named resources."""
-    return tuple(sorted(load.items(), key=lambda kv: (1, 0, kv[0]) if isinstance(kv[0], tuple) else (0, kv[0], ())))
+    """A channel's load in a fixed order: edge ids ascending, then the named resources (keys are unique,
+    so the pairs sort by key alone)."""
+    edges = sorted(kv for kv in load.items() if not isinstance(kv[0], tuple))
+    named = sorted(kv for kv in load.items() if isinstance(kv[0], tuple))
+    return tuple(edges + named)
 
 
 def _add(load: dict[EdgeKey, float], route: tuple[int, ...], amount: float) -> None:

@@ -88,23 +88,32 @@ def _fill(n: int, flow_of: np.ndarray, col_of: np.ndarray, amount: np.ndarray, c
 
 
 def _flow_times(topo: Topology, channels: Sequence[tuple[Channel, ...]], sizes: Sequence[float]):
-    """(channel, fluid finish time) of every channel of every group, all groups sharing the links."""
-    col: dict = {}
-    flow_of: list[int] = []
-    col_of: list[int] = []
-    amount: list[float] = []
-    flows: list[Channel] = []
-    scale: list[float] = []
-    for chans, size in zip(channels, sizes):
-        for ch in chans:
-            i = len(flows)
-            for k, v in ch.load:
-                flow_of.append(i)
-                col_of.append(col.setdefault(k, len(col)))
-                amount.append(v)
-                scale.append(size)
-            flows.append(ch)
-    cap = np.array([_capacity(topo, k) for k in col], dtype=float)
-    finish = _fill(len(flows), np.array(flow_of, dtype=np.intp), np.array(col_of, dtype=np.intp),
-                   np.array(amount, dtype=float) * np.array(scale, dtype=float), cap)
+    """(channel, fluid finish time) of every channel of every group, all groups sharing the links.
+
+    The entries are listed flow by flow in each channel's load order (as ``fluid_finish_times`` lists
+    them), so the sums per resource, and the finish times, are the same floats; only the resources'
+    numbering differs (edge ids ascending, then the named ones in order of appearance)."""
+    flows = [ch for chans in channels for ch in chans]
+    if not flows:
+        return []
+    parts = [ch.edges for ch in flows]
+    lengths = np.array([len(keys) for keys, _, _ in parts], dtype=np.intp)
+    keys = np.concatenate([k for k, _, _ in parts])
+    edges = len(topo.capacities)
+    named: dict[EdgeKey, int] = {}
+    if any(n for _, _, n in parts):
+        keys = keys.copy()
+        start = 0
+        for (k, _, n), length in zip(parts, lengths.tolist()):
+            for key, i in n:
+                keys[start + i] = edges + named.setdefault(key, len(named))
+            start += length
+    used, col_of = np.unique(keys, return_inverse=True)
+    capacities = topo.memo(("capacity-array",), lambda: np.array(topo.capacities, dtype=float))
+    extra = np.array([_capacity(topo, key) for key in named], dtype=float)
+    cap = np.concatenate([capacities, extra])[used]
+    scale = np.repeat(np.repeat(np.asarray(sizes, dtype=float), [len(c) for c in channels]), lengths)
+    amount = np.concatenate([a for _, a, _ in parts]) * scale
+    flow_of = np.repeat(np.arange(len(flows), dtype=np.intp), lengths)
+    finish = _fill(len(flows), flow_of, col_of.astype(np.intp, copy=False), amount, cap)
     return list(zip(flows, finish.tolist()))

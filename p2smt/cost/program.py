@@ -43,8 +43,10 @@ def program_time(system: System, hierarchy: SynthesisHierarchy, program: Program
 
 def programs_seconds(system: System, hierarchy: SynthesisHierarchy, programs: Sequence[Program], *,
                      algo: str = "ring", bytes_per_device: float | None = None,
-                     fractions: Mapping[Program, Sequence[np.ndarray]] | None = None) -> list[float]:
-    """``program_time(...).seconds`` of many programs of one hierarchy (the same floats), for scoring.
+                     fractions: Mapping[Program, Sequence[np.ndarray]] | None = None,
+                     checked: bool = False) -> list[float]:
+    """``program_time(...).seconds`` of many programs of one hierarchy (the same floats), for scoring;
+    ``checked``: the programs are a synthesis result, proved valid already (see ``held_fractions_of_programs``).
 
     Programs that share a prefix share its running sum (the programs of one length come in
     lexicographic order), and a step is priced once per (instruction, holdings before it) in a table
@@ -53,7 +55,7 @@ def programs_seconds(system: System, hierarchy: SynthesisHierarchy, programs: Se
     topo = build_topology(system)
     b = default_bytes_per_device(system) if bytes_per_device is None else bytes_per_device
     if fractions is None:
-        fractions = _fractions(hierarchy, tuple(programs))
+        fractions = _fractions(hierarchy, tuple(programs), checked)
     priced: dict[tuple[Instruction, bytes], float] = topo.memo(("priced", hierarchy, algo, b), dict)
     prefix: list[Instruction] = []
     sums: list[float] = [0]
@@ -87,9 +89,10 @@ def step_seconds(topo: Topology, hierarchy: SynthesisHierarchy, ins: Instruction
 
 
 @lru_cache(maxsize=64)
-def _fractions(hierarchy: SynthesisHierarchy, programs: tuple[Program, ...]) -> dict[Program, list[np.ndarray]]:
+def _fractions(hierarchy: SynthesisHierarchy, programs: tuple[Program, ...],
+               checked: bool) -> dict[Program, list[np.ndarray]]:
     """``held_fractions_of_programs`` per listed programs (its own cache key sorts them by text first)."""
-    return held_fractions_of_programs(hierarchy, programs)
+    return held_fractions_of_programs(hierarchy, programs, checked=checked)
 
 
 def _message_sizes(collective: Collective, held: np.ndarray) -> np.ndarray:

@@ -62,7 +62,7 @@ def rank_result(system: System, result: SynthesisResult, *, algo: str = "ring",
     matrices = []
     best = None
     for m in result.matrices:
-        seconds = programs_seconds(system, m.hierarchy, m.programs, algo=algo, bytes_per_device=b)
+        seconds = programs_seconds(system, m.hierarchy, m.programs, algo=algo, bytes_per_device=b, checked=True)
         scored = [(t, format_program(prog)) for t, prog in zip(seconds, m.programs)]
         scored.sort(key=lambda st: sort_key(*st))
         matrix = [list(r) for r in m.matrix]
