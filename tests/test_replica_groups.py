@@ -36,6 +36,23 @@ def test_unsupported_forms_are_errors(bad):
         parse_groups_text(bad)
 
 
+@pytest.mark.parametrize("huge, message", [
+    ("[100000000,100000000]<=[10000000000000000]", "more than the 1,048,576"),
+    ("[10000,10000]<=[100000000]", "more than the 1,048,576"),
+    ("mesh['a'=100000000000,'b'=100000000] {'b'}", "more than the 1,048,576"),
+    ("[0,4]<=[0]", "sizes must be positive"),
+    ("mesh['a'=0,'b'=4] {'b'}", "sizes must be positive"),
+])
+def test_iota_and_mesh_spans_are_checked_before_any_array_is_built(huge, message, tmp_path, capsys):
+    with pytest.raises(P2Error, match=message):
+        parse_groups_text(huge)
+    plan = tmp_path / "plan.json"
+    plan.write_text(json.dumps([{"collective": "AllReduce", "replica_groups": huge}]))
+    assert main(["check", *A100, "--plan", str(plan)]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and message in err
+
+
 def test_normalize_drops_singletons_and_expands_empty():
     assert normalize(((0, 1), (2,), (3,)), 4) == ((0, 1),)
     assert normalize((), 3) == ((0, 1, 2),)

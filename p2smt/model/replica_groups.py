@@ -10,6 +10,7 @@ op's mode (XLA ``CollectiveOpGroupMode``): replica ids, partition ids, or flatte
 
 from __future__ import annotations
 
+import math
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -26,6 +27,9 @@ _IOTA = re.compile(
 )
 _MESH = re.compile(r"^\s*mesh\s*\[(?P<axes>[^\]]*)\]\s*\{(?P<selected>[^}]*)\}\s*$")
 _MESH_AXIS = re.compile(r"^\s*'(?P<name>[^']+)'\s*=\s*(?P<size>\d+)\s*$")
+MAX_IDS = 1 << 20
+"""Most device ids an iota or mesh form may span: checked before any array is built (bounded memory)."""
+
 _LISTS = re.compile(r"^\s*\{\s*(?:\{[\d\s,]*\}\s*(?:,\s*\{[\d\s,]*\}\s*)*)?\}\s*$")
 
 
@@ -69,12 +73,22 @@ class DeviceSpace:
         }.get(mode, self.num_devices)
 
 
+def _span(form: str, sizes: Sequence[int], dims: Sequence[int]) -> int:
+    """How many ids ``dims`` span, after checking every size is positive and the span is at most ``MAX_IDS``."""
+    if any(v <= 0 for v in sizes):
+        raise P2Error(f"{form}: sizes must be positive, got {list(sizes)}")
+    total = math.prod(dims)
+    if total > MAX_IDS:
+        raise P2Error(f"{form} over {total:,} device ids: more than the {MAX_IDS:,} p2smt reads")
+    return total
+
+
 def iota_groups(shape: Sequence[int], dims: Sequence[int], perm: Sequence[int] | None = None) -> tuple[Group, ...]:
     """``[G,S]<=[dims]T(perm)``: iota over ``dims``, transposed by ``perm``, rows of the [G,S] reshape."""
     if len(shape) != 2:
         raise P2Error(f"iota replica groups need a [groups,size] shape, got {list(shape)}")
-    total = int(np.prod(dims))
-    if int(np.prod(shape)) != total:
+    total = _span("iota replica groups", [*shape, *dims], dims)
+    if math.prod(shape) != total:
         raise P2Error(f"iota replica groups {list(shape)}<={list(dims)}: shape and dims hold different counts")
     perm = tuple(range(len(dims))) if perm is None else tuple(perm)
     if sorted(perm) != list(range(len(dims))):
@@ -89,10 +103,11 @@ def mesh_axes_groups(axes: Sequence[tuple[str, int]], selected: Sequence[str]) -
     unknown = [s for s in selected if s not in names]
     if unknown or len(set(selected)) != len(selected):
         raise P2Error(f"mesh replica groups select {list(selected)} but the mesh axes are {names}")
-    cube = np.arange(int(np.prod([s for _, s in axes]))).reshape(tuple(s for _, s in axes))
+    sizes = [s for _, s in axes]
+    cube = np.arange(_span("mesh replica groups", sizes, sizes)).reshape(tuple(sizes))
     vary = [names.index(s) for s in selected]
     fixed = [i for i in range(len(names)) if i not in vary]
-    rows = cube.transpose(fixed + vary).reshape(-1, int(np.prod([axes[i][1] for i in vary])))
+    rows = cube.transpose(fixed + vary).reshape(-1, math.prod(axes[i][1] for i in vary))
     return tuple(tuple(int(v) for v in r) for r in rows)
 
 
