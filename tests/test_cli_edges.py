@@ -260,6 +260,26 @@ def test_non_finite_numbers(run_cli, argv):
     assert refused(rc, out, err, "positive, finite number")
 
 
+@pytest.mark.parametrize("line, number", [
+    ("nvswitch_port: {kind: nvswitch, bandwidth_gbps: 270", ".inf"),
+    ("nvswitch_port: {kind: nvswitch, bandwidth_gbps: 270", ".nan"),
+    ("- {name: nic, kind: network, joins: [node], bandwidth_gbps: 8", "-.inf"),
+])
+def test_non_finite_numbers_in_a_system_file(run_cli, tmp_path, line, number):
+    text = (Path(__file__).parents[1] / "topologies" / "a100-4x16.yaml").read_text()
+    assert line in text
+    system = tmp_path / "system.yaml"
+    system.write_text(text.replace(line, line.rsplit(" ", 1)[0] + " " + number, 1))
+    assert refused(*run_cli("cost", "--system", system, "--collective", "allreduce", "--bytes", "1e6"), "finite")
+
+
+def test_non_finite_numbers_in_a_profile(run_cli, tmp_path):
+    profile = tmp_path / "profile.yaml"
+    profile.write_text("name: p\naxes:\n  - {name: data, size: auto, kind: data}\ncommunication:\n"
+                       "  - {name: x, axes: [data], bytes_per_device: .inf, count: 1}\n")
+    assert refused(*run_cli("plan", "--system", "a100-4x16", "--profile", profile), "finite")
+
+
 @pytest.mark.parametrize("make", ["missing-folder", "directory", "file-as-folder", "proc"])
 @pytest.mark.parametrize("command", ["draw", "lower", "plan-png", "plan-export", "sweep"])
 def test_output_paths(run_cli, tmp_path, make, command):

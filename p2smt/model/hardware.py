@@ -48,7 +48,7 @@ def expand_names(pattern: str) -> tuple[str, ...]:
 class LinkType(BaseModel):
     """A kind of physical link: spec bandwidth per direction per link, the fraction achieved, latency."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = ConfigDict(allow_inf_nan=False, extra="forbid", frozen=True)
     kind: LinkKind
     bandwidth_gbps: float = Field(gt=0, description="spec GB/s per direction of one link")
     efficiency: float = Field(default=1.0, gt=0, le=1, description="achievable share of the spec")
@@ -63,7 +63,7 @@ class LinkType(BaseModel):
 class Component(BaseModel):
     """A non-GPU box of a node: NVSwitch, PCIe switch, CPU (root complex) or NIC."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = ConfigDict(allow_inf_nan=False, extra="forbid", frozen=True)
     name: str
     kind: ComponentKind
     uplink: str | None = Field(default=None, description="NIC only: link type from the NIC to the network")
@@ -91,7 +91,7 @@ class Component(BaseModel):
 class Link(BaseModel):
     """Links of one type between ``a`` and ``b`` (names or ranges), or around a ``ring``."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = ConfigDict(allow_inf_nan=False, extra="forbid", frozen=True)
     type: str
     a: str | None = None
     b: str | None = None
@@ -132,7 +132,7 @@ class NcclParams(BaseModel):
     src/graph/tuning.cc of that release); ``arch`` picks its per-architecture rows.
     """
 
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = ConfigDict(allow_inf_nan=False, extra="forbid", frozen=True)
     version: str = Field(default="2.18", description="NCCL release whose tuner constants apply")
     arch: Literal["volta", "ampere", "hopper", "blackwell"] = Field(default="ampere", description="GPU generation")
     protocols: tuple[Literal["ll", "ll128", "simple"], ...] = Field(
@@ -157,7 +157,7 @@ class Network(BaseModel):
     without a cable, when a leaf has fewer uplinks than there are spines, are not built).
     """
 
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = ConfigDict(allow_inf_nan=False, extra="forbid", frozen=True)
     unit_level: str = Field(description="level whose instances (scalable units) get their own leaves")
     leaves: Literal["rail", "unit"] = Field(default="rail", description="one leaf per rail, or per unit")
     uplink: str = Field(description="link type (kind nic) of one leaf-spine cable")
@@ -174,7 +174,7 @@ class Network(BaseModel):
 class PhysicalLayout(BaseModel):
     """One node's boxes and links, the link types, and NCCL constants; instantiated once per node."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = ConfigDict(allow_inf_nan=False, extra="forbid", frozen=True)
     node_level: str | None = Field(default=None, description="level one layout describes (default: scalable)")
     gpus_per_node: int = Field(ge=1)
     link_types: dict[str, LinkType] = Field(min_length=1)

@@ -16,7 +16,7 @@ from p2smt.model.yamlfile import read_yaml
 class Axis(BaseModel):
     """A parallelism axis; ``size: auto`` takes whatever devices the other axes leave."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = ConfigDict(allow_inf_nan=False, extra="forbid", frozen=True)
     name: str
     size: int | Literal["auto"] = Field(description="number of parts, or 'auto'")
     kind: Literal["data", "tensor", "pipeline", "sequence", "expert", "other"] = "other"
@@ -44,7 +44,7 @@ class Communication(BaseModel):
     (pipeline activations/gradients); costed as two rounds of disjoint pair transfers.
     """
 
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = ConfigDict(allow_inf_nan=False, extra="forbid", frozen=True)
     name: str
     kind: Literal["reduce", "p2p"] = "reduce"
     axes: tuple[str, ...] = Field(min_length=1)
@@ -55,7 +55,7 @@ class Communication(BaseModel):
 class Profile(BaseModel):
     """A model's parallelism axes and its per-step communication."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = ConfigDict(allow_inf_nan=False, extra="forbid", frozen=True)
     name: str
     description: str = ""
     axes: tuple[Axis, ...] = Field(min_length=1)

@@ -22,7 +22,7 @@ InterconnectKind = Literal["nvlink", "nvswitch", "pcie", "nic", "network", "shm"
 class Level(BaseModel):
     """One level of the hierarchy: ``size`` children under each node of the level above."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = ConfigDict(allow_inf_nan=False, extra="forbid", frozen=True)
     name: str
     size: int = Field(ge=1)
 
@@ -39,7 +39,7 @@ class Level(BaseModel):
 class Interconnect(BaseModel):
     """A switched link joining the children of one node at the levels in ``joins``."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = ConfigDict(allow_inf_nan=False, extra="forbid", frozen=True)
     name: str
     kind: InterconnectKind
     joins: tuple[str, ...] = Field(min_length=1)
@@ -57,7 +57,7 @@ class Interconnect(BaseModel):
 class System(BaseModel):
     """A hierarchical machine: ``levels`` outermost first, the innermost being single devices."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = ConfigDict(allow_inf_nan=False, extra="forbid", frozen=True)
     name: str
     description: str = ""
     levels: tuple[Level, ...] = Field(min_length=1)

@@ -33,7 +33,7 @@ class ConfigEntry(BaseModel):
     """One configuration of a config file: an abstract hierarchy (``levels``: sizes outermost first,
     reducing over all of it) or a request on a system (every placement unless ``matrix`` is given)."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = ConfigDict(allow_inf_nan=False, extra="forbid", frozen=True)
     name: str | None = None
     levels: tuple[Annotated[StrictInt, Field(ge=2)], ...] | None = Field(default=None, min_length=1)
     level_names: tuple[str, ...] | None = None
@@ -69,7 +69,7 @@ class ConfigEntry(BaseModel):
 class ConfigFile(BaseModel):
     """A config file: a description, a default max length and the configurations in run order."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = ConfigDict(allow_inf_nan=False, extra="forbid", frozen=True)
     description: str = ""
     max_len: PositiveInt = 5
     configs: tuple[ConfigEntry, ...] = Field(min_length=1)

@@ -30,7 +30,7 @@ BLOCK_FIELDS = ("systems", "nodes", "axes", "reductions", "algorithms", "bytes")
 class Block(BaseModel):
     """One product of a grid. ``systems`` are shipped names or absolute paths (resolved on load)."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = ConfigDict(allow_inf_nan=False, extra="forbid", frozen=True)
     systems: tuple[str, ...] = Field(min_length=1)
     nodes: tuple[PositiveInt, ...] | None = Field(default=None, min_length=1)
     axes: tuple[tuple[AxisSpec, ...], ...] = Field(min_length=1)
@@ -82,7 +82,7 @@ class Block(BaseModel):
 class Grid(BaseModel):
     """A validated grid file: its blocks in file order and the engine settings of every task."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = ConfigDict(allow_inf_nan=False, extra="forbid", frozen=True)
     blocks: tuple[Block, ...] = Field(min_length=1)
     engine: str = "certified"
     encoding: str | None = None

@@ -20,7 +20,7 @@ Program = tuple[int, ...]
 class EncodingOptions(BaseModel):
     """Base of every encoding's options: typed, immutable, unknown keys rejected."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = ConfigDict(allow_inf_nan=False, extra="forbid", frozen=True)
 
 
 @dataclass(frozen=True)
