@@ -7,6 +7,8 @@ Time limits are exercised with a plug-in encoding that sleeps far longer than th
 from __future__ import annotations
 
 import json
+import os
+import stat
 import subprocess
 import sys
 from pathlib import Path
@@ -323,3 +325,32 @@ def test_json_never_contains_non_finite_numbers(run_cli):
 
     with pytest.raises(InternalError):
         emit(Args(), {"x": float("nan")}, lambda c: None)
+
+
+@pytest.mark.parametrize("argv", [
+    ["plan", "--profile", "resnet50-dp", "--system", "v100-2x8", "--png", "{tmp}/chart.txt"],
+    ["draw", "--system", "v100-2x8", "--out", "{tmp}/picture.svg"],
+    ["experiment", "--encodings", "bitvec", "--configs", "paper-grid", "--out", "{tmp}/r.jsonl", "--png", "{tmp}/p.pdf"],
+    ["experiment", "--encodings", "bitvec", "--configs", "paper-grid", "--out", "{tmp}/r.jsonl",
+     "--png", "{tmp}/a-file/p.png"],
+    ["experiment", "--encodings", "bitvec", "--configs", "paper-grid", "--out", "{tmp}/r.jsonl", "--max-len", "0"],
+    ["experiment", "--encodings", "bitvec", "--configs", "paper-grid", "--out", "{tmp}/r.jsonl", "--max-k", "bitvec=-1"],
+    ["sweep", "--paper", "--out", "{tmp}/s", "--workers", "0"],
+    ["synth", "--system", "v100-2x8", "--axes", "16", "--reduce", "0", "--show", "-1"],
+    ["run", "--backend", "torch", *A100, "--program", RS_AR_AG, "--repeats", "0"],
+], ids=lambda a: " ".join(a[:1] + a[-2:-1]))
+def test_flags_and_picture_names_are_checked_before_any_work(run_cli, tmp_path, argv):
+    (tmp_path / "a-file").write_text("not a folder")
+    before = sorted(tmp_path.iterdir())
+    assert refused(*run_cli(*[a.replace("{tmp}", str(tmp_path)) for a in argv]))
+    assert sorted(tmp_path.iterdir()) == before
+
+
+def test_written_files_get_a_new_files_mode(run_cli, tmp_path):
+    out = tmp_path / "v100.png"
+    old = os.umask(0o022)
+    try:
+        rc, _, _ = run_cli("draw", "--system", "v100-2x8", "--out", out)
+    finally:
+        os.umask(old)
+    assert rc == 0 and stat.S_IMODE(out.stat().st_mode) == 0o644

@@ -7,8 +7,9 @@ from typing import Any
 
 from rich.console import Console
 
-from p2smt.cli.options import add_json, name_ints, seconds
-from p2smt.cli.output import ExitCode, emit
+from p2smt.cli.options import add_json, count, name_ints, seconds
+from p2smt.cli.output import ExitCode, emit, png_file, writable_file
+from p2smt.errors import P2Error
 
 
 def register(sub) -> None:
@@ -18,13 +19,13 @@ def register(sub) -> None:
                    help="an option set of one encoding, e.g. 'bitvec={\"choice\":\"index\"}' (repeatable: "
                         "one variant per set)")
     p.add_argument("--configs", required=True, help="paper-grid | a shipped set (scale) | a YAML file")
-    p.add_argument("--repeat", type=int, default=1, help="repetitions (seed = --seed + repetition)")
+    p.add_argument("--repeat", type=count, default=1, help="repetitions (seed = --seed + repetition)")
     p.add_argument("--out", default="results.jsonl", help="JSONL results (overwritten)")
     p.add_argument("--png", help="write solve time vs reduction-group size (log-log) here")
     p.add_argument("--timeout", type=seconds, default=300.0,
                    help="seconds per run: Z3's per-call limit (-> unknown) and, plus a grace, the wall-clock "
                         "kill (-> timeout)")
-    p.add_argument("--max-len", type=int, help="override every configuration's max length")
+    p.add_argument("--max-len", type=count, help="override every configuration's max length")
     p.add_argument("--max-k", action="append", default=[], metavar="NAME=K",
                    help="run encoding NAME only on configurations with k <= K (repeatable)")
     p.add_argument("--seed", type=int, default=0, help="Z3 random seed of repetition 0")
@@ -39,6 +40,11 @@ def run(args: argparse.Namespace) -> int:
     from p2smt.runs.expreport import render_summary
 
     max_k = name_ints(args.max_k, "--max-k", "K")
+    if any(k < 1 for k in max_k.values()):
+        raise P2Error(f"--max-k expects NAME=K with K at least 1, got {args.max_k}")
+    if args.png:
+        png_file(args.png, "--png")
+    writable_file(args.out, "--out")
     extra = [args.encodings_dir] if args.encodings_dir else []
     console = Console(stderr=True, highlight=False)
 

@@ -7,7 +7,7 @@ import importlib.util
 import sys
 
 from p2smt.cli.inputs import plan_from_args
-from p2smt.cli.options import add_json, add_plan_input, add_request, one_hierarchy, seconds
+from p2smt.cli.options import add_json, add_plan_input, add_request, count, one_hierarchy, seconds
 from p2smt.cli.output import ExitCode, emit, write_text
 from p2smt.errors import P2Error
 
@@ -23,7 +23,7 @@ def register(sub) -> None:
     p = sub.add_parser("run", help="run a lowered program on local CPU devices and check exact sums")
     _add_lowering(p)
     p.add_argument("--length", type=int, help="elements per device (a multiple of the group size)")
-    p.add_argument("--repeats", type=int, default=1)
+    p.add_argument("--repeats", type=count, default=1)
     p.add_argument("--run-timeout", type=seconds, default=600.0, help="seconds before the run is killed")
     add_json(p)
     p.set_defaults(func=run_run)

@@ -59,6 +59,26 @@ def byte_count(text: str) -> float:
     return _positive(text, "bytes")
 
 
+def count(text: str) -> int:
+    """A whole number of at least 1 (``--repeats``, ``--workers``, ``--repeat``, ``--max-len``)."""
+    return _whole(text, 1)
+
+
+def shown(text: str) -> int:
+    """A whole number of at least 0 (``--show``: programs shown per matrix)."""
+    return _whole(text, 0)
+
+
+def _whole(text: str, least: int) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a whole number, got {text[:40]!r}") from None
+    if value < least:
+        raise argparse.ArgumentTypeError(f"expected a whole number of at least {least}, got {text[:40]!r}")
+    return value
+
+
 def _positive(text: str, unit: str) -> float:
     try:
         value = float(text)

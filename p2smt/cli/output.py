@@ -48,7 +48,8 @@ def emit(args: argparse.Namespace, payload: dict[str, Any], render: Callable[[Co
 def _parent_folder(path: Path, flag: str) -> Path:
     parent = path.parent if str(path.parent) else Path(".")
     if not parent.is_dir():
-        raise P2Error(f"{flag} {str(path)!r}: folder {str(parent)!r} does not exist")
+        what = "is not a folder" if parent.exists() else "does not exist"
+        raise P2Error(f"{flag} {str(path)!r}: {str(parent)!r} {what}")
     return parent
 
 
@@ -71,6 +72,13 @@ def writable_file(path: str | Path, flag: str) -> Path:
     return Path(path)
 
 
+def png_file(path: str | Path, flag: str) -> Path:
+    """``writable_file`` for a picture, which p2smt writes as PNG only: a name ending in ``.png``."""
+    if not str(path).lower().endswith(".png"):
+        raise P2Error(f"{flag}: pictures are written as PNG; give a name ending in .png, got {str(path)!r}")
+    return writable_file(path, flag)
+
+
 @contextmanager
 def output_file(path: str | Path, flag: str) -> Iterator[Path]:
     """A temporary path beside ``path`` to write; moved onto ``path`` only when the block succeeds."""
@@ -78,12 +86,19 @@ def output_file(path: str | Path, flag: str) -> Iterator[Path]:
     tmp = _scratch(out, flag)
     try:
         yield Path(tmp)
+        os.chmod(tmp, 0o666 & ~_umask())  # mkstemp makes it private; the result gets a new file's mode
         os.replace(tmp, out)
     except OSError as err:
         raise P2Error(f"{flag} {str(out)!r}: cannot write: {err.strerror}") from None
     finally:
         if os.path.exists(tmp):
             os.unlink(tmp)
+
+
+def _umask() -> int:
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return mask
 
 
 def write_text(path: str | Path, text: str, flag: str) -> Path:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 
-from p2smt.cli.options import add_json, add_search, seconds
+from p2smt.cli.options import add_json, add_search, count, seconds
 from p2smt.cli.output import ExitCode, emit, folder_path, writable_file
 from p2smt.errors import P2Error
 
@@ -19,7 +19,7 @@ def register(sub) -> None:
     p.add_argument("--progress", action="store_true",
                    help="--paper: show progress on stderr (default: on a terminal; --grid shows it unless --json)")
     p.add_argument("--scheduler", help="dask.distributed scheduler address (default: local cores)")
-    p.add_argument("--workers", type=int, help="local workers / tasks in flight")
+    p.add_argument("--workers", type=count, help="local workers / tasks in flight")
     p.add_argument("--timeout", type=seconds, help="per-task seconds")
     add_json(p)
     p.set_defaults(func=run)

@@ -16,6 +16,7 @@ from p2smt.cli.options import (
     engine_config,
     request_of,
     seconds,
+    shown,
     system_of,
 )
 from p2smt.cli.output import ExitCode, emit
@@ -33,7 +34,7 @@ def register(sub) -> None:
                    help="certified engine: write Z3's validity and completeness queries as SMT-LIB2 into DIR")
     p.add_argument("--prune", default="none", help="named pruning of the complete set (see docs); default none")
     add_allow_noop(p)
-    p.add_argument("--show", type=int, default=20, help="programs shown per matrix (human output)")
+    p.add_argument("--show", type=shown, default=20, help="programs shown per matrix (human output)")
     add_bounds(p)
     add_json(p)
     p.set_defaults(func=run)
