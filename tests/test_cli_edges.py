@@ -354,3 +354,22 @@ def test_written_files_get_a_new_files_mode(run_cli, tmp_path):
     finally:
         os.umask(old)
     assert rc == 0 and stat.S_IMODE(out.stat().st_mode) == 0o644
+
+
+@pytest.mark.parametrize("flag, value, message", [
+    ("--certificate", "a-file", "--certificate"),
+    ("--certificate", "a-file/sub", "--certificate"),
+    ("--proof-store", "a-file/sub", "a-file is not a folder"),
+    ("--proposer", "nosuch", "--proposer: one of enumerative, pieces"),
+])
+def test_messages_name_the_flag_at_fault(run_cli, tmp_path, flag, value, message):
+    (tmp_path / "a-file").write_text("not a folder")
+    target = str(tmp_path / value) if "file" in value else value
+    assert refused(*run_cli("synth", *A100, flag, target), message)
+
+
+def test_a_yaml_file_that_repeats_a_key_is_refused(run_cli, tmp_path):
+    text = (Path(__file__).parents[1] / "topologies" / "a100-4x16.yaml").read_text()
+    system = tmp_path / "twice.yaml"
+    system.write_text("name: other\n" + text)
+    assert refused(*run_cli("placements", "--system", system, "--axes", "4,16"), "appears twice")

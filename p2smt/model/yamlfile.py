@@ -10,10 +10,33 @@ import yaml
 from p2smt.errors import P2Error
 
 
+class _UniqueKeys(yaml.SafeLoader):
+    """PyYAML's safe loader, refusing a mapping that repeats a key (PyYAML keeps the last one silently)."""
+
+
+def _mapping(loader: _UniqueKeys, node: yaml.MappingNode, deep: bool = False) -> dict:
+    seen = set()
+    for key_node, _ in node.value:
+        key = loader.construct_object(key_node, deep=True)
+        try:
+            repeated = key in seen
+        except TypeError:  # an unhashable key: construct_mapping's own error names it
+            continue
+        if repeated:
+            raise yaml.constructor.ConstructorError(None, None, f"the key {key!r} appears twice in one mapping",
+                                                    key_node.start_mark)
+        seen.add(key)
+    return loader.construct_mapping(node, deep=deep)
+
+
+_UniqueKeys.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, _mapping)
+
+
 def read_yaml(path: Path, what: str) -> Any:
-    """Parse ``path`` as UTF-8 YAML; malformed, unreadable or non-UTF-8 files raise P2Error."""
+    """Parse ``path`` as UTF-8 YAML; malformed, unreadable or non-UTF-8 files, and mappings that repeat a
+    key, raise P2Error."""
     try:
-        return yaml.safe_load(path.read_text(encoding="utf-8"))
+        return yaml.load(path.read_text(encoding="utf-8"), Loader=_UniqueKeys)  # a SafeLoader
     except yaml.YAMLError as err:
         mark = getattr(err, "problem_mark", None)
         where = f":{mark.line + 1}:{mark.column + 1}" if mark else ""

@@ -166,6 +166,8 @@ class CertificateSink(Smt2Sink):
     assumptions asserted, ``check-sat``) with Z3's answer as its expected ``:status``, for a second
     solver to re-check. ``units`` bounds Z3's work on each standard form (None: unlimited)."""
 
+    flag = "--certificate"
+
     def __init__(self, folder: Path | None, tag: str, prefix: str = "", counter: list[int] | None = None,
                  units: int | None = None):
         super().__init__(folder, tag, prefix, counter)

@@ -46,16 +46,20 @@ class Smt2Sink:
     (nothing when it is None), numbered in the order asked; ``scoped`` views share the numbering and
     prefix their kinds (a wrapper strategy's inner runs, checks and certificate)."""
 
+    flag = "--emit-smt2"
+
     def __init__(self, folder: Path | None, tag: str, prefix: str = "", counter: list[int] | None = None):
         self.folder = folder
         self.tag = tag
         self.prefix = prefix
         self._counter = counter if counter is not None else [0]
         if folder is not None and counter is None:
+            if folder.exists() and not folder.is_dir():
+                raise P2Error(f"{self.flag} {folder} exists and is not a folder")
             try:
                 folder.mkdir(parents=True, exist_ok=True)
             except OSError as err:
-                raise P2Error(f"cannot create --emit-smt2 folder {folder}: {err.strerror}") from None
+                raise P2Error(f"cannot create {self.flag} folder {folder}: {err.strerror}") from None
 
     @property
     def active(self) -> bool:

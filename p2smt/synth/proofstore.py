@@ -136,6 +136,9 @@ class ProofStore:
         self.root = Path(root).resolve()
         if self.root.exists() and not self.root.is_dir():
             raise P2Error(f"--proof-store {root} exists and is not a folder")
+        above = next(p for p in self.root.parents if p.exists())
+        if not above.is_dir():
+            raise P2Error(f"--proof-store {root}: {above} is not a folder")
 
     def ensure(self) -> ProofStore:
         """The store with its folder made (a sweep checks it before its tasks run)."""
