@@ -373,3 +373,11 @@ def test_a_yaml_file_that_repeats_a_key_is_refused(run_cli, tmp_path):
     system = tmp_path / "twice.yaml"
     system.write_text("name: other\n" + text)
     assert refused(*run_cli("placements", "--system", system, "--axes", "4,16"), "appears twice")
+
+
+def test_placements_bound_their_count_and_refuse_an_unused_matrix(run_cli):
+    sixteen = ",".join(["2"] * 16)
+    assert refused(*run_cli("placements", "--system", "h100-superpod", "--level", "su=256", "--axes", sixteen),
+                   "more than 100,000 placements")
+    assert refused(*run_cli("placements", "--system", "a100-4x16", "--axes", "4,16", "--matrix", "[[1,4],[4"),
+                   "--matrix is read with --export only")

@@ -40,6 +40,8 @@ def run(args: argparse.Namespace) -> int:
         return ExitCode.OK
     if args.export == "torch-mesh":
         return export_torch_mesh(args, system, axes)
+    if args.matrix:
+        raise P2Error("--matrix is read with --export only: without it, placements lists every matrix")
     found = matrices(system.sizes, axes)
     payload = {
         "system": system.name,

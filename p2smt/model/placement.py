@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import itertools
+from collections.abc import Iterator
 from dataclasses import dataclass
 from functools import cached_property
 from math import prod
@@ -31,8 +32,13 @@ def _prime_exponents(n: int) -> dict[int, int]:
     return out
 
 
+MAX_PLACEMENTS = 100_000
+"""Most parallelism matrices one request may have: counted as they are made (bounded time and memory)."""
+
+
 def _exponent_tables(col_sums: list[int], row_sums: list[int]) -> list[tuple[tuple[int, ...], ...]]:
-    """All non-negative integer matrices with the given column and row sums (contingency tables)."""
+    """All non-negative integer matrices with the given column and row sums (contingency tables), at most
+    ``MAX_PLACEMENTS`` of them (every branch of the search ends in a table, so the work follows the count)."""
     rows, cols = len(row_sums), len(col_sums)
     tables: list[tuple[tuple[int, ...], ...]] = []
     grid = [[0] * cols for _ in range(rows)]
@@ -40,6 +46,8 @@ def _exponent_tables(col_sums: list[int], row_sums: list[int]) -> list[tuple[tup
     def fill_column(j: int, remaining: list[int]) -> None:
         if j == cols:
             if all(r == 0 for r in remaining):
+                if len(tables) == MAX_PLACEMENTS:
+                    raise P2Error(f"more than {MAX_PLACEMENTS:,} placements; give one with --matrix, or fewer axes")
                 tables.append(tuple(tuple(r) for r in grid))
             return
         for split in _compositions(col_sums[j], remaining):
@@ -51,15 +59,16 @@ def _exponent_tables(col_sums: list[int], row_sums: list[int]) -> list[tuple[tup
     return tables
 
 
-def _compositions(total: int, caps: list[int]) -> list[tuple[int, ...]]:
+def _compositions(total: int, caps: list[int]) -> Iterator[tuple[int, ...]]:
     """Ways to write ``total`` as an ordered sum of len(caps) parts with part i <= caps[i]."""
+    if sum(caps) < total:
+        return
     if not caps:
-        return [()] if total == 0 else []
-    out = []
+        yield ()
+        return
     for first in range(min(total, caps[0]) + 1):
         for rest in _compositions(total - first, caps[1:]):
-            out.append((first, *rest))
-    return out
+            yield (first, *rest)
 
 
 def matrices(sizes: tuple[int, ...] | list[int], axes: tuple[int, ...] | list[int]) -> list[Matrix]:
@@ -86,6 +95,8 @@ def matrices(sizes: tuple[int, ...] | list[int], axes: tuple[int, ...] | list[in
     per_prime = [
         _exponent_tables([e.get(q, 0) for e in level_exp], [e.get(q, 0) for e in axis_exp]) for q in primes
     ]
+    if prod(len(t) for t in per_prime) > MAX_PLACEMENTS:
+        raise P2Error(f"more than {MAX_PLACEMENTS:,} placements; give one with --matrix, or fewer axes")
     out = set()
     for choice in itertools.product(*per_prime):
         out.add(
