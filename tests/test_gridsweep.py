@@ -350,6 +350,9 @@ def test_sweep_rejects_bad_options(tmp_path, monkeypatch):
         sweep(grid, tmp_path / "o.jsonl", workers=0, progress=False)
     with pytest.raises(P2Error, match="--timeout"):
         sweep(grid, tmp_path / "o.jsonl", timeout_s=-1, progress=False)
+    pytest.importorskip("distributed")
     with pytest.raises(P2Error, match="cannot connect to the dask scheduler"):
-        pytest.importorskip("distributed")
         sweep(grid, tmp_path / "o.jsonl", scheduler="tcp://127.0.0.1:1", progress=False)
+    with pytest.raises(P2Error, match="expected an address such as tcp://host:8786"):
+        sweep(grid, tmp_path / "o.jsonl", scheduler="not a url", progress=False)
+    assert not (tmp_path / "o.jsonl").exists()  # the scheduler is reached before the results file is opened

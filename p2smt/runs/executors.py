@@ -10,11 +10,13 @@ from __future__ import annotations
 import atexit
 import concurrent.futures as cf
 import os
+import re
 import socket
 import threading
 import time
 import weakref
 from collections.abc import Callable, Iterable, Iterator
+from contextlib import contextmanager
 from typing import Any
 
 from p2smt.errors import P2Error
@@ -115,16 +117,34 @@ def run_local(tasks: list[Task], workers: int | None) -> Iterator[Outcome]:
         pool.shutdown(wait=True)
 
 
-def run_dask(tasks: list[Task], scheduler: str, workers: int | None) -> Iterator[Outcome]:
-    """Run tasks on the dask.distributed cluster at ``scheduler``; ``workers`` caps the tasks in flight."""
+_ADDRESS = re.compile(r"^(?:[a-z][a-z0-9+.-]*://)?[^\s/:]+(?::\d+)?$|^(?:[a-z][a-z0-9+.-]*://)?\[[0-9a-fA-F:.]+\](?::\d+)?$")
+
+
+@contextmanager
+def dask_client(scheduler: str) -> Iterator[Any]:
+    """A dask.distributed client of the scheduler at ``scheduler`` ("tcp://host:port"), closed on exit; a
+    malformed or unreachable address is a one-line error before anything else runs."""
     try:
-        from distributed import Client, as_completed
+        from distributed import Client
     except ImportError:
         raise P2Error("sweeps on a cluster need dask.distributed: pip install 'p2smt[dask]'") from None
+    if not _ADDRESS.match(scheduler):
+        raise P2Error(f"--scheduler {scheduler!r}: expected an address such as tcp://host:8786")
     try:
         client = Client(scheduler, timeout=CONNECT_TIMEOUT_S, set_as_default=False)
     except (OSError, TimeoutError, ValueError) as err:
         raise P2Error(f"cannot connect to the dask scheduler at {scheduler}: {err}") from None
+    try:
+        yield client
+    finally:
+        client.close()
+
+
+def run_dask(tasks: list[Task], client: Any, workers: int | None, scheduler: str) -> Iterator[Outcome]:
+    """Run tasks on the dask.distributed cluster of ``client`` (``dask_client`` of ``scheduler``); ``workers``
+    caps the tasks in flight."""
+    from distributed import as_completed
+
     cache = {"at": 0.0, "n": 1}
 
     def window() -> int:
@@ -148,5 +168,3 @@ def run_dask(tasks: list[Task], scheduler: str, workers: int | None) -> Iterator
     except OSError as err:
         raise P2Error(f"lost the dask scheduler at {scheduler} ({err}); run the sweep again to resume"
                       ) from None
-    finally:
-        client.close()

@@ -9,6 +9,7 @@ whose key is missing. Tasks run on local threads or a dask.distributed cluster (
 from __future__ import annotations
 
 import collections
+import contextlib
 import math
 import time
 from dataclasses import dataclass, replace
@@ -123,7 +124,9 @@ def _sweep(grid: Grid, out: Path, scheduler: str | None, workers: int | None, pr
     tasks = [replace(t, proof_store=proof_store) for t in expand(grid)]
     counts: collections.Counter[str] = collections.Counter()
     certified = 0
-    with ResultStore(out) as sink:
+    with contextlib.ExitStack() as stack:
+        client = stack.enter_context(executors.dask_client(scheduler)) if scheduler else None
+        sink = stack.enter_context(ResultStore(out))
         pending = [t for t in tasks if task_key(t) not in sink.keys]
         to_run = [t for t in pending if not t.skip]
         bar = _progress_bar(progress)
@@ -135,7 +138,7 @@ def _sweep(grid: Grid, out: Path, scheduler: str | None, workers: int | None, pr
                     counts["skipped"] += 1
                     bar.advance(job)
             if to_run:
-                runs = (executors.run_dask(to_run, scheduler, workers) if scheduler
+                runs = (executors.run_dask(to_run, client, workers, scheduler) if client is not None
                         else executors.run_local(to_run, workers))
                 for task, line, failure in runs:
                     if line is None:
