@@ -381,3 +381,15 @@ def test_placements_bound_their_count_and_refuse_an_unused_matrix(run_cli):
                    "more than 100,000 placements")
     assert refused(*run_cli("placements", "--system", "a100-4x16", "--axes", "4,16", "--matrix", "[[1,4],[4"),
                    "--matrix is read with --export only")
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["verify", *A100, "--program", RS_AG, "--values", "--encoding", "bitvec"], "--values proves with its own"),
+    (["best", *A100, "--method", "search", "--encoding", "bitvec"], "--method search runs no solver"),
+    (["best", *A100, "--method", "search", "--bound", "sum"], "--method search runs no solver"),
+    (["placements", "--system", "a100-4x16", "--nodes", "2", "--level", "node=8", "--axes", "16"], "give one of them"),
+    (["placements", "--system", "a100-4x16", "--level", "node=2", "--level", "node=4", "--axes", "16"], "given twice"),
+    (["check", *A100, "--program", RS_AG, "--device-order", "[0]"], "no meaning without it"),
+], ids=lambda a: " ".join(a[:1]) if isinstance(a, list) else a[:20])
+def test_flags_that_would_be_ignored_are_refused(run_cli, argv, message):
+    assert refused(*run_cli(*argv), message)

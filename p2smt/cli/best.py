@@ -18,6 +18,7 @@ from p2smt.cli.options import (
     seconds,
 )
 from p2smt.cli.output import ExitCode, emit
+from p2smt.errors import P2Error
 
 
 def register(sub) -> None:
@@ -31,7 +32,7 @@ def register(sub) -> None:
                    help="seconds per solver call; a placement that runs out is 'unknown'")
     p.add_argument("--encoding", help="counterexample-guided encoding (default bool-matrix)")
     p.add_argument("--encoding-options", help="JSON object of encoding options")
-    p.add_argument("--bound", default="clauses", choices=["clauses", "sum"],
+    p.add_argument("--bound", choices=["clauses", "sum"],
                    help="how cost <= U reaches the solver: prefix clauses (default) or also a bit-vector sum")
     add_allow_noop(p)
     p.add_argument("--method", default="z3", choices=["z3", "search"],
@@ -49,6 +50,11 @@ def run(args: argparse.Namespace) -> int:
     from p2smt.cost.best import best
     from p2smt.synth.driver import placements_for
 
+    if args.method == "search":
+        given = [flag for flag, v in (("--encoding", args.encoding), ("--encoding-options", args.encoding_options),
+                                      ("--bound", args.bound)) if v]
+        if given:
+            raise P2Error(f"{', '.join(given)}: Z3's options; --method search runs no solver")
     req = request_of(args)
     config = engine_config(args)
     system = req.load_system()
@@ -59,7 +65,7 @@ def run(args: argparse.Namespace) -> int:
                     algo=args.algo, bytes_per_device=args.bytes, timeout_ms=config.timeout_ms,
                     encoding=config.encoding or "bool-matrix", encoding_options=config.encoding_options,
                     hierarchy_kind=req.hierarchy, master_scope=req.master_scope,
-                    require_progress=req.require_progress, bound=args.bound, lookahead=not args.no_lookahead,
+                    require_progress=req.require_progress, bound=args.bound or "clauses", lookahead=not args.no_lookahead,
                     method=args.method, report=report)
 
     bounded = run_bounded(args, "best: placements proved", work, total=len(placements))

@@ -54,6 +54,8 @@ def plan_from_args(args: argparse.Namespace, h, num_devices: int):
     if sum(bool(v) for v in (args.program, args.plan, hlo)) != 1:
         raise P2Error("give exactly one of --program TEXT|@FILE or --plan FILE.json"
                       + (" or --hlo FILE" if hasattr(args, "hlo") else ""))
+    if getattr(args, "device_order", None) and not hlo:
+        raise P2Error("--device-order maps the XLA ids of --hlo; it has no meaning without it")
     if hlo:
         return _bounded(hlo_plan(args, num_devices), args.hlo), None
     if args.program:

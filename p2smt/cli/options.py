@@ -43,9 +43,12 @@ def name_ints(items: list[str], flag: str = "--level", value: str = "SIZE") -> d
     for item in items:
         name, _, size = item.partition("=")
         try:
-            out[name.strip()] = int(size)
+            number = int(size)
         except ValueError:
             raise P2Error(f"{flag} expects NAME={value}, got {item!r}") from None
+        if name.strip() in out:
+            raise P2Error(f"{flag} {name.strip()} is given twice")
+        out[name.strip()] = number
     return out
 
 

@@ -18,7 +18,7 @@ from p2smt.cli.check import add_verbose, render_violation
 from p2smt.cli.inputs import plan_request
 from p2smt.cli.options import add_allow_noop, add_json, add_plan_input, add_request, seconds, timeout_ms
 from p2smt.cli.output import ExitCode, emit
-from p2smt.errors import InternalError
+from p2smt.errors import InternalError, P2Error
 
 
 def register(sub) -> None:
@@ -26,7 +26,8 @@ def register(sub) -> None:
     add_request(p, matrix_required=True)
     add_plan_input(p, hlo=True)
     p.add_argument("--values", action="store_true", help="prove over all integer data values (CEGIS encoding)")
-    p.add_argument("--encoding", default="bool-matrix", help="encoding that proves the Boolean semantics")
+    p.add_argument("--encoding", help="encoding that proves the Boolean semantics (default bool-matrix; not with "
+                                      "--values, which has its own)")
     p.add_argument("--timeout", type=seconds, help="seconds for the whole proof (wall clock)")
     add_allow_noop(p)
     add_verbose(p)
@@ -67,6 +68,8 @@ def run(args: argparse.Namespace) -> int:
     """Prove a plan with Z3 (Boolean state, or ∀ data values with --values) or give a counterexample."""
     from p2smt.semantics.verdict import judge
 
+    if args.values and args.encoding:
+        raise P2Error("--encoding selects the Boolean proof; --values proves with its own encoding")
     pr = plan_request(args)
     n = pr.placement.num_devices
     progress = not args.allow_noop
@@ -84,7 +87,7 @@ def run(args: argparse.Namespace) -> int:
         prefix = pr.steps if failing is None else pr.steps[:failing]
 
         def work(report):
-            return prove_plan(n, prefix, pr.goal_groups, encoding=args.encoding, report=report, **common)
+            return prove_plan(n, prefix, pr.goal_groups, encoding=args.encoding or "bool-matrix", report=report, **common)
     bounded = run_bounded(args, "verify: steps proved", work, total=len(pr.steps))
     if bounded.expired:
         return expired(args, bounded, pr)

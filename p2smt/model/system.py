@@ -178,5 +178,8 @@ def load_system(
     data = read_yaml(path, "system file")
     system = parse_system(data, str(path))
     if nodes is not None:
+        if levels and system.nodes_level in levels:
+            raise P2Error(f"--nodes and --level {system.nodes_level}=… both resize level {system.nodes_level!r}; "
+                          "give one of them")
         system = system.with_nodes(nodes)
     return system.with_levels(levels) if levels else system
