@@ -187,3 +187,17 @@ def test_plan_reports_the_link_classes_of_each_program_against_the_allreduce():
             assert (c["moved"] is None) == (set(c["links"]) == {c["allreduce_links"]})
     tensor = [c for r in report["placements"] for c in r["communications"] if c["allreduce_links"] == "nvlink"]
     assert tensor and all("net" not in c["links"] for c in tensor)
+
+
+@pytest.mark.parametrize("engine", ["auto", "certified"])
+def test_a_reduction_over_axes_of_size_1_costs_nothing(engine):
+    from p2smt.synth.config import Engine, EngineConfig
+
+    report = plan(load_profile("gpt3-13b-tp-dp"), load_system("dgx-h100", nodes=1), config=EngineConfig(engine=Engine(engine)))
+    (row,) = report["placements"]
+    dp = next(c for c in row["communications"] if c["name"] == "dp_gradients")
+    tp = next(c for c in row["communications"] if c["name"] == "tp_activations")
+    assert dp["seconds_total"] == 0.0 and dp["program"] is None and "nothing to communicate" in dp["rests_on"]
+    assert row["total_seconds"] == tp["seconds_total"] > 0
+    if engine == "certified":  # the one unit that communicates is certified; the empty one proves nothing
+        assert report["certified"] and "(1 (placement, reduction) unit)" in report["certification"]

@@ -14,6 +14,7 @@ from __future__ import annotations
 import statistics
 from collections.abc import Callable
 from dataclasses import dataclass
+from math import prod
 from pathlib import Path
 from typing import Any
 
@@ -169,6 +170,12 @@ def _choice(system: System, comm: Communication, h: SynthesisHierarchy, program:
                       rests_on, certified)
 
 
+def _nothing_to_reduce(comm: Communication) -> CommChoice:
+    """A reduction over axes of size 1: every reduction group is one device, so no step and no time."""
+    return CommChoice(comm.name, "reduce", comm.count, 0.0, 0.0, None,
+                      rests_on="nothing to communicate: the reduced axes have size 1 (one device per group)")
+
+
 def _no_program(comm: Communication, matrix: Matrix, max_len: int) -> P2Error:
     return P2Error(f"no program reduces {comm.name!r} on matrix {[list(r) for r in matrix]} within length {max_len}")
 
@@ -192,6 +199,12 @@ def plan(profile: Profile, system: System, *, algo: str = "ring", config: Engine
     per_comm: list[list[CommChoice]] = []
     for comm in profile.communication:
         idx = tuple(sorted(profile.axis_index(a) for a in comm.axes))
+        if comm.kind == "reduce" and prod(axes[i] for i in idx) == 1:
+            per_comm.append([_nothing_to_reduce(comm) for _ in mats])
+            if report is not None:
+                for m, choice in zip(mats, per_comm[-1]):
+                    report(PlanUnit(m, choice))
+            continue
         if comm.kind == "reduce":
             per_comm.append(_reduction_choices(system, axes, comm, idx, algo, config, report))
             continue
@@ -249,6 +262,7 @@ def certification(config: EngineConfig, reductions: list[CommChoice]) -> dict[st
     each choice was made from, in words; nothing under another engine."""
     if config.engine is not Engine.CERTIFIED:
         return {}
+    reductions = [c for c in reductions if c.program is not None]  # a unit with nothing to reduce proves nothing
     missing = [c for c in reductions if not c.certified]
     if not missing:
         n = len(reductions)
