@@ -43,8 +43,8 @@ class Channel:
     def edges(self) -> tuple[np.ndarray, np.ndarray, tuple[tuple[EdgeKey, int], ...]]:
         """``load`` as arrays for the fluid model, made once per channel: the resource keys with every
         named resource as -1 (its key and position listed last), and the bytes per message byte."""
-        keys = np.array([k if isinstance(k, int) else -1 for k, _ in self.load], dtype=np.intp)
-        named = tuple((k, i) for i, (k, _) in enumerate(self.load) if not isinstance(k, int))
+        keys = np.array([-1 if isinstance(k, tuple) else k for k, _ in self.load], dtype=np.intp)
+        named = tuple((k, i) for i, (k, _) in enumerate(self.load) if isinstance(k, tuple))
         return keys, np.array([v for _, v in self.load], dtype=float), named
 
 

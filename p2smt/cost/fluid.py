@@ -102,9 +102,8 @@ def _flow_times(topo: Topology, channels: Sequence[tuple[Channel, ...]], sizes: 
     edges = len(topo.capacities)
     named: dict[EdgeKey, int] = {}
     if any(n for _, _, n in parts):
-        keys = keys.copy()
         start = 0
-        for (k, _, n), length in zip(parts, lengths.tolist()):
+        for (_, _, n), length in zip(parts, lengths.tolist()):
             for key, i in n:
                 keys[start + i] = edges + named.setdefault(key, len(named))
             start += length
