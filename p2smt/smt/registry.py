@@ -32,7 +32,7 @@ def encoding_dirs(extra_dirs: Iterable[str | Path] = ()) -> list[Path]:
     for raw in (*extra_dirs, *[p for p in os.environ.get(ENV_VAR, "").split(os.pathsep) if p]):
         path = Path(raw)
         if not path.is_dir():
-            raise P2Error(f"encodings folder {str(path)!r} does not exist")
+            raise P2Error(f"encodings folder {str(path)!r} {'is not a folder' if path.exists() else 'does not exist'}")
         if path.resolve() not in [p.resolve() for p in out]:
             out.append(path)
     return out
