@@ -135,7 +135,7 @@ def add_search(p: argparse.ArgumentParser, grid: bool = False, engine: str = "ce
                    help=f"default {grids + ' (certified unless it names another)' if grid else engine}. "
                         "certified: a proposer's programs proved valid and complete by Z3 | "
                         "auto: the fastest exact explicit engine (pieces, re-checked) | "
-                        "enumerative | pieces (compressed state, any size) | z3 | z3-cegis | symmetric")
+                        "enumerative | pieces (compressed state, up to 4,096 devices) | z3 | z3-cegis | symmetric")
     p.add_argument("--max-len", type=int, default=None if grid else 5,
                    help=f"longest program (default {grids if grid else 5})")
     p.add_argument("--proof-budget", type=int, default=None if grid else DEFAULT_PROOF_BUDGET, metavar="M",
