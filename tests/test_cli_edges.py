@@ -346,14 +346,17 @@ def test_flags_and_picture_names_are_checked_before_any_work(run_cli, tmp_path, 
     assert sorted(tmp_path.iterdir()) == before
 
 
-def test_written_files_get_a_new_files_mode(run_cli, tmp_path):
+def test_written_files_get_a_new_files_mode_or_keep_their_own(run_cli, tmp_path):
     out = tmp_path / "v100.png"
-    old = os.umask(0o022)
+    old = os.umask(0o027)
     try:
-        rc, _, _ = run_cli("draw", "--system", "v100-2x8", "--out", out)
+        assert run_cli("draw", "--system", "v100-2x8", "--out", out)[0] == 0
+        assert stat.S_IMODE(out.stat().st_mode) == 0o640
+        out.chmod(0o600)
+        assert run_cli("draw", "--system", "v100-2x8", "--out", out)[0] == 0
+        assert stat.S_IMODE(out.stat().st_mode) == 0o600
     finally:
         os.umask(old)
-    assert rc == 0 and stat.S_IMODE(out.stat().st_mode) == 0o644
 
 
 @pytest.mark.parametrize("flag, value, message", [
@@ -368,11 +371,16 @@ def test_messages_name_the_flag_at_fault(run_cli, tmp_path, flag, value, message
     assert refused(*run_cli("synth", *A100, flag, target), message)
 
 
-def test_a_yaml_file_that_repeats_a_key_is_refused(run_cli, tmp_path):
+def test_a_yaml_file_that_repeats_a_key_is_refused_and_merge_keys_still_merge(run_cli, tmp_path):
+    from p2smt.model.yamlfile import read_yaml
+
     text = (Path(__file__).parents[1] / "topologies" / "a100-4x16.yaml").read_text()
     system = tmp_path / "twice.yaml"
     system.write_text("name: other\n" + text)
     assert refused(*run_cli("placements", "--system", system, "--axes", "4,16"), "appears twice")
+    merged = tmp_path / "merged.yaml"
+    merged.write_text("base: &b {x: 1, y: 2}\none: {<<: *b, x: 3}\n")
+    assert read_yaml(merged, "test file")["one"] == {"x": 3, "y": 2}
 
 
 def test_placements_bound_their_count_and_refuse_an_unused_matrix(run_cli):
@@ -387,6 +395,9 @@ def test_placements_bound_their_count_and_refuse_an_unused_matrix(run_cli):
     (["verify", *A100, "--program", RS_AG, "--values", "--encoding", "bitvec"], "--values proves with its own"),
     (["best", *A100, "--method", "search", "--encoding", "bitvec"], "--method search runs no solver"),
     (["best", *A100, "--method", "search", "--bound", "sum"], "--method search runs no solver"),
+    (["best", *A100, "--method", "search", "--timeout", "5"], "--method search runs no solver"),
+    (["best", *A100, "--method", "search", "--no-lookahead"], "--method search runs no solver"),
+    (["sweep", "--paper", "--workers", "2"], "--paper runs in this process"),
     (["placements", "--system", "a100-4x16", "--nodes", "2", "--level", "node=8", "--axes", "16"], "give one of them"),
     (["placements", "--system", "a100-4x16", "--level", "node=2", "--level", "node=4", "--axes", "16"], "given twice"),
     (["check", *A100, "--program", RS_AG, "--device-order", "[0]"], "no meaning without it"),

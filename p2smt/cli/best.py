@@ -52,9 +52,10 @@ def run(args: argparse.Namespace) -> int:
 
     if args.method == "search":
         given = [flag for flag, v in (("--encoding", args.encoding), ("--encoding-options", args.encoding_options),
-                                      ("--bound", args.bound)) if v]
+                                      ("--bound", args.bound), ("--timeout", args.timeout),
+                                      ("--no-lookahead", args.no_lookahead)) if v]
         if given:
-            raise P2Error(f"{', '.join(given)}: Z3's options; --method search runs no solver")
+            raise P2Error(f"{', '.join(given)}: options of the Z3 method; --method search runs no solver")
     req = request_of(args)
     config = engine_config(args)
     system = req.load_system()

@@ -41,7 +41,7 @@ def run(args: argparse.Namespace) -> int:
 
     max_k = name_ints(args.max_k, "--max-k", "K")
     if any(k < 1 for k in max_k.values()):
-        raise P2Error(f"--max-k expects NAME=K with K at least 1, got {args.max_k}")
+        raise P2Error(f"--max-k expects NAME=K with K at least 1, got {', '.join(args.max_k)}")
     if args.png:
         png_file(args.png, "--png")
     writable_file(args.out, "--out")

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import stat
 import tempfile
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -86,7 +87,7 @@ def output_file(path: str | Path, flag: str) -> Iterator[Path]:
     tmp = _scratch(out, flag)
     try:
         yield Path(tmp)
-        os.chmod(tmp, 0o666 & ~_umask())  # mkstemp makes it private; the result gets a new file's mode
+        os.chmod(tmp, _mode_for(out))  # mkstemp makes it private
         os.replace(tmp, out)
     except OSError as err:
         raise P2Error(f"{flag} {str(out)!r}: cannot write: {err.strerror}") from None
@@ -95,10 +96,15 @@ def output_file(path: str | Path, flag: str) -> Iterator[Path]:
             os.unlink(tmp)
 
 
-def _umask() -> int:
-    mask = os.umask(0o022)
-    os.umask(mask)
-    return mask
+def _mode_for(out: Path) -> int:
+    """The mode a written file gets: an existing file's own, else a new file's under the umask (read by
+    setting it and setting it back: the CLI writes its outputs from one thread)."""
+    try:
+        return stat.S_IMODE(os.stat(out).st_mode)
+    except OSError:
+        mask = os.umask(0o022)
+        os.umask(mask)
+        return 0o666 & ~mask
 
 
 def write_text(path: str | Path, text: str, flag: str) -> Path:

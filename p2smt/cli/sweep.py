@@ -29,6 +29,10 @@ def run(args: argparse.Namespace) -> int:
     if bool(args.paper) == bool(args.grid):
         raise P2Error("give exactly one of --paper or --grid FILE")
     if args.paper:
+        given = [flag for flag, v in (("--scheduler", args.scheduler), ("--workers", args.workers),
+                                      ("--timeout", args.timeout)) if v]
+        if given:
+            raise P2Error(f"{', '.join(given)}: options of --grid sweeps; --paper runs in this process")
         from p2smt.cli.bounded import progress_display
         from p2smt.runs.paper import paper_sweep, render_sweep
 

@@ -47,7 +47,7 @@ def _exponent_tables(col_sums: list[int], row_sums: list[int]) -> list[tuple[tup
         if j == cols:
             if all(r == 0 for r in remaining):
                 if len(tables) == MAX_PLACEMENTS:
-                    raise P2Error(f"more than {MAX_PLACEMENTS:,} placements; give one with --matrix, or fewer axes")
+                    raise P2Error(f"more than {MAX_PLACEMENTS:,} placements of these axes; split the devices into fewer axes")
                 tables.append(tuple(tuple(r) for r in grid))
             return
         for split in _compositions(col_sums[j], remaining):
@@ -96,7 +96,7 @@ def matrices(sizes: tuple[int, ...] | list[int], axes: tuple[int, ...] | list[in
         _exponent_tables([e.get(q, 0) for e in level_exp], [e.get(q, 0) for e in axis_exp]) for q in primes
     ]
     if prod(len(t) for t in per_prime) > MAX_PLACEMENTS:
-        raise P2Error(f"more than {MAX_PLACEMENTS:,} placements; give one with --matrix, or fewer axes")
+        raise P2Error(f"more than {MAX_PLACEMENTS:,} placements of these axes; split the devices into fewer axes")
     out = set()
     for choice in itertools.product(*per_prime):
         out.add(

@@ -77,7 +77,7 @@ class EngineConfig:
         if self.proposer is not None:
             names = [p.value for p in PROPOSERS]
             if str(getattr(self.proposer, "value", self.proposer)) not in names:
-                raise P2Error(f"--proposer: one of {', '.join(names)} (got {self.proposer!r})")
+                raise P2Error(f"--proposer: one of {', '.join(names)} (got {getattr(self.proposer, 'value', self.proposer)!r})")
             object.__setattr__(self, "proposer", Engine(getattr(self.proposer, "value", self.proposer)))
         _count(self.jobs, "--jobs", "every core")
         _count(self.proof_budget, "--proof-budget", "no limit")

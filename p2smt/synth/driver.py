@@ -7,7 +7,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from p2smt.errors import InternalError
+from p2smt.errors import InternalError, P2Error
 from p2smt.model.dsl import Instruction, Program, candidate_instructions, problem
 from p2smt.model.hierarchy import SynthesisHierarchy, synthesis_hierarchy
 from p2smt.model.placement import Matrix, Placement, matrices
@@ -44,8 +44,12 @@ def _enumerative(prob: SynthesisProblem, max_len: int, opts: EngineOptions, h=No
 
 def _pieces(prob: SynthesisProblem, max_len: int, opts: EngineOptions, h=None, *,
             on_first_step: FirstStepReport | None = None) -> EngineOutcome:
-    from p2smt.synth.pieces import enumerate_programs
+    from p2smt.synth.pieces import SEARCH_LIMIT, enumerate_programs
 
+    if prob.num_devices > SEARCH_LIMIT:
+        raise P2Error(f"{prob.num_devices:,} devices: more than the exact search (pieces, auto, the certified "
+                      f"engine's proposer) takes on ({SEARCH_LIMIT:,}); use --engine symmetric (a search on the "
+                      "generic instance, every program checked at the real size)")
     return EngineOutcome("complete", tuple(enumerate_programs(prob, max_len, on_first_step)))
 
 

@@ -339,7 +339,7 @@ def synthesize(
                 raise P2Error(
                     f"the symmetric engine's generic instance is known to miss valid programs of "
                     f"{KNOWN_COMPLETE_BELOW} or more steps on four or more levels (docs/symmetry.md); use "
-                    f"--max-len {KNOWN_COMPLETE_BELOW - 1} or less, or --engine pieces")
+                    f"--max-len {KNOWN_COMPLETE_BELOW - 1} or less, or --engine pieces (up to 4,096 devices)")
             programs, stats = _checked_generic(prob, h, max_len, size, cross_check, on_first_step,
                                                proof.pairs if proved else None)
             return programs, stats | (proof.stats() if proof is not None else {"completeness": "conjectured"})
