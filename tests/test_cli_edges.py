@@ -383,10 +383,15 @@ def test_a_yaml_file_that_repeats_a_key_is_refused_and_merge_keys_still_merge(ru
     assert read_yaml(merged, "test file")["one"] == {"x": 3, "y": 2}
 
 
-def test_placements_bound_their_count_and_refuse_an_unused_matrix(run_cli):
-    sixteen = ",".join(["2"] * 16)
-    assert refused(*run_cli("placements", "--system", "h100-superpod", "--level", "su=256", "--axes", sixteen),
-                   "more than 100,000 placements")
+def test_placements_bound_their_count_and_refuse_an_unused_matrix(run_cli, monkeypatch):
+    from p2smt.model import placement
+
+    axes = ["--system", "h100-superpod", "--axes", "2,2,2,2,2,32"]
+    assert len(placement.matrices((4, 32, 4, 2), (2, 2, 2, 2, 2, 32))) == 456
+    monkeypatch.setattr(placement, "MAX_PLACEMENTS", 455)  # the count at which the search stops, made small
+    assert refused(*run_cli("placements", *axes), "more than 455 placements")
+    monkeypatch.setattr(placement, "MAX_PLACEMENTS", 456)
+    assert run_cli("placements", *axes, "--json")[0] == 0
     assert refused(*run_cli("placements", "--system", "a100-4x16", "--axes", "4,16", "--matrix", "[[1,4],[4"),
                    "--matrix is read with --export only")
 

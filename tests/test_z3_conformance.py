@@ -55,7 +55,7 @@ def _hierarchy(sizes):
     return synthesis_hierarchy(placement, (0,), names)
 
 
-@settings(max_examples=8, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=5, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(st.lists(st.integers(2, 6), min_size=1, max_size=3), st.data())
 def test_random_hierarchies_z3_equals_enumerative(sizes, data):
     k = 1
