@@ -14,11 +14,11 @@ from p2smt.cli.options import (
     add_json,
     add_request,
     engine_config,
+    refuse_given,
     request_of,
     seconds,
 )
 from p2smt.cli.output import ExitCode, emit
-from p2smt.errors import P2Error
 
 
 def register(sub) -> None:
@@ -51,11 +51,9 @@ def run(args: argparse.Namespace) -> int:
     from p2smt.synth.driver import placements_for
 
     if args.method == "search":
-        given = [flag for flag, v in (("--encoding", args.encoding), ("--encoding-options", args.encoding_options),
-                                      ("--bound", args.bound), ("--timeout", args.timeout),
-                                      ("--no-lookahead", args.no_lookahead)) if v]
-        if given:
-            raise P2Error(f"{', '.join(given)}: options of the Z3 method; --method search runs no solver")
+        refuse_given((("--encoding", args.encoding), ("--encoding-options", args.encoding_options),
+                      ("--bound", args.bound), ("--timeout", args.timeout), ("--no-lookahead", args.no_lookahead)),
+                     "options of the Z3 method; --method search runs no solver")
     req = request_of(args)
     config = engine_config(args)
     system = req.load_system()

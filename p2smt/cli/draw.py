@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 
 from p2smt.cli.options import add_system, system_of
-from p2smt.cli.output import ExitCode, output_file, png_file
+from p2smt.cli.output import ExitCode, output_file, png_path
 
 MAX_DRAWN_DEVICES = 4096
 """Above this a picture is unreadable and slow to lay out: refused."""
@@ -23,7 +23,7 @@ def run(args: argparse.Namespace) -> int:
 
     system = system_of(args, MAX_DRAWN_DEVICES)
     path = args.out or f"{system.name}.png"
-    with output_file(png_file(path, "--out"), "--out") as tmp:
+    with output_file(png_path(path, "--out"), "--out") as tmp:
         draw_topology(system, tmp)
     print(f"wrote {path}")
     return ExitCode.OK

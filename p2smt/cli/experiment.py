@@ -8,7 +8,7 @@ from typing import Any
 from rich.console import Console
 
 from p2smt.cli.options import add_json, count, name_ints, seconds
-from p2smt.cli.output import ExitCode, emit, png_file, writable_file
+from p2smt.cli.output import ExitCode, emit, png_path, writable_file
 from p2smt.errors import P2Error
 
 
@@ -43,7 +43,7 @@ def run(args: argparse.Namespace) -> int:
     if any(k < 1 for k in max_k.values()):
         raise P2Error(f"--max-k expects NAME=K with K at least 1, got {', '.join(args.max_k)}")
     if args.png:
-        png_file(args.png, "--png")
+        writable_file(png_path(args.png, "--png"), "--png")
     writable_file(args.out, "--out")
     extra = [args.encodings_dir] if args.encodings_dir else []
     console = Console(stderr=True, highlight=False)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import json
 import math
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -60,6 +61,13 @@ def seconds(text: str) -> float:
 def byte_count(text: str) -> float:
     """A positive, finite number of bytes (``--bytes``)."""
     return _positive(text, "bytes")
+
+
+def refuse_given(flags: Sequence[tuple[str, object]], why: str) -> None:
+    """Refuses the ``(flag, value)`` pairs given (a truthy value) that the chosen mode would ignore."""
+    given = [flag for flag, value in flags if value]
+    if given:
+        raise P2Error(f"{', '.join(given)}: {why}")
 
 
 def count(text: str) -> int:

@@ -73,11 +73,11 @@ def writable_file(path: str | Path, flag: str) -> Path:
     return Path(path)
 
 
-def png_file(path: str | Path, flag: str) -> Path:
-    """``writable_file`` for a picture, which p2smt writes as PNG only: a name ending in ``.png``."""
+def png_path(path: str | Path, flag: str) -> Path:
+    """A picture's name, refused unless it ends in ``.png`` (p2smt writes pictures as PNG only)."""
     if not str(path).lower().endswith(".png"):
         raise P2Error(f"{flag}: pictures are written as PNG; give a name ending in .png, got {str(path)!r}")
-    return writable_file(path, flag)
+    return Path(path)
 
 
 @contextmanager

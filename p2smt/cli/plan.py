@@ -13,7 +13,16 @@ from rich.table import Table
 
 from p2smt.cli.bounded import add_bounds, run_bounded
 from p2smt.cli.options import add_algo, add_json, add_search, add_system, engine_config, system_of
-from p2smt.cli.output import ExitCode, emit, folder_path, output_file, output_folder, png_file, write_text
+from p2smt.cli.output import (
+    ExitCode,
+    emit,
+    folder_path,
+    output_file,
+    output_folder,
+    png_path,
+    writable_file,
+    write_text,
+)
 
 
 def register(sub) -> None:
@@ -37,7 +46,8 @@ def run(args: argparse.Namespace) -> int:
 
     profile = load_profile(args.profile)
     system = system_of(args)
-    png = output_file(png_file(args.png, "--png"), "--png") if args.png else nullcontext()
+    # checked now: the chart is written after the work
+    png = output_file(writable_file(png_path(args.png, "--png"), "--png"), "--png") if args.png else nullcontext()
     export = folder_path(args.export_dir, "--export-dir") if args.export_dir else None
     config = engine_config(args)
     units = len(matrices(system.sizes, profile.sizes_for(system.num_devices))) * len(profile.communication)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 
-from p2smt.cli.options import add_json, add_search, count, seconds
+from p2smt.cli.options import add_json, add_search, count, refuse_given, seconds
 from p2smt.cli.output import ExitCode, emit, folder_path, writable_file
 from p2smt.errors import P2Error
 
@@ -29,10 +29,8 @@ def run(args: argparse.Namespace) -> int:
     if bool(args.paper) == bool(args.grid):
         raise P2Error("give exactly one of --paper or --grid FILE")
     if args.paper:
-        given = [flag for flag, v in (("--scheduler", args.scheduler), ("--workers", args.workers),
-                                      ("--timeout", args.timeout)) if v]
-        if given:
-            raise P2Error(f"{', '.join(given)}: options of --grid sweeps; --paper runs in this process")
+        refuse_given((("--scheduler", args.scheduler), ("--workers", args.workers), ("--timeout", args.timeout)),
+                     "options of --grid sweeps; --paper runs in this process")
         from p2smt.cli.bounded import progress_display
         from p2smt.runs.paper import paper_sweep, render_sweep
 

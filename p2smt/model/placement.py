@@ -36,6 +36,10 @@ MAX_PLACEMENTS = 100_000
 """Most parallelism matrices one request may have: counted as they are made (bounded time and memory)."""
 
 
+def _too_many() -> P2Error:
+    return P2Error(f"more than {MAX_PLACEMENTS:,} placements of these axes; split the devices into fewer axes")
+
+
 def _exponent_tables(col_sums: list[int], row_sums: list[int]) -> list[tuple[tuple[int, ...], ...]]:
     """All non-negative integer matrices with the given column and row sums (contingency tables), at most
     ``MAX_PLACEMENTS`` of them (every branch of the search ends in a table, so the work follows the count)."""
@@ -47,7 +51,7 @@ def _exponent_tables(col_sums: list[int], row_sums: list[int]) -> list[tuple[tup
         if j == cols:
             if all(r == 0 for r in remaining):
                 if len(tables) == MAX_PLACEMENTS:
-                    raise P2Error(f"more than {MAX_PLACEMENTS:,} placements of these axes; split the devices into fewer axes")
+                    raise _too_many()
                 tables.append(tuple(tuple(r) for r in grid))
             return
         for split in _compositions(col_sums[j], remaining):
@@ -96,7 +100,7 @@ def matrices(sizes: tuple[int, ...] | list[int], axes: tuple[int, ...] | list[in
         _exponent_tables([e.get(q, 0) for e in level_exp], [e.get(q, 0) for e in axis_exp]) for q in primes
     ]
     if prod(len(t) for t in per_prime) > MAX_PLACEMENTS:
-        raise P2Error(f"more than {MAX_PLACEMENTS:,} placements of these axes; split the devices into fewer axes")
+        raise _too_many()
     out = set()
     for choice in itertools.product(*per_prime):
         out.add(

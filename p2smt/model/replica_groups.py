@@ -27,10 +27,9 @@ _IOTA = re.compile(
 )
 _MESH = re.compile(r"^\s*mesh\s*\[(?P<axes>[^\]]*)\]\s*\{(?P<selected>[^}]*)\}\s*$")
 _MESH_AXIS = re.compile(r"^\s*'(?P<name>[^']+)'\s*=\s*(?P<size>\d+)\s*$")
+_LISTS = re.compile(r"^\s*\{\s*(?:\{[\d\s,]*\}\s*(?:,\s*\{[\d\s,]*\}\s*)*)?\}\s*$")
 MAX_IDS = 1 << 20
 """Most device ids an iota or mesh form may span: checked before any array is built (bounded memory)."""
-
-_LISTS = re.compile(r"^\s*\{\s*(?:\{[\d\s,]*\}\s*(?:,\s*\{[\d\s,]*\}\s*)*)?\}\s*$")
 
 
 class GroupMode(str, Enum):

@@ -75,10 +75,10 @@ class EngineConfig:
     def __post_init__(self) -> None:
         object.__setattr__(self, "engine", Engine.parse(self.engine))
         if self.proposer is not None:
-            names = [p.value for p in PROPOSERS]
-            if str(getattr(self.proposer, "value", self.proposer)) not in names:
-                raise P2Error(f"--proposer: one of {', '.join(names)} (got {getattr(self.proposer, 'value', self.proposer)!r})")
-            object.__setattr__(self, "proposer", Engine(getattr(self.proposer, "value", self.proposer)))
+            names, name = [p.value for p in PROPOSERS], str(self.proposer)
+            if name not in names:
+                raise P2Error(f"--proposer: one of {', '.join(names)} (got {name!r})")
+            object.__setattr__(self, "proposer", Engine(name))
         _count(self.jobs, "--jobs", "every core")
         _count(self.proof_budget, "--proof-budget", "no limit")
         if self.inclusion_pairs is not None:
