@@ -426,7 +426,7 @@ SEARCHES = {
 }
 
 
-def explicit_search(config: EngineConfig, k: int) -> Engine | None:
+def explicit_search(config: EngineConfig) -> Engine | None:
     """The explicit search whose finished first steps a run of ``config`` reports (None: a Z3 engine's)."""
     engine = resolved(config).engine
     searcher = proposer_of(config) if engine == Engine.CERTIFIED else engine
@@ -438,7 +438,7 @@ def partial_rests_on(config: EngineConfig, k: int) -> str:
     or Z3 certificate the finished placement would have had but these did not reach (only explicit searches
     report partial programs: ``explicit_search`` is not None)."""
     engine = resolved(config).engine
-    searcher = explicit_search(config, k)
+    searcher = explicit_search(config)
     found = SEARCHES[searcher]
     words = [f"partial (the search stopped before its end): not every program; each found by {found} ({k} devices)"]
     checked = rechecked_by(engine, k, searcher.value)
@@ -498,7 +498,7 @@ def synthesize(request: Request, config: EngineConfig | None = None, *,
             stats["rests_on"] = f"as for matrix {stats['same_problem_as']} (the same problem): {outcome.stats['rests_on']}"
         else:
             report = None
-            if on_partial is not None and config.prune == "none" and explicit_search(config, prob.num_devices):
+            if on_partial is not None and config.prune == "none" and explicit_search(config):
                 report = _first_step_reporter(placement.matrix, h, prob, config, on_partial)
             outcome, indices = _solve(prob, config, h, report)
             engine = resolved(config).engine

@@ -104,8 +104,8 @@ def _sources() -> Iterable[Path]:
 def fingerprint() -> str:
     """SHA-256 of p2smt's version, Z3's version and the bytes of every file the proofs rest on (read again
     when a file changes, as the encoding registry reloads an edited encoding)."""
-    paths = tuple(_sources())
-    return _fingerprint(tuple((str(p), p.stat().st_mtime_ns, p.stat().st_size) for p in paths))
+    stats = [(p, p.stat()) for p in _sources()]
+    return _fingerprint(tuple((str(p), st.st_mtime_ns, st.st_size) for p, st in stats))
 
 
 @functools.lru_cache(maxsize=8)
