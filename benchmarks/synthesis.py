@@ -70,6 +70,11 @@ def parts(res) -> dict[str, float]:
     return out
 
 
+def program_sets(res) -> list[list[str]]:
+    """Each placement's programs as text, to compare two runs' sets."""
+    return [list(map(str, m.programs)) for m in res.matrices]
+
+
 def sweep_with_store(configs, jobs: int, expected: dict[str, list[list[str]]]) -> dict[str, float | int | bool]:
     """The requests run in order with one proof store (empty at the start), so that each distinct problem
     is proved once: the seconds, CPU seconds, how many placements' proofs were made and reused, and whether
@@ -84,7 +89,7 @@ def sweep_with_store(configs, jobs: int, expected: dict[str, list[list[str]]]) -
             certs = [m.stats["certificate"] for m in res.matrices if "certificate" in m.stats]
             reused += sum("reused" in c for c in certs)
             proved += sum("reused" not in c for c in certs)
-            same &= bool(res.certified) and [list(map(str, m.programs)) for m in res.matrices] == expected[cfg.label]
+            same &= bool(res.certified) and program_sets(res) == expected[cfg.label]
     return {"seconds": round(seconds, 4), "cpu_seconds": round(cpu, 4), "proved": proved, "reused": reused,
             "same": same}
 
@@ -108,7 +113,7 @@ def main(argv: list[str] | None = None) -> int:
         p2 = reported[(cfg.system, tuple(cfg.axes), tuple(cfg.reduction_axes))]
         res, total, cpu = run(cfg, "certified", args.jobs)
         split = parts(res)
-        alone[cfg.label] = [list(map(str, m.programs)) for m in res.matrices]
+        alone[cfg.label] = program_sets(res)
         row = {"request": cfg.label, "programs": res.total_programs, "p2_seconds": p2,
                "certified_seconds": round(total, 4), "certified_cpu_seconds": round(cpu, 4),
                "certified": bool(res.certified),
