@@ -148,6 +148,8 @@ def test_plan_deadline_keeps_the_finished_units(run_cli, monkeypatch, engine, ch
     units = 1 + sum(len(m) for m in waiting.values())
     assert payload["message"] == (f"deadline of {deadline} s reached with 1 of {units} (placement, communication) "
                                   "units finished")
+    if engine == "certified":
+        return  # the text is drawn from the same result under either engine: read once, under the shorter deadline
     rc, out, _ = run_cli(*argv)
     text = " ".join(out.split())
     assert rc == 4 and f"not finished: {done['communication']} on" in text and done["program"][:20] in text

@@ -25,6 +25,7 @@ from p2smt.model.placement import Placement
 from p2smt.model.request import Request
 from p2smt.model.system import Level, load_system, parse_system, topologies_dir
 from p2smt.model.topology import build_topology
+from p2smt.synth.config import EngineConfig
 from p2smt.synth.driver import synthesize
 
 AR = Collective.ALL_REDUCE
@@ -238,7 +239,7 @@ def test_bad_network_sections_are_one_line_errors(change, message):
 
 def test_row_abstraction_gives_the_interpreters_volumes():
     for name, nodes, axes in (("h100-superpod", 1, (4, 8)), ("fig2-16gpu", None, (16,))):
-        result = synthesize(Request.for_system(load_system(name, nodes=nodes), axes, (0,)))
+        result = synthesize(Request.for_system(load_system(name, nodes=nodes), axes, (0,)), EngineConfig(engine="pieces"))
         for m in result.matrices:
             progs = tuple(sorted(set(m.programs), key=lambda p: tuple(map(str, p.instructions))))
             exact = _held_fractions.__wrapped__(m.hierarchy, progs)
