@@ -123,3 +123,30 @@ def test_lower_refuses_an_invalid_program_unless_allowed(tmp_path, capsys):
                                 {"collective": "AllGather", "replica_groups": [list(ALL16[::-1])]}]))
     assert main(["lower", "--backend", "torch", *V100, "--plan", str(path)]) == 1
     assert "positions" in capsys.readouterr().err
+
+
+def test_run_refuses_what_lower_refuses_unless_allowed(tmp_path, capsys, monkeypatch):
+    """p2smt's lowering places chunks by P²'s semantics, so a plan the positions check rejects could run
+    with exact sums: ``run`` refuses it as ``lower`` does, and with --allow-invalid says why it exits 1."""
+    import p2smt.lower
+    from p2smt.lower.run import RunReport
+
+    path = tmp_path / "rev.json"
+    path.write_text(json.dumps([{"collective": "ReduceScatter", "replica_groups": [list(ALL16)]},
+                                {"collective": "AllGather", "replica_groups": [list(ALL16[::-1])]}]))
+    argv = ["run", "--backend", "jax", *V100, "--plan", str(path)]
+    assert main(argv) == 1
+    captured = capsys.readouterr()
+    assert captured.out == "" and "position 0 holds block 15" in captured.err and "--allow-invalid" in captured.err
+    ran = []
+
+    def exact(backend, plan, target, **kwargs):
+        ran.append(backend)
+        return RunReport(backend, "plan", 16, 16, 4096, True)
+
+    monkeypatch.setattr(p2smt.lower, "run_program", exact)
+    assert main([*argv, "--allow-invalid", "--json"]) == 1 and ran == ["jax"]
+    payload = json.loads(capsys.readouterr().out)
+    assert payload["ok"] is True and payload["check"]["valid"] is False and "block 15" in payload["check"]["message"]
+    assert main([*argv, "--allow-invalid"]) == 1
+    assert capsys.readouterr().out.startswith("WARNING: run with --allow-invalid")

@@ -23,8 +23,12 @@ def register(sub) -> None:
     p = sub.add_parser("run", help="run a lowered program on local CPU devices and check exact sums")
     _add_lowering(p)
     p.add_argument("--length", type=int, help="elements per device (a multiple of the group size)")
-    p.add_argument("--repeats", type=count, default=1)
+    p.add_argument("--repeats", type=count, default=1,
+                   help="timed runs after the checked one; each time is the best of them (default 1)")
     p.add_argument("--run-timeout", type=seconds, default=600.0, help="seconds before the run is killed")
+    p.add_argument("--allow-invalid", action="store_true",
+                   help="run a program the check rejects (the report says so); p2smt's lowering places chunks "
+                        "by P²'s semantics, so such a run can end with exact sums that the plan itself would not give")
     add_json(p)
     p.set_defaults(func=run_run)
 
@@ -87,10 +91,25 @@ def run_run(args: argparse.Namespace) -> int:
     from p2smt.lower import run_program
 
     require_backend(args.backend)
-    plan, target, labels, _ = lowering_inputs(args)
+    plan, target, labels, verdict = lowering_inputs(args)
+    if not verdict.valid and not args.allow_invalid:
+        print(f"p2smt: {verdict.message()} (run refuses an invalid program, as lower does; --allow-invalid runs "
+              "it anyway)", file=sys.stderr)
+        return ExitCode.FAIL
     report = run_program(
         args.backend, plan, target, step_labels=labels, length=args.length, repeats=args.repeats,
         timeout=args.run_timeout,
     )
-    emit(args, report.to_json(), lambda c: c.print(report.summary()))
-    return report.exit_code
+    payload = report.to_json()
+    warning = None
+    if not verdict.valid:
+        warning = f"WARNING: run with --allow-invalid; p2smt check says {verdict.message()}"
+        payload["check"] = {"valid": False, "message": verdict.message()}
+
+    def render(c) -> None:
+        if warning:
+            c.print(warning)
+        c.print(report.summary())
+
+    emit(args, payload, render)
+    return report.exit_code if verdict.valid else ExitCode.FAIL
