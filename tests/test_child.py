@@ -91,3 +91,20 @@ def test_store_keeps_complete_lines_cuts_a_torn_tail_and_refuses_garbage(tmp_pat
         ResultStore(path)
     with ResultStore(tmp_path / "x.jsonl") as store, pytest.raises(ValueError):
         store.append({"key": "nan", "v": float("nan")})
+
+
+def test_a_results_file_of_another_kind_is_neither_emptied_nor_appended_to(tmp_path):
+    """An experiment's file given to a sweep (or the reverse) is refused, naming the line, and left whole."""
+    path = tmp_path / "r.jsonl"
+    path.write_text('{"key": "a", "variant": "bool-matrix"}\n')
+    with pytest.raises(P2Error, match=r"r.jsonl:1: a line of another kind of results file \(no 'task'\)"):
+        ResultStore(path, marker="task")
+    with ResultStore(path, marker="variant") as store:
+        assert store.keys == {"a"}
+    path.write_text('{"key": "a", "task": {}}\n')
+    with pytest.raises(P2Error, match="no 'variant'"):
+        ResultStore(path, fresh=True, marker="variant")
+    path.write_text("notes\n")
+    with pytest.raises(P2Error, match=r"invalid JSON\); give another file, or delete it"):
+        ResultStore(path, fresh=True, marker="variant")
+    assert path.read_text() == "notes\n"

@@ -294,7 +294,7 @@ def test_results_file_is_locked_and_corrupt_lines_are_refused(tmp_path):
     out = tmp_path / "r.jsonl"
     with ResultStore(out), pytest.raises(P2Error, match="another run"):
         ResultStore(out)
-    out.write_text('{"key": "a"}\nnot json\n{"key": "b"}\n')
+    out.write_text('{"key": "a", "task": {}}\nnot json\n{"key": "b", "task": {}}\n')
     with pytest.raises(P2Error, match=":2: not a result line"):
         sweep(write(tmp_path, TINY), out, workers=1, progress=False)
 

@@ -239,7 +239,7 @@ def run_experiment(
     version = z3.get_version_string()
     checked = _Checked()
     rows = []
-    with ResultStore(out, fresh=not resume) as store:
+    with ResultStore(out, fresh=not resume, marker="variant") as store:
         done = {r["key"]: r for r in store.rows}
         for index, point in enumerate(points):
             for rep in range(repeat):

@@ -126,7 +126,7 @@ def _sweep(grid: Grid, out: Path, scheduler: str | None, workers: int | None, pr
     certified = 0
     with contextlib.ExitStack() as stack:
         client = stack.enter_context(executors.dask_client(scheduler)) if scheduler else None
-        sink = stack.enter_context(ResultStore(out))
+        sink = stack.enter_context(ResultStore(out, marker="task"))
         pending = [t for t in tasks if task_key(t) not in sink.keys]
         to_run = [t for t in pending if not t.skip]
         bar = _progress_bar(progress)

@@ -16,8 +16,10 @@ from typing import Any, Self
 from p2smt.errors import P2Error
 
 
-def _parse_lines(path: Path, data: bytes) -> tuple[list[dict[str, Any]], int]:
-    """Complete result lines and the byte length they span (a truncated last line is left out)."""
+def _parse_lines(path: Path, data: bytes, marker: str | None = None, hint: str = "remove it to resume"
+                 ) -> tuple[list[dict[str, Any]], int]:
+    """Complete result lines and the byte length they span (a truncated last line is left out); with
+    ``marker``, a line without that field belongs to another kind of results file and is refused."""
     end = data.rfind(b"\n") + 1
     rows = []
     for n, raw in enumerate(data[:end].split(b"\n")[:-1], 1):
@@ -26,9 +28,11 @@ def _parse_lines(path: Path, data: bytes) -> tuple[list[dict[str, Any]], int]:
         try:
             row = json.loads(raw)
         except (json.JSONDecodeError, UnicodeDecodeError):
-            raise P2Error(f"{path}:{n}: not a result line (invalid JSON); remove it to resume") from None
+            raise P2Error(f"{path}:{n}: not a result line (invalid JSON); {hint}") from None
         if not isinstance(row, dict) or not isinstance(row.get("key"), str):
             raise P2Error(f"{path}:{n}: not a result line (no 'key')")
+        if marker is not None and marker not in row:
+            raise P2Error(f"{path}:{n}: a line of another kind of results file (no {marker!r}); give another file")
         rows.append(row)
     return rows, end
 
@@ -47,6 +51,8 @@ def read_rows(path: str | Path) -> list[dict[str, Any]]:
 
 class ResultStore:
     """The results file opened for appending; ``fresh`` empties it first, otherwise its lines are kept.
+    ``marker``: a field every line of this kind of file has (``task`` for sweeps, ``variant`` for
+    experiments); a file holding other lines is refused before anything is emptied or appended.
 
     >>> import tempfile
     >>> path = Path(tempfile.mkdtemp()) / "r.jsonl"
@@ -57,7 +63,7 @@ class ResultStore:
     (['a'], 1)
     """
 
-    def __init__(self, path: str | Path, *, fresh: bool = False) -> None:
+    def __init__(self, path: str | Path, *, fresh: bool = False, marker: str | None = None) -> None:
         self.path = Path(path)
         try:
             self.path.parent.mkdir(parents=True, exist_ok=True)
@@ -66,11 +72,14 @@ class ResultStore:
             raise P2Error(f"cannot write {self.path}: {err.strerror}") from None
         try:
             self._lock()
-            if fresh:
-                os.ftruncate(self.fd, 0)
             with open(self.path, "rb") as fh:
                 data = fh.read()
-            self.rows, end = _parse_lines(self.path, data)
+            # read even when fresh: a file that is not this kind of results file is never emptied
+            self.rows, end = _parse_lines(self.path, data, marker,
+                                          "give another file, or delete it" if fresh else "remove it to resume")
+            if fresh:
+                os.ftruncate(self.fd, 0)
+                data, self.rows, end = b"", [], 0
         except BaseException:
             os.close(self.fd)
             raise
