@@ -155,3 +155,22 @@ def test_jax_compiles_here_and_its_hlo_verifies(tmp_path, capsys):
     env = {k: v for k, v in os.environ.items() if k != "XLA_FLAGS"}
     subprocess.run([sys.executable, str(HLO / "generate.py"), str(out)], check=True, env=env, timeout=600)
     check_fixtures(out, tmp_path, capsys)
+
+
+def test_the_printed_jax_mesh_runs_and_orders_the_devices_as_its_json(tmp_path, capsys):
+    """``placements --export jax-mesh`` prints code that runs as printed (unwrapped, however long), and its
+    mesh holds the devices in the order the JSON form gives ``verify --device-order``."""
+    argv = ["placements", *SYSTEM, "--axes", "4,4", "--matrix", "[[2,2],[2,2]]", "--export", "jax-mesh",
+            "--axis-names", "dp,tp"]
+    assert main([*argv, "--json"]) == 0
+    order = json.loads(capsys.readouterr().out)["device_order"]
+    assert main(argv) == 0
+    code = capsys.readouterr().out
+    script = tmp_path / "mesh.py"
+    script.write_text(code + "\nprint([d.id for d in mesh.devices.flat], mesh.axis_names)\n")
+    env = {**os.environ, "XLA_FLAGS": "--xla_force_host_platform_device_count=16", "JAX_PLATFORMS": "cpu"}
+    done = subprocess.run([sys.executable, str(script)], check=False, capture_output=True, text=True, env=env,
+                          timeout=300)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == f"{order} ('dp', 'tp')"
+    assert order != sorted(order)  # the placement interleaves the levels: the order matters
