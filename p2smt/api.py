@@ -18,6 +18,9 @@ from p2smt.model.request import Request
 from p2smt.model.system import System
 from p2smt.model.system import load_system as _load_system
 
+__all__ = ["check", "cost", "groups", "hierarchy_of", "load_system", "lower", "placements", "run", "topologies",
+           "verify"]
+
 
 def load_system(name_or_path: str | Path, nodes: int | None = None,
                 levels: Mapping[str, int] | None = None) -> System:
@@ -82,6 +85,76 @@ def verify(request: Request, program: str, *, values: bool = False, timeout_ms: 
     return prove_plan(placement.num_devices, steps, goal, **common)
 
 
+def topologies() -> list[str]:
+    """The names of the shipped systems (``p2smt topologies``).
+
+    >>> "a100-4x16" in topologies()
+    True
+    """
+    from p2smt.model.system import shipped_systems
+
+    return shipped_systems()
+
+
+def groups(request: Request, instructions: str) -> list[dict[str, Any]]:
+    """The device groups of each DSL instruction, on the synthesis hierarchy and on the system
+    (``p2smt groups``).
+
+    >>> req = Request("fig2-16gpu", axes=(16,), reduce=(0,), matrix=((1, 2, 2, 4),))
+    >>> groups(req, "(cpu, Parallel(rack), AllReduce)")[0]["device_groups"][:2]
+    [[0, 4, 8, 12], [1, 5, 9, 13]]
+    """
+    from p2smt.model.dsl import instruction_groups, lower_program, parse_program
+
+    _, h = hierarchy_of(request)
+    program = parse_program(instructions, h)
+    return [{"instruction": str(ins), "synthesis_groups": [list(g) for g in instruction_groups(h, ins)],
+             "device_groups": [list(g) for g in step.groups]}
+            for ins, step in zip(program.instructions, lower_program(h, program))]
+
+
+def _judged(request: Request, program: str):
+    """(placement, program, plan, verdict) of a DSL program under P²'s interpreter."""
+    from p2smt.model.dsl import lower_program, parse_program
+    from p2smt.semantics.verdict import judge
+
+    placement, h = hierarchy_of(request)
+    prog = parse_program(program, h)
+    plan = lower_program(h, prog)
+    goal = placement.reduction_groups(placement.check_axes(request.reduce))
+    verdict = judge(placement.num_devices, [(s.collective, s.groups) for s in plan], goal, len(goal[0]),
+                    request.require_progress, layout=False)
+    return placement, prog, plan, verdict
+
+
+def check(request: Request, program: str) -> Any:
+    """Run a DSL program through the concrete interpreter (``p2smt check``): a verdict with ``valid``,
+    ``violation`` (the failing step and rule) and ``message()``.
+
+    >>> req = Request("a100-4x16", axes=(4, 16), reduce=(1,), matrix=((1, 4), (4, 4)))
+    >>> check(req, "(root, InsideGroup, AllReduce)").valid
+    True
+    >>> check(req, "(node, InsideGroup, ReduceScatter)").violation.rule
+    <Rule.GOAL: 'goal'>
+    """
+    return _judged(request, program)[3]
+
+
+def cost(system: System | str, collective: str, nbytes: float, algo: str = "ring") -> Any:
+    """The predicted time of one flat collective over all GPUs of ``system`` (``p2smt cost``): a choice
+    with ``seconds`` and NCCL's ``algo`` and ``protocol``. ``collective``: allreduce, reducescatter,
+    allgather, reduce or broadcast; ``nbytes`` as nccl-tests counts them.
+
+    >>> pick = cost("dgx-h100", "allreduce", 1e6)
+    >>> pick.seconds > 0, pick.algo
+    (True, 'ring')
+    """
+    from p2smt.cost.model import flat_collective_choice
+
+    return flat_collective_choice(load_system(system) if not isinstance(system, System) else system, collective,
+                                  nbytes, algo)
+
+
 def lower(request: Request, program: str, backend: str = "jax", axis_names: list[str] | None = None,
           allow_invalid: bool = False) -> str:
     """Source of a module that runs a DSL program with JAX ``shard_map`` or torch.distributed (``p2smt lower``).
@@ -95,20 +168,38 @@ def lower(request: Request, program: str, backend: str = "jax", axis_names: list
     Traceback (most recent call last):
     p2smt.errors.P2Error: ...
     """
-    from p2smt.errors import P2Error
-    from p2smt.lower import lower_module, placement_target
-    from p2smt.model.dsl import lower_program, parse_program
-    from p2smt.semantics.verdict import judge
+    from p2smt.lower import lower_module
 
-    placement, h = hierarchy_of(request)
-    prog = parse_program(program, h)
-    plan = lower_program(h, prog)
-    goal = placement.reduction_groups(placement.check_axes(request.reduce))
-    verdict = judge(placement.num_devices, [(s.collective, s.groups) for s in plan], goal, len(goal[0]),
-                    request.require_progress, layout=False)
+    placement, prog, plan, target = _lowering(request, program, axis_names, allow_invalid, "lower")
+    return lower_module(backend, plan, target, [str(i) for i in prog.instructions])
+
+
+def run(request: Request, program: str, backend: str = "jax", *, length: int | None = None, repeats: int = 1,
+        timeout: float = 600.0, axis_names: list[str] | None = None, allow_invalid: bool = False) -> Any:
+    """Run a DSL program, lowered for ``backend``, on local CPU devices and check the exact sums
+    (``p2smt run``): a report with ``ok``, the mismatches and the wall times. An invalid program is refused
+    as in ``lower``.
+
+    >>> req = Request("v100-2x8", axes=(2, 8), reduce=(0,), matrix=((2, 1), (1, 8)))
+    >>> run(req, "(root, InsideGroup, ReduceScatter); (root, InsideGroup, AllGather)", backend="torch").ok
+    True
+    """
+    from p2smt.lower import run_program
+
+    _, prog, plan, target = _lowering(request, program, axis_names, allow_invalid, "run")
+    return run_program(backend, plan, target, step_labels=[str(i) for i in prog.instructions], length=length,
+                       repeats=repeats, timeout=timeout)
+
+
+def _lowering(request: Request, program: str, axis_names: list[str] | None, allow_invalid: bool, what: str):
+    """(placement, program, plan, target) to lower or run, refusing an invalid program unless allowed."""
+    from p2smt.errors import P2Error
+    from p2smt.lower import placement_target
+
+    placement, prog, plan, verdict = _judged(request, program)
     if not verdict.valid and not allow_invalid:
-        raise P2Error(f"refusing to lower an invalid program: {verdict.message()}")
+        raise P2Error(f"refusing to {what} an invalid program: {verdict.message()}")
     system = request.load_system()
     target = placement_target(placement, placement.check_axes(request.reduce), system.level_names, axis_names,
                               system.name)
-    return lower_module(backend, plan, target, [str(i) for i in prog.instructions])
+    return placement, prog, plan, target

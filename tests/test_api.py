@@ -10,7 +10,7 @@ import pytest
 import p2smt
 
 DOCUMENTED = ["p2smt", "p2smt.api", "p2smt.model.request", "p2smt.synth.config", "p2smt.synth.driver",
-              "p2smt.synth.proofstore", "p2smt.cost.plan", "p2smt.timings"]
+              "p2smt.synth.proofstore", "p2smt.cost.plan", "p2smt.cost.best", "p2smt.timings"]
 
 
 def test_every_export_resolves():
@@ -41,3 +41,13 @@ def test_request_round_trip_and_errors():
         p2smt.EngineConfig(max_len=0)
     c = p2smt.EngineConfig(engine="z3", max_len=3, encoding="bitvec", encoding_options={"choice": "onehot"})
     assert p2smt.EngineConfig.from_json(c.to_json()) == c
+
+
+def test_best_and_plan_take_names_as_the_cli_does():
+    by_name = p2smt.best("v100-2x8", (16,), (0,), max_len=3, method="search")
+    by_object = p2smt.best(p2smt.load_system("v100-2x8"), (16,), (0,), max_len=3, method="search")
+    assert by_name.to_json()["best"] == by_object.to_json()["best"]
+    report = p2smt.plan("resnet50-dp", "v100-2x8")
+    assert report["best"]["matrix"] == [[2, 8]]
+    with pytest.raises(p2smt.P2Error, match="nosuch"):
+        p2smt.best("nosuch", (16,), (0,))

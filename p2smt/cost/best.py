@@ -17,7 +17,7 @@ from p2smt.errors import P2Error
 from p2smt.model.hierarchy import HierarchyKind, MasterScope, SynthesisHierarchy, synthesis_hierarchy
 from p2smt.model.placement import Matrix
 from p2smt.model.status import SolveStatus
-from p2smt.model.system import System
+from p2smt.model.system import System, load_system
 from p2smt.synth.config import MAX_LEN_LIMIT
 from p2smt.synth.driver import placements_for
 
@@ -133,7 +133,7 @@ def best_on_hierarchy(system: System, h: SynthesisHierarchy, *, max_len: int = 8
     return MatrixBest(matrix, h, tuple(ranked), status, time.perf_counter() - start, stats)
 
 
-def best(system: System, axes: Sequence[int], reduction_axes: Sequence[int], *, matrix: Matrix | None = None,
+def best(system: System | str, axes: Sequence[int], reduction_axes: Sequence[int], *, matrix: Matrix | None = None,
          max_len: int = 8, top: int = 1, algo: str = "ring", bytes_per_device: float | None = None,
          timeout_ms: int | None = None, encoding: str = "bool-matrix",
          encoding_options: dict[str, Any] | None = None, hierarchy_kind: HierarchyKind = "d",
@@ -146,7 +146,13 @@ def best(system: System, axes: Sequence[int], reduction_axes: Sequence[int], *, 
     ``max_len``; ``timeout_ms`` bounds each solver call (a placement whose call gives up is "unknown").
     ``method="search"`` finds the same list by ``cost.branch``'s branch and bound instead of Z3.
     ``report`` receives each placement's result as it is finished (progress, partial results).
+    ``system``: a System or a shipped system's name (``p2smt topologies``) or system file.
+
+    >>> best("v100-2x8", (16,), (0,), max_len=3, method="search").best[1].text
+    '(node, InsideGroup, ReduceScatter); (node, Parallel(root), AllReduce); (node, InsideGroup, AllGather)'
     """
+    if not isinstance(system, System):
+        system = load_system(system)
     b = check_request(system, algo, bytes_per_device, top)
     _check_options(max_len, timeout_ms, bound, method)
     start = time.perf_counter()

@@ -28,9 +28,9 @@ from p2smt.model.collectives import Collective, Group
 from p2smt.model.dsl import Program, candidate_instructions, format_program, lower_program, problem
 from p2smt.model.hierarchy import SynthesisHierarchy, synthesis_hierarchy
 from p2smt.model.placement import Matrix, Placement, matrices
-from p2smt.model.profile import Communication, Profile
+from p2smt.model.profile import Communication, Profile, load_profile
 from p2smt.model.request import Request
-from p2smt.model.system import System
+from p2smt.model.system import System, load_system
 from p2smt.model.topology import build_topology
 from p2smt.synth.config import Engine, EngineConfig
 from p2smt.synth.driver import MatrixResult, SynthesisResult, placements_for, synthesize
@@ -180,10 +180,11 @@ def _no_program(comm: Communication, matrix: Matrix, max_len: int) -> P2Error:
     return P2Error(f"no program reduces {comm.name!r} on matrix {[list(r) for r in matrix]} within length {max_len}")
 
 
-def plan(profile: Profile, system: System, *, algo: str = "ring", config: EngineConfig | None = None,
+def plan(profile: Profile | str, system: System | str, *, algo: str = "ring", config: EngineConfig | None = None,
          report: UnitReport | None = None) -> dict[str, Any]:
     """Rank every placement of the profile's axes on ``system`` by predicted communication per step.
 
+    ``profile`` and ``system`` may be given by name (``p2smt plan --help`` lists the profiles) or file.
     ``report`` receives each (placement, communication) unit's choice as it is found (progress, partial
     results at a deadline).
 
@@ -193,6 +194,10 @@ def plan(profile: Profile, system: System, *, algo: str = "ring", config: Engine
     >>> report["best"]["matrix"]
     [[2, 8]]
     """
+    if not isinstance(profile, Profile):
+        profile = load_profile(profile)
+    if not isinstance(system, System):
+        system = load_system(system)
     config = config or EngineConfig(engine=Engine.AUTO)
     axes = profile.sizes_for(system.num_devices)
     mats: list[Matrix] = matrices(system.sizes, axes)
