@@ -134,7 +134,7 @@ def test_rank_deadline_ranks_the_placements_found(run_cli, monkeypatch):
     rc, out, _ = run_cli("rank", "--system", "v100-2x8", "--axes", "2,8", "--reduce", "0", "--deadline", "2",
                          "--json")
     payload = json.loads(out)
-    assert rc == 4 and payload["status"] == "unknown" and "1 placements done" in payload["message"]
+    assert rc == 4 and payload["status"] == "unknown" and "1 placement done" in payload["message"]
     assert [m["matrix"] for m in payload["matrices"]] == [[[1, 2], [2, 4]]]
 
 
@@ -403,6 +403,8 @@ def test_placements_bound_their_count_and_refuse_an_unused_matrix(run_cli, monke
     (["best", *A100, "--method", "search", "--timeout", "5"], "--method search runs no solver"),
     (["best", *A100, "--method", "search", "--no-lookahead"], "--method search runs no solver"),
     (["sweep", "--paper", "--workers", "2"], "--paper runs in this process"),
+    (["sweep", "--grid", "small", "--no-plots"], "a --grid sweep draws no plots"),
+    (["placements", "--system", "a100-4x16", "--axes", "4,16", "--axis-names", "dp,tp"], "read with --export only"),
     (["placements", "--system", "a100-4x16", "--nodes", "2", "--level", "node=8", "--axes", "16"], "give one of them"),
     (["placements", "--system", "a100-4x16", "--level", "node=2", "--level", "node=4", "--axes", "16"], "given twice"),
     (["check", *A100, "--program", RS_AG, "--device-order", "[0]"], "no meaning without it"),
@@ -415,3 +417,15 @@ def test_flags_that_would_be_ignored_are_refused(run_cli, argv, message):
 def test_the_exact_search_refuses_what_it_cannot_finish(run_cli, engine):
     big = ["synth", "--system", "h100-superpod", "--level", "su=256", "--axes", "65536", "--reduce", "0"]
     assert refused(*run_cli(*big, "--engine", engine), "use --engine symmetric")
+
+
+def test_an_unknown_argument_is_reported_under_its_sub_command(run_cli, tmp_path):
+    rc, out, err = run_cli("draw", "--system", "dgx1-v100", "--out", tmp_path / "d.png", "--json")
+    assert refused(rc, out, err, "p2smt draw: unrecognized arguments: --json")
+    assert not (tmp_path / "d.png").exists()
+
+
+@pytest.mark.parametrize("flag, engine", [("--certificate", "certified"), ("--emit-smt2", "z3")])
+def test_proof_folders_in_a_missing_folder_are_refused_as_every_output(run_cli, tmp_path, flag, engine):
+    rc, out, err = run_cli("synth", *A100, "--engine", engine, flag, tmp_path / "missing" / "queries")
+    assert refused(rc, out, err, "missing' does not exist") and not (tmp_path / "missing").exists()

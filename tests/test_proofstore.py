@@ -46,7 +46,7 @@ def test_a_stored_proof_is_reused_with_the_same_result(tmp_path):
     assert "reused" not in first["certificate"] and first == alone
     assert second["certificate"] == first["certificate"] | {"reused": path.stem}
     assert second["rests_on"] == first["rests_on"] + "; the proof reused from the proof store"
-    assert again.certification().endswith("(1 proofs, 1 reused from the proof store)")
+    assert again.certification().endswith("(1 proof, 1 reused from the proof store)")
     assert entry["key"] == path.stem and len(entry["programs"]) == len(first["programs"])
     assert entry["certificate"] == first["certificate"] and entry["resource_units"] > 0
     assert _entry(store)[1] == entry  # a reuse writes nothing

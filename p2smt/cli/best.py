@@ -25,7 +25,7 @@ def register(sub) -> None:
     p = sub.add_parser("best", help="the N cheapest programs under the cost model, found and proved with Z3")
     add_request(p)
     p.add_argument("--engine", default="z3", choices=["z3"], help="the search is Z3's (kept for symmetry)")
-    p.add_argument("--max-len", type=int, default=8)
+    p.add_argument("--max-len", type=int, default=8, help="longest program considered (default 8)")
     add_cost(p)
     p.add_argument("--top", type=int, default=1, help="programs per placement (rank order)")
     p.add_argument("--timeout", type=seconds,

@@ -38,7 +38,9 @@ class Bounded(Generic[T]):
         return self.result is None
 
     def message(self, what: str) -> str:
-        return f"deadline of {self.deadline:g} s reached with {len(self.pieces)} {what} done"
+        """``what``: the plural of the pieces' noun (the singular drops its final "s")."""
+        n = len(self.pieces)
+        return f"deadline of {self.deadline:g} s reached with {n} {what[:-1] if n == 1 else what} done"
 
 
 def add_bounds(p: argparse.ArgumentParser) -> None:

@@ -81,7 +81,7 @@ def run(args: argparse.Namespace) -> int:
         elif verdict.positions and not verdict.positions.valid:
             c.print(f"[red]INVALID[/red] under XLA/NCCL positions: {escape(verdict.positions.message())}")
         else:
-            c.print(f"[green]VALID[/green]: {len(pr.steps)} steps reduce every group of axes {list(pr.reduce)}")
+            c.print(f"[green]VALID[/green]: {len(pr.steps)} step{'' if len(pr.steps) == 1 else 's'} reduce every group of axes {list(pr.reduce)}")
 
     emit(args, payload, render)
     return ExitCode.OK if verdict.valid else ExitCode.FAIL

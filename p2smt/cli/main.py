@@ -35,7 +35,7 @@ COMMANDS = (topologies, placements, groups, synth, check, lower, rank, cost, dra
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = ArgumentParser(prog="p2smt", description=__doc__)
+    parser = ArgumentParser(prog="p2smt", description=__doc__.replace("``", ""))
     parser.add_argument("--version", action="version", version=f"p2smt {__version__}")
     sub = parser.add_subparsers(dest="command", required=True, parser_class=ArgumentParser)
     for command in COMMANDS:

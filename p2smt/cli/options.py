@@ -27,6 +27,15 @@ class ArgumentParser(argparse.ArgumentParser):
     def error(self, message: str):  # type: ignore[override]
         raise P2Error(f"{self.prog}: {message}")
 
+    def parse_args(self, args=None, namespace=None):  # type: ignore[override]
+        """As argparse, but arguments no parser knows are reported under the sub-command that got them."""
+        parsed, extra = self.parse_known_args(args, namespace)
+        if extra:
+            command = getattr(parsed, "command", None)
+            where = f"{self.prog} {command}" if command else self.prog
+            raise P2Error(f"{where}: unrecognized arguments: {' '.join(extra)}")
+        return parsed
+
 
 def int_list(text: str) -> tuple[int, ...]:
     try:
@@ -267,8 +276,12 @@ def timeout_ms(args: argparse.Namespace) -> int | None:
 
 def engine_config(args: argparse.Namespace):
     """The typed engine configuration of ``--engine --max-len --timeout --encoding … --prune``."""
+    from p2smt.cli.output import folder_path
     from p2smt.synth.config import EngineConfig
 
+    for flag in ("--emit-smt2", "--certificate"):
+        if folder := getattr(args, flag[2:].replace("-", "_"), None):
+            folder_path(folder, flag)  # as every output: a missing parent folder is refused, not made
     return EngineConfig(
         engine=getattr(args, "engine", "certified"),
         max_len=args.max_len,

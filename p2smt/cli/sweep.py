@@ -15,7 +15,7 @@ def register(sub) -> None:
     p.add_argument("--grid", help="grid YAML file or shipped grid name")
     p.add_argument("--out", help="--paper: output folder (p2-sweep); --grid: JSONL file (sweep.jsonl)")
     add_search(p, grid=True)
-    p.add_argument("--no-plots", action="store_true")
+    p.add_argument("--no-plots", action="store_true", help="--paper: write the tables only, no PNG figures")
     p.add_argument("--progress", action="store_true",
                    help="--paper: show progress on stderr (default: on a terminal; --grid shows it unless --json)")
     p.add_argument("--scheduler", help="dask.distributed scheduler address (default: local cores)")
@@ -42,6 +42,7 @@ def run(args: argparse.Namespace) -> int:
         emit(args, {k: v for k, v in summary.items() if k != "rows"} | {"out": args.out or "p2-sweep"},
              lambda c: c.print(render_sweep(summary)))
         return ExitCode.OK
+    refuse_given((("--no-plots", args.no_plots),), "an option of --paper; a --grid sweep draws no plots")
     from p2smt.runs.gridsweep import render_summary, sweep
 
     summary = sweep(args.grid, writable_file(args.out or "sweep.jsonl", "--out"), scheduler=args.scheduler,

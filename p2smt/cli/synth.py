@@ -128,10 +128,13 @@ def run(args: argparse.Namespace) -> int:
                     "partial": [p.to_json() for p in partial]}
 
     def render(c: Console) -> None:
+        finished = "finished " if bounded.expired else ""
+        unfinished = f" ({len(partial)} more listed as PARTIAL below)" if partial else ""
         c.print(
             f"{result.system}: axes {list(result.axes)}, reduce {list(result.reduction_axes)}, "
             f"engine {args.engine}, max length {args.max_len}: [bold]{result.total_programs}[/bold] programs "
-            f"over {len(result.matrices)} placements in {result.seconds:.3f} s — status {payload['status']}"
+            f"over {len(result.matrices)} {finished}placement{'' if len(result.matrices) == 1 else 's'}{unfinished} in {result.seconds:.3f} s — status "
+            f"{payload['status']}"
         )
         for m in result.matrices:
             same = f"; same problem as {m.stats['same_problem_as']}" if "same_problem_as" in m.stats else ""

@@ -106,7 +106,7 @@ def run(args: argparse.Namespace) -> int:
     def render(c: Console) -> None:
         if status == "proved":
             what = "for every integer input" if args.values else "the goal holds and no precondition fails"
-            c.print(f"[green]PROVED[/green]: {what} ({len(pr.steps)} steps, {n} devices)")
+            c.print(f"[green]PROVED[/green]: {what} ({len(pr.steps)} step{'' if len(pr.steps) == 1 else 's'}, {n} devices)")
             return
         if status == "unknown":
             c.print(f"[yellow]UNKNOWN[/yellow]: {escape(payload.get('message', 'the solver gave up'))}")

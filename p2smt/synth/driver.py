@@ -284,7 +284,7 @@ class SynthesisResult:
             again = f", {reused} reused from the proof store" if reused else ""
             took = f", {self.proof_seconds:.3f} s" if seconds else ""
             return (f"certified by Z3: every program proved valid and no other program of length ≤ {self.max_len} "
-                    f"exists ({len(proofs)} proofs{again}{took})")
+                    f"exists ({len(proofs)} proof{'' if len(proofs) == 1 else 's'}{again}{took})")
         why = sorted({m.stats["why_not"] for m in self.matrices if m.stats.get("why_not")})
         return f"NOT certified by Z3: {'; '.join(why)} (programs from the proposer, re-checked)"
 
