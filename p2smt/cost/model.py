@@ -36,8 +36,9 @@ COST_MODEL (the block the README quotes):
   tuner concedes across nodes (its ring "plateau effect", latency ×1.4). Here an AllReduce channel's α
   under a chunked protocol (LL128, Simple, NVLS) becomes α·(1 + (P−1)·β/(α+β)), P =
   ``nccl.allreduce_plateau``: the full multiple once β dominates, none for latency-bound messages. A
-  ReduceScatter or Reduce pays the extra of the AllReduce over the same hops (NCCL's AllReduce is that
-  reduction fused with its AllGather); AllGather and Broadcast pay none. P is one global constant
+  ReduceScatter or Reduce pays the extra of the AllReduce over the same hops, with that AllReduce's
+  multi-node factor (NCCL's AllReduce is that reduction fused with its AllGather); AllGather and
+  Broadcast pay none. P is one global constant
   fitted on the public calibration points (``benchmarks/cost.py``: fit and leave-one-out errors).
 - Data volume follows the state: before each step a device holds (non-empty rows of its state / k)
   of the full per-device bytes; ``message_bytes`` turns the members' holdings into the collective's

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from p2smt.cost.channels import ALGOS, Channel, _coef, available_algos, group_channels
 from p2smt.cost.fluid import _flow_times
@@ -40,15 +40,16 @@ class Choice:
 
 
 def plateau_latency(topo: Topology, channel: Channel, proto: Protocol, bandwidth_seconds: float,
-                    factor: float = 1.0, ramp: bool = True) -> float:
+                    factor: float = 1.0, ramp: bool = True, ramp_factor: float | None = None) -> float:
     """A channel's α (seconds) under ``proto``, after the pipeline start-up: α + (P−1)·A·w, w = kβ/(kβ + A).
 
     α is NCCL's tuner latency (times ``factor``, NCCL's multi-node ring plateau); P is
     ``nccl.allreduce_plateau``, paid by the chunked protocols (LL128, Simple, NVLS) only. A and k place the
     channel against the AllReduce over the same hops: an AllReduce pays P times its own α once
     bandwidth-bound (A = α, k = 1); a ReduceScatter or Reduce pays the start-up of the AllReduce over the
-    same hops (NCCL's ring AllReduce is that reduction fused with its AllGather, so the two together never
-    undercut the AllReduce); AllGather and Broadcast pay none. ``ramp=False``: NCCL's α alone.
+    same hops, with that AllReduce's plateau factor (``ramp_factor``; default ``factor``), since NCCL's ring
+    AllReduce is that reduction fused with its AllGather; AllGather and Broadcast pay none.
+    ``ramp=False``: NCCL's α alone.
     """
     nccl = topo.nccl
     alpha = (channel.fixed_us + latency_us(nccl, channel.algo, proto, channel.hops)) * factor * 1e-6
@@ -56,7 +57,8 @@ def plateau_latency(topo: Topology, channel: Channel, proto: Protocol, bandwidth
     if not ramp or plateau == 1.0 or scale <= 0.0 or proto not in RAMP_PROTOCOLS:
         return alpha
     hops = tuple((c, w * scale) for c, w in channel.hops)
-    a = (channel.fixed_us + latency_us(nccl, channel.algo, proto, hops)) * factor * 1e-6
+    a_factor = factor if ramp_factor is None else ramp_factor
+    a = (channel.fixed_us + latency_us(nccl, channel.algo, proto, hops)) * a_factor * 1e-6
     kb = channel.plateau_volume * bandwidth_seconds
     return alpha + (plateau - 1.0) * a * kb / (kb + a)
 
@@ -81,7 +83,9 @@ def _group_seconds(topo: Topology, collective: Collective, group: Group, flows, 
     if algo == "tree":
         ratio /= tree_correction(topo.nccl, proto, size)
     factor = multi_node_latency_factor(topo.nccl, algo, proto, shape, size)
-    return max(plateau_latency(topo, ch, proto, size * f * ratio, factor, ramp) + size * f * ratio
+    fused = factor if collective is Collective.ALL_REDUCE else multi_node_latency_factor(
+        topo.nccl, algo, proto, replace(shape, collective=Collective.ALL_REDUCE), size)
+    return max(plateau_latency(topo, ch, proto, size * f * ratio, factor, ramp, fused) + size * f * ratio
                for ch, f in flows)
 
 
