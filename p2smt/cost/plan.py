@@ -82,13 +82,14 @@ def pipeline_pairs(placement: Placement, axis: int) -> tuple[tuple[tuple[int, in
 
 
 def p2p_seconds(system: System, placement: Placement, axis: int, nbytes: float, algo: str) -> float:
-    """Time of one pipeline transfer: every stage sends ``nbytes`` to the next, in two rounds."""
-    topo = build_topology(system)
-    total = 0.0
-    for pairs in pipeline_pairs(placement, axis):
-        if pairs:
-            total += step_time(topo, Collective.BROADCAST, pairs, [nbytes] * len(pairs), "ring" if algo == "tree" else algo)
-    return total
+    """Time of one pipeline transfer: every stage sends ``nbytes`` to the next, all at once (links are full
+    duplex, so a stage's receive and its own send share no direction of a link; they compete only where
+    the routes do, as every concurrent flow of the fluid model does)."""
+    pairs = tuple(p for rnd in pipeline_pairs(placement, axis) for p in rnd)
+    if not pairs:
+        return 0.0
+    return step_time(build_topology(system), Collective.BROADCAST, pairs, [nbytes] * len(pairs),
+                     "ring" if algo == "tree" else algo)
 
 
 def link_class(system: System, groups: tuple[Group, ...]) -> str:
