@@ -9,6 +9,8 @@ The names below load their layer on first use, so ``import p2smt`` stays cheap.
 
 from __future__ import annotations
 
+import sys
+import types
 from importlib import import_module
 from typing import Any
 
@@ -74,3 +76,17 @@ def __getattr__(name: str) -> Any:
 
 def __dir__() -> list[str]:
     return __all__
+
+
+class _Package(types.ModuleType):
+    """``p2smt.lower`` and ``p2smt.cost`` are API functions and also sub-packages' names: importing a
+    sub-package would set the package attribute to it, so that only the first call reached the function.
+    The attribute is not set; the sub-packages stay importable (``from p2smt.lower import run_program``)."""
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        if name in _EXPORTS and isinstance(value, types.ModuleType):
+            return
+        super().__setattr__(name, value)
+
+
+sys.modules[__name__].__class__ = _Package

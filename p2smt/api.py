@@ -170,7 +170,7 @@ def lower(request: Request, program: str, backend: str = "jax", axis_names: list
     """
     from p2smt.lower import lower_module
 
-    placement, prog, plan, target = _lowering(request, program, axis_names, allow_invalid, "lower")
+    prog, plan, target = _lowering(request, program, axis_names, allow_invalid, "lower")
     return lower_module(backend, plan, target, [str(i) for i in prog.instructions])
 
 
@@ -186,13 +186,13 @@ def run(request: Request, program: str, backend: str = "jax", *, length: int | N
     """
     from p2smt.lower import run_program
 
-    _, prog, plan, target = _lowering(request, program, axis_names, allow_invalid, "run")
+    prog, plan, target = _lowering(request, program, axis_names, allow_invalid, "run")
     return run_program(backend, plan, target, step_labels=[str(i) for i in prog.instructions], length=length,
                        repeats=repeats, timeout=timeout)
 
 
 def _lowering(request: Request, program: str, axis_names: list[str] | None, allow_invalid: bool, what: str):
-    """(placement, program, plan, target) to lower or run, refusing an invalid program unless allowed."""
+    """(program, plan, target) to lower or run, refusing an invalid program unless allowed."""
     from p2smt.errors import P2Error
     from p2smt.lower import placement_target
 
@@ -202,4 +202,4 @@ def _lowering(request: Request, program: str, axis_names: list[str] | None, allo
     system = request.load_system()
     target = placement_target(placement, placement.check_axes(request.reduce), system.level_names, axis_names,
                               system.name)
-    return placement, prog, plan, target
+    return prog, plan, target

@@ -51,3 +51,16 @@ def test_best_and_plan_take_names_as_the_cli_does():
     assert report["best"]["matrix"] == [[2, 8]]
     with pytest.raises(p2smt.P2Error, match="nosuch"):
         p2smt.best("nosuch", (16,), (0,))
+
+
+def test_functions_named_like_sub_packages_stay_functions():
+    """``lower`` and ``cost`` are also sub-packages; importing those must not replace the functions."""
+    import p2smt.cost.model
+    import p2smt.lower.run
+    from p2smt.lower import run_program
+
+    req = p2smt.Request("v100-2x8", axes=(2, 8), reduce=(0,), matrix=((2, 1), (1, 8)))
+    for _ in range(2):
+        assert "def reduce(" in p2smt.lower(req, "(root, InsideGroup, AllReduce)", backend="torch")
+        assert p2smt.cost("v100-2x8", "allreduce", 1e6).seconds > 0
+    assert callable(run_program) and p2smt.groups is not None
