@@ -78,14 +78,23 @@ def __dir__() -> list[str]:
     return __all__
 
 
+class _CallableModule(types.ModuleType):
+    """A sub-package named like an API function (``p2smt.lower``, ``p2smt.cost``): calling it calls the
+    function, so ``p2smt.lower(...)`` keeps working once the sub-package is imported, and imports through
+    the package (``import p2smt.cost.rank as r``) keep reaching the sub-package."""
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        name = self.__name__.rpartition(".")[2]
+        return getattr(import_module(_EXPORTS[name]), name)(*args, **kwargs)
+
+
 class _Package(types.ModuleType):
-    """``p2smt.lower`` and ``p2smt.cost`` are API functions and also sub-packages' names: importing a
-    sub-package would set the package attribute to it, so that only the first call reached the function.
-    The attribute is not set; the sub-packages stay importable (``from p2smt.lower import run_program``)."""
+    """Importing a sub-package sets the package attribute of its name; for a name that is also an API
+    function the sub-package becomes callable as that function (``_CallableModule``)."""
 
     def __setattr__(self, name: str, value: Any) -> None:
-        if name in _EXPORTS and isinstance(value, types.ModuleType):
-            return
+        if name in _EXPORTS and isinstance(value, types.ModuleType) and type(value) is types.ModuleType:
+            value.__class__ = _CallableModule
         super().__setattr__(name, value)
 
 

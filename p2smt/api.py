@@ -181,12 +181,18 @@ def run(request: Request, program: str, backend: str = "jax", *, length: int | N
     as in ``lower``.
 
     >>> req = Request("v100-2x8", axes=(2, 8), reduce=(0,), matrix=((2, 1), (1, 8)))
-    >>> run(req, "(root, InsideGroup, ReduceScatter); (root, InsideGroup, AllGather)", backend="torch").ok
+    >>> run(req, "(root, InsideGroup, ReduceScatter); (root, InsideGroup, AllGather)").ok  # doctest: +SKIP
     True
+    >>> run(req, "(root, InsideGroup, ReduceScatter)")
+    Traceback (most recent call last):
+    p2smt.errors.P2Error: refusing to run an invalid program: ...
+
+    (The first example needs JAX and is skipped as a doctest; ``tests/test_lower_run.py`` runs it.)
     """
-    from p2smt.lower import run_program
+    from p2smt.lower.run import require_backend, run_program
 
     prog, plan, target = _lowering(request, program, axis_names, allow_invalid, "run")
+    require_backend(backend)
     return run_program(backend, plan, target, step_labels=[str(i) for i in prog.instructions], length=length,
                        repeats=repeats, timeout=timeout)
 

@@ -54,7 +54,8 @@ def test_best_and_plan_take_names_as_the_cli_does():
 
 
 def test_functions_named_like_sub_packages_stay_functions():
-    """``lower`` and ``cost`` are also sub-packages; importing those must not replace the functions."""
+    """``lower`` and ``cost`` are also sub-packages: once imported, calling them still calls the functions,
+    and imports through the package still reach the sub-packages."""
     import p2smt.cost.model
     import p2smt.lower.run
     from p2smt.lower import run_program
@@ -64,3 +65,7 @@ def test_functions_named_like_sub_packages_stay_functions():
         assert "def reduce(" in p2smt.lower(req, "(root, InsideGroup, AllReduce)", backend="torch")
         assert p2smt.cost("v100-2x8", "allreduce", 1e6).seconds > 0
     assert callable(run_program) and p2smt.groups is not None
+    import p2smt.cost.rank as ranking
+    import p2smt.lower.run as running
+
+    assert ranking.rank is p2smt.rank and running.run_program is run_program

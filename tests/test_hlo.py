@@ -157,6 +157,7 @@ def test_jax_compiles_here_and_its_hlo_verifies(tmp_path, capsys):
     check_fixtures(out, tmp_path, capsys)
 
 
+@pytest.mark.skipif(os.environ.get("P2SMT_SKIP_JAX") == "1", reason="JAX run disabled")
 def test_the_printed_jax_mesh_runs_and_orders_the_devices_as_its_json(tmp_path, capsys):
     """``placements --export jax-mesh`` prints code that runs as printed (unwrapped, however long), and its
     mesh holds the devices in the order the JSON form gives ``verify --device-order``."""

@@ -193,3 +193,13 @@ def test_jax_mesh_order_realizes_the_placement():
     assert sorted(out["ids"]) == list(range(16))
     assert out["ids"] == order
     assert out["sums"] == [group_sum[d] for d in out["ids"]]
+
+
+@pytest.mark.skipif(not _has("jax"), reason="jax is not installed")
+def test_the_api_runs_a_dsl_program_as_the_cli_does():
+    """``p2smt.run`` (the API of ``p2smt run``): a valid program runs with exact sums on its devices."""
+    import p2smt
+
+    req = p2smt.Request("v100-2x8", axes=(2, 8), reduce=(0,), matrix=((2, 1), (1, 8)))
+    report = p2smt.run(req, "(root, InsideGroup, ReduceScatter); (root, InsideGroup, AllGather)")
+    assert report.ok and report.num_devices == 16 and len(report.step_labels) == 2

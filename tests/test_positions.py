@@ -128,8 +128,7 @@ def test_lower_refuses_an_invalid_program_unless_allowed(tmp_path, capsys):
 def test_run_refuses_what_lower_refuses_unless_allowed(tmp_path, capsys, monkeypatch):
     """p2smt's lowering places chunks by P²'s semantics, so a plan the positions check rejects could run
     with exact sums: ``run`` refuses it as ``lower`` does, and with --allow-invalid says why it exits 1."""
-    import sys
-
+    import p2smt.lower.run as running
     from p2smt.lower.run import RunReport
 
     path = tmp_path / "rev.json"
@@ -145,7 +144,7 @@ def test_run_refuses_what_lower_refuses_unless_allowed(tmp_path, capsys, monkeyp
         ran.append(backend)
         return RunReport(backend, "plan", 16, 16, 4096, True)
 
-    monkeypatch.setattr(sys.modules["p2smt.lower"], "run_program", exact)
+    monkeypatch.setattr(running, "run_program", exact)
     assert main([*argv, "--allow-invalid", "--json"]) == 1 and ran == ["jax"]
     payload = json.loads(capsys.readouterr().out)
     assert payload["ok"] is True and payload["check"]["valid"] is False and "block 15" in payload["check"]["message"]

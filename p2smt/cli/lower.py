@@ -3,13 +3,11 @@
 from __future__ import annotations
 
 import argparse
-import importlib.util
 import sys
 
 from p2smt.cli.inputs import plan_from_args
 from p2smt.cli.options import add_json, add_plan_input, add_request, count, one_hierarchy, seconds
 from p2smt.cli.output import ExitCode, emit, write_text
-from p2smt.errors import P2Error
 
 
 def register(sub) -> None:
@@ -77,18 +75,8 @@ def run_lower(args: argparse.Namespace) -> int:
     return ExitCode.OK
 
 
-BACKEND_PACKAGES = {"jax": ("jax", "pip install jax"), "torch": ("torch", "pip install torch")}
-
-
-def require_backend(backend: str) -> None:
-    """Refuse a ``run`` whose backend is not installed, before any worker starts."""
-    module, install = BACKEND_PACKAGES[backend]
-    if importlib.util.find_spec(module) is None:
-        raise P2Error(f"--backend {backend} needs the {module!r} package, which is not installed ({install})")
-
-
 def run_run(args: argparse.Namespace) -> int:
-    from p2smt.lower import run_program
+    from p2smt.lower.run import require_backend, run_program
 
     require_backend(args.backend)
     plan, target, labels, verdict = lowering_inputs(args)

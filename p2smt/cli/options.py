@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import sys
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -29,10 +30,13 @@ class ArgumentParser(argparse.ArgumentParser):
 
     def parse_args(self, args=None, namespace=None):  # type: ignore[override]
         """As argparse, but arguments no parser knows are reported under the sub-command that got them."""
-        parsed, extra = self.parse_known_args(args, namespace)
+        given = list(sys.argv[1:] if args is None else args)
+        parsed, extra = self.parse_known_args(given, namespace)
         if extra:
             command = getattr(parsed, "command", None)
-            where = f"{self.prog} {command}" if command else self.prog
+            # blamed on the sub-command only when the first unknown argument comes after its name
+            after = command in given and extra[0] in given[given.index(command) + 1:]
+            where = f"{self.prog} {command}" if after else self.prog
             raise P2Error(f"{where}: unrecognized arguments: {' '.join(extra)}")
         return parsed
 

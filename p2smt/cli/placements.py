@@ -67,7 +67,8 @@ def _axis_names(args: argparse.Namespace, axes: tuple[int, ...]) -> list[str]:
 
 
 def _print_code(args: argparse.Namespace, payload: dict, code: str) -> int:
-    """``payload`` under --json, else ``code``: a Python snippet, unwrapped, that runs as printed."""
+    """``payload`` under --json, else ``code``: a Python snippet with its imports, never wrapped (the JAX
+    one runs as printed; the torch one inside a torch.distributed job, as its comment says)."""
     emit(args, payload, lambda c: c.print(code, soft_wrap=True, markup=False))
     return ExitCode.OK
 
@@ -102,4 +103,6 @@ def export_torch_mesh(args: argparse.Namespace, system, axes: tuple[int, ...]) -
     payload = {"matrix": [list(r) for r in placement.matrix], "axes": list(axes), "mesh_dim_names": names,
                "mesh": mesh}
     return _print_code(args, payload, "import torch\nfrom torch.distributed.device_mesh import DeviceMesh\n\n"
+                       f"# in each of the {placement.num_devices} ranks of a torch.distributed job (torchrun), "
+                       "with 'cuda' on GPUs\n"
                        f"mesh = DeviceMesh('cpu', mesh=torch.tensor({mesh}), mesh_dim_names={tuple(names)})")

@@ -26,6 +26,18 @@ from p2smt.model.collectives import ExplicitPlan
 
 DEFAULT_CHUNK = 256
 MAX_ELEMENTS = 1 << 28
+BACKEND_PACKAGES = {"jax": ("jax", "pip install jax"), "torch": ("torch", "pip install torch")}
+
+
+def require_backend(backend: str) -> None:
+    """Refuse a run whose backend is not installed, before any worker starts."""
+    import importlib.util
+
+    if backend not in BACKEND_PACKAGES:
+        raise P2Error(f"unknown backend {backend!r}; choose one of {', '.join(BACKEND_PACKAGES)}")
+    module, install = BACKEND_PACKAGES[backend]
+    if importlib.util.find_spec(module) is None:
+        raise P2Error(f"--backend {backend} needs the {module!r} package, which is not installed ({install})")
 
 
 @dataclass(frozen=True)
