@@ -306,12 +306,14 @@ def test_the_one_estimated_constant_is_the_fit_and_survives_leave_one_out():
     assert worst > 0.10
 
 
-@pytest.mark.parametrize("name", ["dgx1-v100", "dgx-a100", "dgx-h100", "a100-2x16", "fig2-16gpu"])
+@pytest.mark.parametrize("name", ["dgx1-v100", "dgx-a100", "dgx-h100", "a100-2x16", "a100-4x16", "fig2-16gpu"])
 def test_across_nodes_the_pair_undercuts_the_allreduce_only_by_nccls_ring_latency_factor(name):
     """A ReduceScatter pays the start-up ramp of the AllReduce over the same hops, with that AllReduce's
     multi-node factor (NCCL's ×1.4, ×1.9 on Volta: it scaled only the AllReduce's ramp before, and the pair
     undercut a 512 MiB AllReduce by 5 % on DGX H100). What is left is the factor on NCCL's own latency of
-    the AllReduce, which only the AllReduce pays: from 4 MiB up the pair is at most 3.5 % under it."""
+    the AllReduce, which only the AllReduce pays: largest where that latency weighs most, on the P²
+    systems whose NICs sit behind a CPU (Simple only across nodes): 13.7 % at 4 MiB on a100-4x16, at most
+    3.5 % from 64 MiB up everywhere."""
     topo = build_topology(load_system(name))
     group = tuple(range(topo.num_devices))
     for e in range(22, 34):
@@ -319,4 +321,4 @@ def test_across_nodes_the_pair_undercuts_the_allreduce_only_by_nccls_ring_latenc
         ar = step_choices(topo, AR, [group], [nbytes], "ring")[0]
         rs = step_choices(topo, Collective.REDUCE_SCATTER, [group], [nbytes], "ring")[0]
         ag = step_choices(topo, Collective.ALL_GATHER, [group], [nbytes], "ring")[0]
-        assert rs + ag > 0.965 * ar, (e, ar, rs, ag)
+        assert rs + ag > (0.965 if e >= 26 else 0.86) * ar, (e, ar, rs, ag)

@@ -85,3 +85,33 @@ def test_channel_count_follows_the_speed_ladder():
     a100 = load_system("dgx-a100", nodes=1).physical.nccl
     assert channels(a100, 240.0) == 12  # 6 channels at 40 GB/s, duplicated at >= 25 GB/s
     assert channels(a100, 10.0) == 1
+
+
+def test_ll128_only_on_nvlink_inside_nodes_and_pcie_switches_to_the_nic():
+    """NCCL enables LL128 by default only for NVLink paths inside a node and, across nodes, NICs reached
+    through PCIe switches alone (path type at most PXB): never on PCIe rings, nor across nodes when the
+    NIC sits behind the CPU (P²'s A100 and V100 systems)."""
+    def protocols(name: str, nodes: int | None) -> set[Protocol]:
+        system = load_system(name, nodes=nodes)
+        return {flat_collective_choice(system, c, float(1 << e), "ring").protocol
+                for c in ("allreduce", "allgather") for e in range(10, 30)}
+
+    assert Protocol.LL128 in protocols("dgx-h100", 2)  # NICs on the GPUs' PCIe switches (PXB)
+    assert Protocol.LL128 in protocols("a100-2x16", 1)  # one NVSwitch node
+    assert Protocol.LL128 not in protocols("a100-2x16", 2)  # its NIC is behind cpu0 (PHB)
+    assert Protocol.LL128 not in protocols("fig2-16gpu", 1)  # PCIe rings inside the node
+
+
+@pytest.mark.parametrize(("name", "nodes", "cap"), [
+    ("dgx-h100", 1, 141.0), ("dgx-h100", 2, 39.0), ("dgx-h100", 4, 20.4),  # Hopper row, then Intel's
+    ("dgx-a100", 1, 87.7), ("dgx-a100", 2, 22.5), ("dgx-a100", 4, 19.0),  # Ampere row, then AMD's
+])
+def test_lls_cap_across_nodes_follows_the_cpu_vendor(name, nodes, cap):
+    """NCCL's llMaxBws: one node reads the GPU's row; several nodes read the CPU vendor's (Intel, AMD)."""
+    from p2smt.cost.tuner import GroupShape, bus_bandwidth
+    from p2smt.model.collectives import Collective
+    from p2smt.model.topology import build_topology
+
+    nccl = build_topology(load_system(name, nodes=nodes)).nccl
+    shape = GroupShape(Collective.ALL_REDUCE, 8 * nodes, nodes, 16)
+    assert bus_bandwidth(nccl, "ring", Protocol.LL, shape, 1e6) == pytest.approx(cap)

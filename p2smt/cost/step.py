@@ -89,16 +89,26 @@ def _group_seconds(topo: Topology, collective: Collective, group: Group, flows, 
                for ch, f in flows)
 
 
-def _protocols(topo: Topology, algo: str) -> tuple[Protocol, ...]:
+def _protocols(topo: Topology, algo: str, group: Group, flows) -> tuple[Protocol, ...]:
     allowed = {Protocol(p) for p in topo.nccl.protocols}
+    if Protocol.LL128 in allowed and not _ll128_enabled(topo, group, flows):
+        allowed.discard(Protocol.LL128)
     return tuple(p for p in PROTOCOLS_OF[algo] if p in allowed) or (Protocol.SIMPLE,)
+
+
+def _ll128_enabled(topo: Topology, group: Group, flows) -> bool:
+    """NCCL enables LL128 by default only when the paths inside nodes are NVLink and, across nodes, every
+    GPU reaches its NIC through PCIe switches alone (path types NVL and at most PXB, ``tuning.cc``)."""
+    if any(cls == "pci" for ch, _ in flows for cls, _ in ch.hops):
+        return False
+    return len({topo.node_of(d) for d in group}) == 1 or not any(topo.network_through_cpu(d) for d in group)
 
 
 def _best(topo: Topology, collective: Collective, group: Group, flows, size: float) -> Choice:
     """The protocol NCCL's own estimate picks (first in LL, LL128, Simple order on ties), with the
     model's time of it: the start-up ramp is what NCCL's tuner does not see, so it does not steer."""
     algo = flows[0][0].algo
-    proto = min(_protocols(topo, algo),
+    proto = min(_protocols(topo, algo, group, flows),
                 key=lambda p: _group_seconds(topo, collective, group, flows, size, p, ramp=False))
     return Choice(algo, proto, _group_seconds(topo, collective, group, flows, size, proto),
                   _group_seconds(topo, collective, group, flows, size, proto, ramp=False))

@@ -66,6 +66,13 @@ def _by_nodes(values: list[float], nodes: int) -> float:
     return values[min(nodes, 3) - 1]
 
 
+def _ll_max(nccl: NcclParams, c: dict, nodes: int) -> float:
+    """LL's bandwidth cap (``llMaxBws``): on one node the GPU's row; across nodes NCCL reads the row by the
+    CPU vendor, and its table's first two rows double as the Intel and AMD rows (tuning.cc)."""
+    row = _row(nccl) if nodes == 1 else ("ampere" if nccl.cpu_vendor == "amd" else "volta")
+    return _by_nodes(c["ll_max_gbps"][row], nodes)
+
+
 @dataclass(frozen=True)
 class GroupShape:
     """What NCCL's tuner knows of a communicator: ranks, nodes, channels, its Simple bus bandwidth."""
@@ -108,14 +115,14 @@ def bus_bandwidth(nccl: NcclParams, algo: str, proto: Protocol, shape: GroupShap
         if proto is Protocol.LL:
             reduction = shape.nodes > 1 or shape.collective in (Collective.ALL_REDUCE, Collective.REDUCE)
             f = c["ring_ll_factor"]["allreduce" if reduction else "other"]
-            return min(f * simple_gbps, _by_nodes(c["ll_max_gbps"][row], shape.nodes))
+            return min(f * simple_gbps, _ll_max(nccl, c, shape.nodes))
         if proto is Protocol.LL128:
             return min(c["ring_ll128_factor"] * simple_gbps, nch * c["ring_ll128_max_per_channel_gbps"][row])
         return simple_gbps
     if algo == "tree":
         tree = min(simple_gbps, nch * _by_nodes(c["tree_max_per_channel_gbps"][row], shape.nodes))
         if proto is Protocol.LL:
-            return min(tree * c["tree_ll_factor"], _by_nodes(c["ll_max_gbps"][row], shape.nodes))
+            return min(tree * c["tree_ll_factor"], _ll_max(nccl, c, shape.nodes))
         if proto is Protocol.LL128:
             return tree * c["tree_ll128_factor"]["one_node" if shape.nodes == 1 else "multi_node"]
         return tree

@@ -135,6 +135,9 @@ class NcclParams(BaseModel):
     model_config = ConfigDict(allow_inf_nan=False, extra="forbid", frozen=True)
     version: str = Field(default="2.18", description="NCCL release whose tuner constants apply")
     arch: Literal["volta", "ampere", "hopper", "blackwell"] = Field(default="ampere", description="GPU generation")
+    cpu_vendor: Literal["intel", "amd", "other"] = Field(
+        default="intel", description="the nodes' CPU vendor: across nodes NCCL caps LL's bandwidth by it (AMD's "
+        "row, else Intel's), not by the GPU")
     protocols: tuple[Literal["ll", "ll128", "simple"], ...] = Field(
         default=("ll", "ll128", "simple"), min_length=1, description="protocols NCCL may choose (NCCL_PROTO)")
     tree_efficiency: float = Field(default=0.92, gt=0, le=1, description="NCCL caps tree busbw at ~0.92x")
