@@ -429,3 +429,13 @@ def test_an_unknown_argument_is_reported_under_its_sub_command(run_cli, tmp_path
 def test_proof_folders_in_a_missing_folder_are_refused_as_every_output(run_cli, tmp_path, flag, engine):
     rc, out, err = run_cli("synth", *A100, "--engine", engine, flag, tmp_path / "missing" / "queries")
     assert refused(rc, out, err, "missing' does not exist") and not (tmp_path / "missing").exists()
+
+
+def test_progress_into_a_log_is_one_plain_line_per_piece(run_cli):
+    """``--progress`` with stderr not a terminal (a log file) prints a line per finished placement, not a
+    live bar (which printed only an empty line there)."""
+    rc, out, err = run_cli("synth", "--system", "a100-4x16", "--axes", "4,16", "--reduce", "1", "--engine", "pieces",
+                           "--progress", "--json")
+    assert rc == 0 and json.loads(out)["status"] == "complete"
+    lines = err.splitlines()
+    assert [line.split(" done")[0] for line in lines] == [f"synth: placements: {i}/3" for i in (1, 2, 3)]

@@ -52,9 +52,20 @@ def add_bounds(p: argparse.ArgumentParser) -> None:
 
 @contextmanager
 def progress_display(args: argparse.Namespace, label: str, total: int | None) -> Iterator[Report]:
-    """A rich progress line on stderr (when asked or on a terminal) advanced once per reported piece."""
+    """A rich progress line on stderr (when asked or on a terminal) advanced once per reported piece; when
+    asked with stderr not a terminal (a log file), one plain line per piece instead."""
     if not (getattr(args, "progress", False) or sys.stderr.isatty()):
         yield lambda piece: None
+        return
+    if not sys.stderr.isatty():
+        start, done = time.monotonic(), [0]
+
+        def line(piece) -> None:
+            done[0] += 1
+            of = f"/{total}" if total is not None else ""
+            print(f"{label}: {done[0]}{of} done ({time.monotonic() - start:.1f} s)", file=sys.stderr, flush=True)
+
+        yield line
         return
     from rich.console import Console
     from rich.progress import (
