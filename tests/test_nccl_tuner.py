@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from itertools import pairwise
+
 import pytest
 
 from p2smt.cost.calibration import calibration_points, fit_launch_us, launch_us_per_gpu
@@ -115,3 +117,23 @@ def test_lls_cap_across_nodes_follows_the_cpu_vendor(name, nodes, cap):
     nccl = build_topology(load_system(name, nodes=nodes)).nccl
     shape = GroupShape(Collective.ALL_REDUCE, 8 * nodes, nodes, 16)
     assert bus_bandwidth(nccl, "ring", Protocol.LL, shape, 1e6) == pytest.approx(cap)
+
+
+def test_tree_time_grows_with_the_bytes_while_nccls_steps_steer():
+    """NCCL's Tree correction is a step per power of two, so its estimate falls from 3.5 to 4 MiB; the
+    predicted time interpolates it (the same at every power of two) and grows with the bytes, while the
+    protocol is still chosen on NCCL's steps."""
+    from p2smt.cost.tuner import tree_correction
+    from p2smt.model.topology import build_topology
+
+    nccl = build_topology(load_system("dgx-h100")).nccl
+    for proto in (Protocol.LL, Protocol.LL128, Protocol.SIMPLE):
+        for e in range(7, 31):
+            assert tree_correction(nccl, proto, 2.0 ** e, smooth=True) == tree_correction(nccl, proto, 2.0 ** e)
+    for name in ("dgx-h100", "dgx-a100"):
+        system = load_system(name)
+        times, nbytes = [], 1024.0
+        while nbytes < 2 ** 31:
+            times.append(flat_collective_choice(system, "allreduce", nbytes, "tree").seconds)
+            nbytes *= 1.05
+        assert all(b >= a for a, b in pairwise(times)), name

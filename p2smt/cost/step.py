@@ -81,7 +81,7 @@ def _group_seconds(topo: Topology, collective: Collective, group: Group, flows, 
     shape = _group_shape(topo, collective, group, busbw)
     ratio = busbw / bus_bandwidth(topo.nccl, algo, proto, shape, busbw)
     if algo == "tree":
-        ratio /= tree_correction(topo.nccl, proto, size)
+        ratio /= tree_correction(topo.nccl, proto, size, smooth=ramp)  # NCCL's steps steer, the time is smooth
     factor = multi_node_latency_factor(topo.nccl, algo, proto, shape, size)
     fused = factor if collective is Collective.ALL_REDUCE else multi_node_latency_factor(
         topo.nccl, algo, proto, replace(shape, collective=Collective.ALL_REDUCE), size)
