@@ -101,7 +101,11 @@ def _ll128_enabled(topo: Topology, group: Group, flows) -> bool:
     GPU reaches its NIC through PCIe switches alone (path types NVL and at most PXB, ``tuning.cc``)."""
     if any(cls == "pci" for ch, _ in flows for cls, _ in ch.hops):
         return False
-    return len({topo.node_of(d) for d in group}) == 1 or not any(topo.network_through_cpu(d) for d in group)
+    behind = topo.gpus_behind_cpu
+    if not behind:  # every shipped system but P²'s: no per-device look at the group
+        return True
+    n = topo.gpus_per_node
+    return len({topo.node_of(d) for d in group}) == 1 or not any(d % n in behind for d in group)
 
 
 def _best(topo: Topology, collective: Collective, group: Group, flows, size: float) -> Choice:

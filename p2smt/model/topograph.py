@@ -285,22 +285,23 @@ class Topology:
             return tuple(n for n in nics if labels.get(n) == best)
         return self.memo(("closest", dev), make)
 
-    def network_through_cpu(self, device: int) -> bool:
-        """Whether ``device`` reaches the network through a CPU (NCCL's PHB or SYS path type, past PXB): the
-        vertices its route to another node passes before the first NIC (nodes are identical)."""
-        if self.num_nodes < 2:
-            return False
-
-        def make() -> bool:
-            local = device % self.gpus_per_node
-            for e in self.route(local, local + self.gpus_per_node):
-                kind = self.graph.nodes[self.edges[e][1]]["kind"]
-                if kind == "nic":
-                    return False
-                if kind == "cpu":
-                    return True
-            return False
-        return self.memo(("network through cpu", device % self.gpus_per_node), make)
+    @property
+    def gpus_behind_cpu(self) -> frozenset[int]:
+        """Local indices of the GPUs that reach the network through a CPU (NCCL's PHB or SYS path type, past
+        PXB): the vertices of their route to another node before its first NIC (nodes are identical)."""
+        def make() -> frozenset[int]:
+            if self.num_nodes < 2:
+                return frozenset()
+            behind = set()
+            for local in range(self.gpus_per_node):
+                for e in self.route(local, local + self.gpus_per_node):
+                    kind = self.graph.nodes[self.edges[e][1]]["kind"]
+                    if kind in ("nic", "cpu"):
+                        if kind == "cpu":
+                            behind.add(local)
+                        break
+            return frozenset(behind)
+        return self.memo(("gpus behind cpu",), make)
 
     def route_latency(self, edges: tuple[int, ...]) -> float:
         """Latency of one hop over a route: the latency of its worst link class (NCCL's path type)."""
