@@ -22,9 +22,10 @@ __all__ = ["check", "cost", "groups", "hierarchy_of", "load_system", "lower", "p
            "verify"]
 
 
-def load_system(name_or_path: str | Path, nodes: int | None = None,
+def load_system(name_or_path: System | str | Path, nodes: int | None = None,
                 levels: Mapping[str, int] | None = None) -> System:
-    """A shipped system by name (``p2smt topologies``) or a YAML system file, optionally resized.
+    """A shipped system by name (``p2smt topologies``) or a YAML system file (a System as it is), optionally
+    resized.
 
     >>> load_system("a100-4x16").sizes
     (4, 16)
@@ -40,7 +41,7 @@ def placements(system: System | str, axes: tuple[int, ...]) -> list[Placement]:
     >>> [p.matrix for p in placements("a100-4x16", (4, 16))]
     [((1, 4), (4, 4)), ((2, 2), (2, 8)), ((4, 1), (1, 16))]
     """
-    s = load_system(system) if isinstance(system, str) else system
+    s = load_system(system)
     return Request.for_system(s, axes, (0,)).placements(s)
 
 
@@ -151,8 +152,7 @@ def cost(system: System | str, collective: str, nbytes: float, algo: str = "ring
     """
     from p2smt.cost.model import flat_collective_choice
 
-    return flat_collective_choice(load_system(system) if not isinstance(system, System) else system, collective,
-                                  nbytes, algo)
+    return flat_collective_choice(load_system(system), collective, nbytes, algo)
 
 
 def lower(request: Request, program: str, backend: str = "jax", axis_names: list[str] | None = None,

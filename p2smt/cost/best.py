@@ -151,8 +151,7 @@ def best(system: System | str, axes: Sequence[int], reduction_axes: Sequence[int
     >>> best("v100-2x8", (16,), (0,), max_len=3, method="search").best[1].text
     '(node, InsideGroup, ReduceScatter); (node, Parallel(root), AllReduce); (node, InsideGroup, AllGather)'
     """
-    if not isinstance(system, System):
-        system = load_system(system)
+    system = load_system(system)
     b = check_request(system, algo, bytes_per_device, top)
     _check_options(max_len, timeout_ms, bound, method)
     start = time.perf_counter()

@@ -195,10 +195,7 @@ def plan(profile: Profile | str, system: System | str, *, algo: str = "ring", co
     >>> report["best"]["matrix"]
     [[2, 8]]
     """
-    if not isinstance(profile, Profile):
-        profile = load_profile(profile)
-    if not isinstance(system, System):
-        system = load_system(system)
+    profile, system = load_profile(profile), load_system(system)
     config = config or EngineConfig(engine=Engine.AUTO)
     axes = profile.sizes_for(system.num_devices)
     mats: list[Matrix] = matrices(system.sizes, axes)

@@ -107,8 +107,11 @@ def shipped_profiles() -> list[str]:
     return sorted(p.stem for p in profiles_dir().glob("*.yaml"))
 
 
-def load_profile(name_or_path: str | Path) -> Profile:
-    """Load a shipped profile by name or a YAML file by path; errors name the file and the field."""
+def load_profile(name_or_path: Profile | str | Path) -> Profile:
+    """Load a shipped profile by name or a YAML file by path (a Profile is taken as it is); errors name the
+    file and the field."""
+    if isinstance(name_or_path, Profile):
+        return name_or_path
     path = Path(name_or_path)
     if not (path.suffix in (".yaml", ".yml") or path.exists()):
         path = profiles_dir() / f"{name_or_path}.yaml"

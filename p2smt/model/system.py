@@ -161,10 +161,20 @@ def parse_system(data: Any, source: str) -> System:
 
 
 def load_system(
-    name_or_path: str | Path, nodes: int | None = None, levels: Mapping[str, int] | None = None
+    name_or_path: System | str | Path, nodes: int | None = None, levels: Mapping[str, int] | None = None
 ) -> System:
-    """Load a shipped system by name or a YAML file by path; ``nodes`` re-instantiates its node count
-    (its scalable level) and ``levels`` resizes any named levels."""
+    """Load a shipped system by name or a YAML file by path (a System is taken as it is); ``nodes``
+    re-instantiates its node count (its scalable level) and ``levels`` resizes any named levels."""
+    system = name_or_path if isinstance(name_or_path, System) else _read_system(name_or_path)
+    if nodes is not None:
+        if levels and system.nodes_level in levels:
+            raise P2Error(f"--nodes and --level {system.nodes_level}=… both resize level {system.nodes_level!r}; "
+                          "give one of them")
+        system = system.with_nodes(nodes)
+    return system.with_levels(levels) if levels else system
+
+
+def _read_system(name_or_path: str | Path) -> System:
     text_path = Path(name_or_path)
     if text_path.suffix in (".yaml", ".yml") or text_path.exists():
         path = text_path
@@ -175,11 +185,4 @@ def load_system(
         if not path.is_file():
             known = ", ".join(shipped_systems())
             raise P2Error(f"unknown system {str(name_or_path)!r}; shipped systems: {known}")
-    data = read_yaml(path, "system file")
-    system = parse_system(data, str(path))
-    if nodes is not None:
-        if levels and system.nodes_level in levels:
-            raise P2Error(f"--nodes and --level {system.nodes_level}=… both resize level {system.nodes_level!r}; "
-                          "give one of them")
-        system = system.with_nodes(nodes)
-    return system.with_levels(levels) if levels else system
+    return parse_system(read_yaml(path, "system file"), str(path))
