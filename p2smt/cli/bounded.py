@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from typing import Any, Generic, TypeVar
 
 from p2smt.cli.options import seconds
+from p2smt.cli.output import counted
 from p2smt.errors import InternalError, P2Error
 
 T = TypeVar("T")
@@ -38,9 +39,8 @@ class Bounded(Generic[T]):
         return self.result is None
 
     def message(self, what: str) -> str:
-        """``what``: the plural of the pieces' noun (the singular drops its final "s")."""
-        n = len(self.pieces)
-        return f"deadline of {self.deadline:g} s reached with {n} {what[:-1] if n == 1 else what} done"
+        """``what``: the pieces' noun, singular ("placement")."""
+        return f"deadline of {self.deadline:g} s reached with {counted(len(self.pieces), what)} done"
 
 
 def add_bounds(p: argparse.ArgumentParser) -> None:

@@ -9,7 +9,7 @@ from rich.markup import escape
 
 from p2smt.cli.inputs import plan_request
 from p2smt.cli.options import add_allow_noop, add_json, add_plan_input, add_request
-from p2smt.cli.output import ExitCode, emit
+from p2smt.cli.output import ExitCode, counted, emit
 
 MAX_DEFECTS = 64
 MAX_SHOWN = 8
@@ -81,7 +81,7 @@ def run(args: argparse.Namespace) -> int:
         elif verdict.positions and not verdict.positions.valid:
             c.print(f"[red]INVALID[/red] under XLA/NCCL positions: {escape(verdict.positions.message())}")
         else:
-            c.print(f"[green]VALID[/green]: {len(pr.steps)} step{'' if len(pr.steps) == 1 else 's'} reduce every group of axes {list(pr.reduce)}")
+            c.print(f"[green]VALID[/green]: {counted(len(pr.steps), 'step')} reduce every group of axes {list(pr.reduce)}")
 
     emit(args, payload, render)
     return ExitCode.OK if verdict.valid else ExitCode.FAIL

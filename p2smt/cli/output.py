@@ -34,6 +34,11 @@ def console() -> Console:
     return Console(highlight=False, width=max(100, Console().width))
 
 
+def counted(n: int, noun: str) -> str:
+    """``n`` and ``noun``, plural unless n is 1 ("1 step", "3 steps")."""
+    return f"{n} {noun}{'' if n == 1 else 's'}"
+
+
 def emit(args: argparse.Namespace, payload: dict[str, Any], render: Callable[[Console], None]) -> None:
     """Print ``payload`` as strict JSON (never NaN/Infinity) under ``--json``, else ``render`` it for people."""
     if getattr(args, "json", False):

@@ -44,7 +44,7 @@ def run(args: argparse.Namespace) -> int:
     bounded, result = bounded_synthesis(args, req, engine_config(args), "rank: placements")
     report = rank_result(req.load_system(), result, algo=args.algo, bytes_per_device=args.bytes, top=args.top)
     if bounded.expired:
-        report |= {"status": "unknown", "message": bounded.message("placements")}
+        report |= {"status": "unknown", "message": bounded.message("placement")}
     if yours is not None:
         report |= {"yours": price_users_program(req, yours, result, args.algo, report["bytes_per_device"])}
 

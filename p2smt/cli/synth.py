@@ -19,7 +19,7 @@ from p2smt.cli.options import (
     shown,
     system_of,
 )
-from p2smt.cli.output import ExitCode, emit
+from p2smt.cli.output import ExitCode, counted, emit
 
 
 def register(sub) -> None:
@@ -124,7 +124,7 @@ def run(args: argparse.Namespace) -> int:
     payload = result.to_json()
     partial = partial_placements(bounded.partial, (m.matrix for m in result.matrices)) if bounded.expired else ()
     if bounded.expired:
-        payload |= {"status": "unknown", "message": bounded.message("placements") + partial_words(partial),
+        payload |= {"status": "unknown", "message": bounded.message("placement") + partial_words(partial),
                     "partial": [p.to_json() for p in partial]}
 
     def render(c: Console) -> None:
@@ -133,8 +133,8 @@ def run(args: argparse.Namespace) -> int:
         c.print(
             f"{result.system}: axes {list(result.axes)}, reduce {list(result.reduction_axes)}, "
             f"engine {args.engine}, max length {args.max_len}: [bold]{result.total_programs}[/bold] programs "
-            f"over {len(result.matrices)} {finished}placement{'' if len(result.matrices) == 1 else 's'}{unfinished} in {result.seconds:.3f} s — status "
-            f"{payload['status']}"
+            f"over {counted(len(result.matrices), finished + 'placement')}{unfinished} in {result.seconds:.3f} s — "
+            f"status {payload['status']}"
         )
         for m in result.matrices:
             same = f"; same problem as {m.stats['same_problem_as']}" if "same_problem_as" in m.stats else ""

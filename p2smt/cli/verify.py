@@ -17,7 +17,7 @@ from p2smt.cli.bounded import add_bounds, report_expired, run_bounded
 from p2smt.cli.check import add_verbose, render_violation
 from p2smt.cli.inputs import plan_request
 from p2smt.cli.options import add_allow_noop, add_json, add_plan_input, add_request, seconds, timeout_ms
-from p2smt.cli.output import ExitCode, emit
+from p2smt.cli.output import ExitCode, counted, emit
 from p2smt.errors import InternalError, P2Error
 
 
@@ -59,7 +59,7 @@ def expired(args: argparse.Namespace, bounded, pr) -> int:
 
     proved = max(bounded.pieces, default=0)
     words = undecided_words(proved, len(pr.steps))
-    return report_expired(args, bounded, "steps",
+    return report_expired(args, bounded, "step",
                           {"program": pr.program_text(), "steps": len(pr.steps), "steps_proved": proved},
                           f"deadline of {bounded.deadline:g} s reached: {words}")
 
@@ -106,7 +106,7 @@ def run(args: argparse.Namespace) -> int:
     def render(c: Console) -> None:
         if status == "proved":
             what = "for every integer input" if args.values else "the goal holds and no precondition fails"
-            c.print(f"[green]PROVED[/green]: {what} ({len(pr.steps)} step{'' if len(pr.steps) == 1 else 's'}, {n} devices)")
+            c.print(f"[green]PROVED[/green]: {what} ({counted(len(pr.steps), 'step')}, {n} devices)")
             return
         if status == "unknown":
             c.print(f"[yellow]UNKNOWN[/yellow]: {escape(payload.get('message', 'the solver gave up'))}")
