@@ -93,7 +93,7 @@ class _Package(types.ModuleType):
     function the sub-package becomes callable as that function (``_CallableModule``)."""
 
     def __setattr__(self, name: str, value: Any) -> None:
-        if name in _EXPORTS and isinstance(value, types.ModuleType) and type(value) is types.ModuleType:
+        if name in _EXPORTS and type(value) is types.ModuleType:
             value.__class__ = _CallableModule
         super().__setattr__(name, value)
 
