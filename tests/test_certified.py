@@ -134,6 +134,20 @@ def test_out_of_reach_says_not_certified(monkeypatch):
                                             EngineConfig(engine="enumerative", max_len=3)))
 
 
+def test_the_interpreter_re_checks_only_an_uncertified_set(monkeypatch):
+    """A certified set rests on the proposer's interpreter and Z3's proof; a set Z3 did not certify is
+    re-checked by the dense interpreter, as the proposer's own engine's would be."""
+    calls = []
+    real = driver.recheck
+    monkeypatch.setattr(driver, "recheck", lambda prob, progs, engine, drop=False, sizes=None:
+                        calls.append(len(progs)) or real(prob, progs, engine, drop, sizes))
+    req = Request("v100-2x8", axes=(2, 8), reduce=(1,))
+    assert synthesize(req, EngineConfig(max_len=3)).certified is True and calls == []
+    monkeypatch.setattr(driver, "CERTIFY_LIMIT", 4)
+    res = synthesize(req, EngineConfig(max_len=3))
+    assert res.certified is False and calls == [len(m.programs) for m in res.matrices] and all(calls)
+
+
 def test_solver_timeout_is_not_a_claim_of_proof():
     res = synthesize(Request("a100-4x16", axes=(64,), reduce=(0,)), EngineConfig(timeout_ms=1))
     m = res.to_json()["matrices"][0]

@@ -25,10 +25,9 @@ three-level sets of 1,635 programs spend 31-47 M (10-25 s) and P²'s placements 
 
 def spent(solver: z3.Solver) -> int:
     """The units the solver's context has counted so far (0 before any work)."""
-    for key, value in solver.statistics():
-        if key == "rlimit count":
-            return int(value)
-    return 0
+    from p2smt.smt.statistics import statistics
+
+    return int(statistics(solver, "rlimit count".__eq__).get("rlimit count", 0))
 
 
 class ResourceBudget:

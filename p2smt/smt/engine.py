@@ -27,6 +27,7 @@ from p2smt.model.status import SolveStatus
 from p2smt.smt.base import Encoding, Program
 from p2smt.smt.budget import ResourceBudget
 from p2smt.smt.registry import load_encoding
+from p2smt.smt.statistics import statistics
 from p2smt.smt.strategy import Enumerate, Phase, Strategy
 
 DEFAULT_ENCODING = "bool-matrix"
@@ -107,9 +108,15 @@ class _Mirrored:
 SOLVER_FIGURES = ("conflicts", "decisions", "propagations", "memory", "max memory")
 
 
+def _figure_key(key: str) -> bool:
+    """A statistic ``solver_figures`` sums or copies."""
+    return key.removeprefix("sat ") in ("conflicts", "decisions") or key in ("memory", "max memory") or (
+        key == "propagations" or key.startswith("sat propagations"))
+
+
 def solver_figures(solver: z3.Solver) -> dict[str, float]:
     """Conflicts, decisions, propagations and memory of a solver, whichever core answered (SMT or SAT)."""
-    stats = {key: value for key, value in solver.statistics()}
+    stats = statistics(solver, _figure_key)
     out: dict[str, float] = {}
     for name in ("conflicts", "decisions"):
         found = [v for k, v in stats.items() if k in (name, f"sat {name}")]
