@@ -19,7 +19,11 @@ HLO = Path(__file__).parent / "data" / "hlo"
 SYSTEM = ["--system", "a100-4x16", "--level", "gpu=4"]
 ALL = [*SYSTEM, "--axes", "16", "--reduce", "0", "--matrix", "[[4,4]]"]
 PROVED = ["allreduce", "two-allreduce", "rs-ar-ag", "blueconnect"]
-WRONG = {"wrong-double-count": (2, "AllReduce.disjoint"), "wrong-gather-across": (2, "AllGather.disjoint_chunks")}  # 1-based
+WRONG = {"wrong-double-count": (2, "AllReduce.disjoint"), "wrong-gather-across": (2, "AllGather.disjoint_chunks"),
+         "call-twice": (2, "AllReduce.disjoint")}  # 1-based
+REFUSED = {"loop-psum": "straight-line", "cond-psum": "straight-line", "psum-pmax": "reduces with maximum",
+           "independent": "does not use the result"}
+"""JAX programs p2smt must not prove: a psum in a loop or a branch, a pmax, and two psums of one input."""
 
 
 def mesh_order(tmp_path: Path, capsys, axes: str, matrix: str) -> str:
@@ -45,6 +49,11 @@ def check_fixtures(folder: Path, tmp_path: Path, capsys, suffixes=(".hlo", ".mli
         for suffix in suffixes:
             rc, out = verify([*ALL, "--hlo", str(folder / f"{name}{suffix}"), "--device-order", order], capsys)
             assert (rc, out["status"], out["failing_step"], out["rule"]) == (1, "counterexample", step, rule)
+    for name, words in REFUSED.items():
+        for suffix in suffixes:
+            assert main(["verify", *ALL, "--hlo", str(folder / f"{name}{suffix}"), "--device-order", order]) == 2
+            captured = capsys.readouterr()
+            assert captured.out == "" and words in captured.err and len(captured.err.splitlines()) == 1, name
 
 
 def test_p2_examples_compiled_by_jax_are_proved_and_wrong_ones_refuted(tmp_path, capsys):
@@ -140,7 +149,39 @@ def test_stablehlo_non_reductions_and_other_computations_are_errors(tmp_path, ca
 
 def test_device_count_must_match():
     with pytest.raises(P2Error, match="4 devices"):
-        hlo_plan(parse_hlo_text(module("  ROOT %ar = f32[8]{0} all-reduce(%p), replica_groups={}")), 16)
+        hlo_plan(parse_hlo_text(module("  ROOT %ar = f32[8]{0} all-reduce(%p), replica_groups={}, to_apply=%add")), 16)
+
+
+def test_a_reduction_must_name_its_sum():
+    with pytest.raises(P2Error, match="names no reduction computation"):
+        parse_hlo_text(module("  ROOT %ar = f32[8]{0} all-reduce(%p), replica_groups={}"))
+    text = module("  ROOT %ar = f32[8]{0} all-reduce(%p), replica_groups={}, to_apply=%add").replace(
+        "add(f32[] %a, f32[] %b)", "multiply(f32[] %a, f32[] %b)")
+    with pytest.raises(P2Error, match=r"<hlo>:9: all-reduce reduces with multiply \(to_apply=%add\)"):
+        parse_hlo_text(text)
+
+
+def test_collectives_must_form_one_chain_through_other_ops():
+    chained = module("  %a = f32[8]{0} all-reduce(%p), replica_groups={{0,1},{2,3}}, to_apply=%add\n"
+                     "  %n = f32[8]{0} negate(f32[8]{0} %a)\n"
+                     "  ROOT %b = f32[8]{0} all-reduce(%n), replica_groups={{0,2},{1,3}}, to_apply=%add")
+    assert len(parse_hlo_text(chained).collectives) == 2
+    with pytest.raises(P2Error, match="<hlo>:11: all-reduce does not use the result of the all-reduce at line 9"):
+        parse_hlo_text(chained.replace("all-reduce(%n)", "all-reduce(%p)"))
+
+
+def test_xla_mesh_form_with_device_ids_is_read_as_xla_partitioned_it():
+    """jnp.sum over mesh axes p and r of a (p 2, q 2, r 4) mesh: devices p*8+q*4+r with one q sum together."""
+    prog = parse_hlo_text((HLO / "sum-pr.hlo").read_text())
+    assert [c.groups for c in prog.collectives] == [((0, 1, 2, 3, 8, 9, 10, 11), (4, 5, 6, 7, 12, 13, 14, 15))]
+    from p2smt.model.replica_groups import parse_groups_text
+
+    assert parse_groups_text("mesh['a'=8,'b'=1,'c'=2], device_ids=([2,8]T(1,0)) {'a'}") == (
+        tuple(range(8)), tuple(range(8, 16)))
+    with pytest.raises(P2Error, match="sub-axes"):
+        parse_groups_text("mesh['a'=4,'b'=4] {'a':(1)2}")
+    with pytest.raises(P2Error, match="each of the mesh's 16 devices once"):
+        parse_groups_text("mesh['a'=4,'b'=4], device_ids=([2,4]) {'a'}")
 
 
 def test_check_hlo_uses_positions(tmp_path, capsys):
@@ -175,3 +216,36 @@ def test_the_printed_jax_mesh_runs_and_orders_the_devices_as_its_json(tmp_path, 
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip() == f"{order} ('dp', 'tp')"
     assert order != sorted(order)  # the placement interleaves the levels: the order matters
+
+
+STABLE = """module @m attributes {mhlo.num_partitions = 4 : i32, mhlo.num_replicas = 1 : i32} {
+  func.func public @main(%arg0: tensor<8xf32>) -> tensor<8xf32> {
+    %0 = func.call @CALLEE(%arg0) : (tensor<8xf32>) -> tensor<8xf32>
+    return %0 : tensor<8xf32>
+  }
+  func.func private @inner(%arg0: tensor<8xf32>) -> tensor<8xf32> {
+    %0 = "stablehlo.all_reduce"(%arg0) <{channel_handle = #stablehlo.channel_handle<handle = 1, type = 1>, replica_groups = dense<[[0, 1, 2, 3]]> : tensor<1x4xi64>, use_global_device_ids}> ({
+    ^bb0(%arg1: tensor<f32>, %arg2: tensor<f32>):
+      %1 = stablehlo.add %arg1, %arg2 : tensor<f32>
+      stablehlo.return %1 : tensor<f32>
+    }) : (tensor<8xf32>) -> tensor<8xf32>
+    RECURSE
+    return %0 : tensor<8xf32>
+  }
+}
+"""
+
+
+def test_stablehlo_calls_are_run_and_bad_calls_refused():
+    def read(callee: str, recurse: str = "") -> list:
+        return list(parse_module(STABLE.replace("CALLEE", callee).replace("RECURSE", recurse), "m.mlir").collectives)
+
+    assert [c.line for c in read("inner")] == [7]
+    with pytest.raises(P2Error, match=r"m.mlir:3: call of @nowhere, which the module does not define"):
+        read("nowhere")
+    with pytest.raises(P2Error, match="@inner calls itself"):
+        read("inner", "%2 = func.call @inner(%0) : (tensor<8xf32>) -> tensor<8xf32>")
+    two = STABLE.replace("CALLEE", "inner").replace("RECURSE", "").replace("@main", "@first").replace(
+        "private @inner", "public @inner")
+    with pytest.raises(P2Error, match="no @main and 2 public functions"):
+        parse_module(two)

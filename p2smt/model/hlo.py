@@ -1,11 +1,13 @@
-"""Read the collectives of an XLA HLO text module or a StableHLO module into an explicit plan.
+"""Read the collectives of an XLA HLO text module into an explicit plan (StableHLO: ``stablehlo.py``).
 
 HLO text is what ``jax.jit(f).lower(x).compile().as_text()`` prints; StableHLO is ``.lower(x).as_text()``.
 ``all-reduce``, ``reduce-scatter`` and ``all-gather`` (and their async ``-start``/``-done`` pairs, or
-``async-start`` wrappers) are read in program order with their replica groups and dimensions.
+``async-start`` wrappers) of the entry computation are read in program order with their replica groups and
+dimensions; each must sum (its ``to_apply``) and use the previous one's result (``hlo_program.py``).
 Collectives that are not reductions (collective-permute, all-to-all, …) are errors naming the op and
-line, never skipped. XLA's ids are mapped to the system's devices through the mesh's device order
-(``placements --export jax-mesh``): id i is mesh position i, i.e. system device ``order[i]``.
+line, never skipped, and so is a collective in any other computation (a loop body, a branch, a call).
+XLA's ids are mapped to the system's devices through the mesh's device order (``placements --export
+jax-mesh``): id i is mesh position i, i.e. system device ``order[i]``.
 """
 
 from __future__ import annotations
@@ -13,12 +15,16 @@ from __future__ import annotations
 import json
 import re
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from p2smt.errors import P2Error
-from p2smt.model.collectives import Collective, ExplicitPlan, ExplicitStep, Group
+from p2smt.model.collectives import Collective, ExplicitPlan, ExplicitStep
+from p2smt.model.hlo_program import Chain, HloCollective, HloProgram, require_sum
 from p2smt.model.replica_groups import DeviceSpace, GroupMode, global_groups, normalize, parse_groups_text
+from p2smt.model.stablehlo import parse_stablehlo
+
+__all__ = ["HloCollective", "HloProgram", "hlo_plan", "parse_hlo_text", "parse_module", "read_device_order"]
 
 _REDUCTIONS = {"all-reduce": Collective.ALL_REDUCE, "reduce-scatter": Collective.REDUCE_SCATTER,
                "all-gather": Collective.ALL_GATHER}
@@ -26,39 +32,6 @@ _OTHERS = ("collective-permute", "all-to-all", "ragged-all-to-all", "collective-
 _STRING = re.compile(r'"(?:[^"\\]|\\.)*"')
 _HLO_OP = re.compile(r"^\s*(?:ROOT\s+)?%?(?P<name>[\w.\-]+)\s*=\s*(?P<shape>.+?)\s+(?P<op>[a-z][a-z0-9\-]*)\(")
 _COMPUTATION = re.compile(r"^\s*(?P<entry>ENTRY\s+)?%?(?P<name>[\w.\-]+)\s*(?:\(.*\)\s*->\s*.*)?\{\s*$")
-_STABLE_OP = re.compile(r"\b(?:stablehlo|mhlo)\.(?P<op>all_reduce|reduce_scatter|all_gather|collective_permute|"
-                        r"all_to_all|collective_broadcast|send|recv)\b")
-_STABLE_REDUCTIONS = {"all_reduce": Collective.ALL_REDUCE, "reduce_scatter": Collective.REDUCE_SCATTER,
-                      "all_gather": Collective.ALL_GATHER}
-
-
-@dataclass(frozen=True)
-class HloCollective:
-    """One reduction collective as written: line, op, collective, groups (module ids), mode, dimension."""
-
-    line: int
-    op: str
-    collective: Collective
-    groups: tuple[Group, ...]
-    mode: GroupMode
-    dimension: int | None
-
-
-@dataclass(frozen=True)
-class HloProgram:
-    """The reduction collectives of a module in program order, and the replicas × partitions it runs on."""
-
-    name: str
-    dialect: str
-    space: DeviceSpace
-    collectives: tuple[HloCollective, ...]
-
-    def to_json(self) -> dict:
-        return {"module": self.name, "dialect": self.dialect, "replicas": self.space.replicas,
-                "partitions": self.space.partitions,
-                "collectives": [{"line": c.line, "op": c.op, "collective": c.collective.value,
-                                 "replica_groups": [list(g) for g in c.groups], "mode": c.mode.value,
-                                 "dimension": c.dimension} for c in self.collectives]}
 
 
 def _braced(text: str, start: int) -> str:
@@ -78,7 +51,7 @@ def _hlo_attribute(attrs: str, key: str) -> str | None:
     rest = attrs[m.end():]
     if rest.startswith("{"):
         return _braced(rest, 0)
-    mesh = re.match(r"mesh\[[^\]]*\]\s*\{[^}]*\}", rest)
+    mesh = re.match(r"mesh\[[^\]]*\]\s*(?:,\s*device_ids=\([^()]*(?:\([^()]*\))?\)\s*)?\{[^}]*\}", rest)
     if mesh:
         return mesh.group(0)
     iota = re.match(r"\[[\d,\s]*\]\s*<=\s*\[[\d,\s]*\](?:T\([\d,\s]*\))?", rest)
@@ -106,8 +79,65 @@ def _unsupported(op: str, lineno: int, where: str) -> P2Error:
                    "(only all-reduce, reduce-scatter and all-gather)")
 
 
+@dataclass
+class _Instruction:
+    line: int
+    name: str
+    op: str
+    operands: list[str]
+    text: str  # the line with its strings blanked
+
+
+@dataclass
+class _Computation:
+    name: str
+    entry: bool
+    body: list[_Instruction] = field(default_factory=list)
+
+
+def _operands(text: str, start: int, known: dict[str, _Instruction]) -> list[str]:
+    """The names of earlier instructions among the operands in the parentheses opened at ``start``."""
+    depth = 0
+    for i in range(start, len(text)):
+        depth += {"(": 1, ")": -1}.get(text[i], 0)
+        if depth == 0:
+            break
+    return [t for t in re.findall(r"%?([\w.\-]+)", text[start:i + 1]) if t in known]
+
+
+def _computations(text: str, where: str) -> list[_Computation]:
+    """Every computation with its instructions (their operands among the computation's own)."""
+    out: list[_Computation] = []
+    current: _Computation | None = None
+    known: dict[str, _Instruction] = {}
+    for lineno, line in enumerate(text.splitlines(), start=1):
+        comp = _COMPUTATION.match(line)
+        if comp and "=" not in line.split("{")[0]:
+            current = _Computation(comp.group("name"), bool(comp.group("entry")))
+            out.append(current)
+            known = {}
+            continue
+        m = _HLO_OP.match(line)
+        if m is None:
+            continue
+        op = m.group("op")
+        if op.removesuffix("-start").removesuffix("-done") in _OTHERS:
+            raise _unsupported(op, lineno, where)
+        if current is None:
+            raise P2Error(f"{where}:{lineno}: an instruction outside any computation")
+        clean = _STRING.sub('""', line)
+        ins = _Instruction(lineno, m.group("name"), op, _operands(clean, m.end() - 1, known), clean)
+        known[ins.name] = ins
+        current.body.append(ins)
+    return out
+
+
+def _is_collective(ins: _Instruction) -> bool:
+    return ins.op.removesuffix("-start") in _REDUCTIONS
+
+
 def parse_hlo_text(text: str, where: str = "<hlo>") -> HloProgram:
-    """The reduction collectives of an HLO text module, in the entry computation's order."""
+    """The reduction collectives of an HLO text module: the entry computation's, in program order."""
     header = next((ln for ln in text.splitlines() if ln.startswith("HloModule")), None)
     if header is None:
         raise P2Error(f"{where}: not an HLO text module (no 'HloModule' line)")
@@ -115,94 +145,44 @@ def parse_hlo_text(text: str, where: str = "<hlo>") -> HloProgram:
     ints = {k: int(m.group(1)) for k in ("replica_count", "num_partitions")
             if (m := re.search(rf"\b{k}=(\d+)", header))}
     space = DeviceSpace(ints.get("replica_count", 1), ints.get("num_partitions", 1))
-    per_computation: dict[str, list[HloCollective]] = {}
-    entry: list[HloCollective | str] = []
-    current, is_entry = None, False
-    for lineno, line in enumerate(text.splitlines(), start=1):
-        comp = _COMPUTATION.match(line)
-        if comp and "=" not in line.split("{")[0]:
-            current, is_entry = comp.group("name"), bool(comp.group("entry"))
-            per_computation.setdefault(current, [])
-            continue
-        m = _HLO_OP.match(line)
-        if m is None:
-            continue
-        op = m.group("op")
-        base = op.removesuffix("-start").removesuffix("-done")
-        if base in _OTHERS:
-            raise _unsupported(op, lineno, where)
-        if op == "async-start" and is_entry:
-            called = re.search(r"\bcalls=%?([\w.\-]+)", _STRING.sub('""', line))
-            if called:
-                entry.append(called.group(1))
-            continue
-        if base not in _REDUCTIONS or op.endswith("-done"):
-            continue
-        found = _hlo_collective(line, lineno, op, where)
-        if is_entry:
-            entry.append(found)
-        else:
-            per_computation.setdefault(current or "", []).append(found)
-    ordered: list[HloCollective] = []
-    used: set[str] = set()
-    for item in entry:
-        if isinstance(item, str):
-            ordered += per_computation.get(item, [])
-            used.add(item)
-        else:
-            ordered.append(item)
-    for comp_name, found in per_computation.items():
-        if found and comp_name not in used:
-            raise P2Error(f"{where}:{found[0].line}: {found[0].op} lies in computation %{comp_name}, not in the "
+    comps = _computations(text, where)
+    by_name = {c.name: c for c in comps}
+    entries = [c for c in comps if c.entry]
+    if len(entries) != 1:
+        raise P2Error(f"{where}: {len(entries)} ENTRY computations; an HLO module has one")
+    chain, wrapped = Chain(where), set()
+
+    def collective(ins: _Instruction, uses: frozenset[int]) -> frozenset[int]:
+        found = _hlo_collective(ins.text, ins.line, ins.op, where)
+        if found.collective is not Collective.ALL_GATHER:
+            apply = re.search(r"\bto_apply=%?([\w.\-]+)", ins.text)
+            if apply is None or apply.group(1) not in by_name:
+                raise P2Error(f"{where}:{ins.line}: {ins.op} names no reduction computation (to_apply)")
+            require_sum((i.op for i in by_name[apply.group(1)].body), f"to_apply=%{apply.group(1)}", where,
+                        ins.line, ins.op)
+        return chain.add(found, uses)
+
+    deps: dict[str, frozenset[int]] = {}
+    for ins in entries[0].body:
+        uses = frozenset().union(*(deps[o] for o in ins.operands))
+        called = re.search(r"\bcalls=%?([\w.\-]+)", ins.text) if ins.op == "async-start" else None
+        if _is_collective(ins) and not ins.op.endswith("-done"):
+            uses = collective(ins, uses)
+        elif called and called.group(1) in by_name:
+            inner = [i for i in by_name[called.group(1)].body if _is_collective(i)]
+            if len(inner) > 1:
+                raise P2Error(f"{where}:{inner[1].line}: two collectives in one async computation "
+                              f"%{called.group(1)}")
+            wrapped.add(called.group(1))
+            if inner:
+                uses = collective(inner[0], uses)
+        deps[ins.name] = uses
+    for comp in comps:
+        stray = [i for i in comp.body if _is_collective(i)]
+        if stray and not comp.entry and comp.name not in wrapped:
+            raise P2Error(f"{where}:{stray[0].line}: {stray[0].op} lies in computation %{comp.name}, not in the "
                           "entry computation; p2smt reads straight-line entry code only")
-    return HloProgram(name, "hlo", space, tuple(ordered))
-
-
-def _dense_groups(attrs: str, lineno: int, where: str) -> tuple[Group, ...]:
-    m = re.search(r"replica_groups\s*=\s*dense<([^>]*)>\s*:\s*tensor<(\d+)x(\d+)xi64>", attrs)
-    if m is None:
-        raise P2Error(f"{where}:{lineno}: replica_groups not in the dense<…> : tensor<GxSxi64> form")
-    body, g, s = m.group(1).strip(), int(m.group(2)), int(m.group(3))
-    if not body:
-        return ()
-    if body.startswith("["):
-        rows = json.loads(body)
-    else:
-        rows = [[int(body)] * s for _ in range(g)]
-    return tuple(tuple(int(d) for d in r if d >= 0) for r in rows)
-
-
-def parse_stablehlo(text: str, where: str = "<stablehlo>") -> HloProgram:
-    """The reduction collectives of a StableHLO (MLIR text) module, in text order within one function."""
-    header = re.search(r"module\s+@([\w.\-]+)", text)
-    name = header.group(1) if header else "module"
-    ints = {k: int(m.group(1)) for k in ("num_replicas", "num_partitions")
-            if (m := re.search(rf"mhlo\.{k}\s*=\s*(\d+)", text))}
-    space = DeviceSpace(ints.get("num_replicas", 1), ints.get("num_partitions", 1))
-    out: list[HloCollective] = []
-    function, first_function = None, None
-    for lineno, line in enumerate(text.splitlines(), start=1):
-        clean = _STRING.sub(lambda s: s.group(0) if s.group(0).startswith('"stablehlo.') else '""', line)
-        fn = re.search(r"func\.func\s+(?:\w+\s+)?@([\w.\-]+)", clean)
-        if fn:
-            function = fn.group(1)
-        m = _STABLE_OP.search(clean)
-        if m is None:
-            continue
-        op = m.group("op")
-        if op not in _STABLE_REDUCTIONS:
-            raise _unsupported(op, lineno, where)
-        first_function = first_function or function
-        if function != first_function:
-            raise P2Error(f"{where}:{lineno}: collectives in two functions (@{first_function}, @{function}); "
-                          "p2smt reads the collectives of one function only")
-        handle = re.search(r"channel_handle\s*=\s*#stablehlo\.channel_handle<handle\s*=\s*(\d+)", clean)
-        has_channel = handle is not None and int(handle.group(1)) > 0
-        mode = GroupMode.of(has_channel, bool(re.search(r"\buse_global_device_ids\b", clean)))
-        dim = re.search(r"\b(?:scatter_dimension|all_gather_dim)\s*=\s*(\d+)", clean)
-        out.append(HloCollective(lineno, op, _STABLE_REDUCTIONS[op], _dense_groups(clean, lineno, where), mode,
-                                 int(dim.group(1)) if dim else None))
-    return HloProgram(name, "stablehlo", space, tuple(out))
+    return HloProgram(name, "hlo", space, tuple(chain.collectives))
 
 
 def parse_module(text: str, where: str = "<hlo>") -> HloProgram:

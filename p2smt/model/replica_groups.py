@@ -25,7 +25,9 @@ _IOTA = re.compile(
     r"^\s*\[\s*(?P<shape>\d+(?:\s*,\s*\d+)*)\s*\]\s*<=\s*\[\s*(?P<dims>\d+(?:\s*,\s*\d+)*)\s*\]"
     r"\s*(?:T\s*\(\s*(?P<perm>\d+(?:\s*,\s*\d+)*)\s*\))?\s*$"
 )
-_MESH = re.compile(r"^\s*mesh\s*\[(?P<axes>[^\]]*)\]\s*\{(?P<selected>[^}]*)\}\s*$")
+_MESH = re.compile(r"^\s*mesh\s*\[(?P<axes>[^\]]*)\]\s*(?:,\s*device_ids\s*=\s*\((?P<ids>[^()]*(?:\([^()]*\))?)\)\s*)?"
+                   r"\{(?P<selected>[^}]*)\}\s*$")
+_DEVICE_IOTA = re.compile(r"^\s*\[\s*(?P<dims>\d+(?:\s*,\s*\d+)*)\s*\]\s*(?:T\s*\(\s*(?P<perm>\d+(?:\s*,\s*\d+)*)\s*\))?\s*$")
 _MESH_AXIS = re.compile(r"^\s*'(?P<name>[^']+)'\s*=\s*(?P<size>\d+)\s*$")
 _LISTS = re.compile(r"^\s*\{\s*(?:\{[\d\s,]*\}\s*(?:,\s*\{[\d\s,]*\}\s*)*)?\}\s*$")
 MAX_IDS = 1 << 20
@@ -96,14 +98,37 @@ def iota_groups(shape: Sequence[int], dims: Sequence[int], perm: Sequence[int] |
     return tuple(tuple(int(v) for v in r) for r in rows)
 
 
-def mesh_axes_groups(axes: Sequence[tuple[str, int]], selected: Sequence[str]) -> tuple[Group, ...]:
-    """``mesh['a'=4,'b'=4] {'b'}``: devices iota over the mesh; one group per point of the other axes."""
+def mesh_device_ids(text: str, count: int) -> np.ndarray:
+    """A mesh form's ``device_ids=(…)``: an iota ``[dims]`` or ``[dims]T(perm)`` flattened, or ids listed."""
+    m = _DEVICE_IOTA.match(text)
+    if m:
+        dims = tuple(int(v) for v in m.group("dims").split(","))
+        _span("mesh device_ids", dims, dims)
+        perm = tuple(int(v) for v in m.group("perm").split(",")) if m.group("perm") else tuple(range(len(dims)))
+        if sorted(perm) != list(range(len(dims))):
+            raise P2Error(f"mesh device_ids: T{perm} is not a permutation of the {len(dims)} dims")
+        ids = np.arange(math.prod(dims)).reshape(dims).transpose(perm).reshape(-1)
+    elif re.fullmatch(r"\s*\d+(?:\s*,\s*\d+)*\s*", text):
+        ids = np.array([int(v) for v in text.split(",")])
+    else:
+        raise P2Error(f"unsupported mesh device_ids ({text.strip()}): expected [dims], [dims]T(perm) or a list of ids")
+    if len(ids) != count or sorted(ids.tolist()) != list(range(count)):
+        raise P2Error(f"mesh device_ids ({text.strip()}) must list each of the mesh's {count} devices once")
+    return ids
+
+
+def mesh_axes_groups(axes: Sequence[tuple[str, int]], selected: Sequence[str],
+                     device_ids: str | None = None) -> tuple[Group, ...]:
+    """``mesh['a'=4,'b'=4] {'b'}``: mesh position p holds device p (or ``device_ids``' p-th id, row-major);
+    one group per point of the other axes, its members along the selected axes in the order named."""
     names = [n for n, _ in axes]
     unknown = [s for s in selected if s not in names]
     if unknown or len(set(selected)) != len(selected):
         raise P2Error(f"mesh replica groups select {list(selected)} but the mesh axes are {names}")
     sizes = [s for _, s in axes]
-    cube = np.arange(_span("mesh replica groups", sizes, sizes)).reshape(tuple(sizes))
+    total = _span("mesh replica groups", sizes, sizes)
+    ids = np.arange(total) if device_ids is None else mesh_device_ids(device_ids, total)
+    cube = ids.reshape(tuple(sizes))
     vary = [names.index(s) for s in selected]
     fixed = [i for i in range(len(names)) if i not in vary]
     rows = cube.transpose(fixed + vary).reshape(-1, math.prod(axes[i][1] for i in vary))
@@ -112,14 +137,18 @@ def mesh_axes_groups(axes: Sequence[tuple[str, int]], selected: Sequence[str]) -
 
 def parse_groups_text(text: str) -> tuple[Group, ...]:
     """HLO's printed forms: ``{{0,1},{2,3}}``, ``{}``, ``[4,4]<=[16]``, ``[4,4]<=[4,4]T(1,0)`` and the
-    mesh-axes form ``mesh['axis_0'=4,'axis_1'=4] {'axis_1'}``."""
+    mesh-axes form ``mesh['axis_0'=4,'axis_1'=4] {'axis_1'}``, also with ``, device_ids=([2,8]T(1,0))``."""
     mesh = _MESH.match(text)
     if mesh:
         axes = [_MESH_AXIS.match(a) for a in mesh.group("axes").split(",")]
         if not all(axes):
             raise P2Error(f"unsupported mesh replica groups {text.strip()!r}: expected 'name'=size axes")
-        selected = [s.strip().strip("'") for s in mesh.group("selected").split(",") if s.strip()]
-        return mesh_axes_groups([(a.group("name"), int(a.group("size"))) for a in axes], selected)
+        parts = [s.strip() for s in mesh.group("selected").split(",") if s.strip()]
+        if any(not re.fullmatch(r"'[^']+'", p) for p in parts):
+            raise P2Error(f"unsupported mesh replica groups {text.strip()!r}: only whole axes ('name') are "
+                          "supported, not sub-axes ('name':(k)m)")
+        return mesh_axes_groups([(a.group("name"), int(a.group("size"))) for a in axes],
+                                [p.strip("'") for p in parts], mesh.group("ids"))
     m = _IOTA.match(text)
     if m:
         ints = [tuple(int(v) for v in m.group(k).split(",")) if m.group(k) else None for k in ("shape", "dims", "perm")]
@@ -127,7 +156,8 @@ def parse_groups_text(text: str) -> tuple[Group, ...]:
     if _LISTS.match(text):
         inner = text.strip()[1:-1]
         return tuple(tuple(int(v) for v in g.split(",") if v.strip()) for g in re.findall(r"\{([^{}]*)\}", inner))
-    raise P2Error(f"unsupported replica_groups form {text.strip()!r}: expected {{{{…}},…}}, {{}} or [G,S]<=[dims]")
+    raise P2Error(f"unsupported replica_groups form {text.strip()!r}: expected {{{{…}},…}}, {{}}, [G,S]<=[dims] "
+                  "or mesh[…] {…}")
 
 
 def parse_groups_value(value: object, where: str) -> tuple[Group, ...]:

@@ -4,7 +4,9 @@ Run: ``python tests/data/hlo/generate.py OUT_DIR`` (sets ``--xla_force_host_plat
 Each ``shard_map`` function runs on a (node 4, gpu 4) mesh over ``jax.devices()`` in order; every
 device holds a 16-element shard. ``NAME.hlo`` is ``jit(f).lower(x).compile().as_text()`` and
 ``NAME.mlir`` is ``jit(f).lower(x).as_text()``. ``sum-*`` are plain ``jnp.sum`` reductions partitioned by
-XLA's SPMD partitioner (it prints replica groups in its mesh-axes form), compiled HLO only.
+XLA's SPMD partitioner (it prints replica groups in its mesh-axes form), compiled HLO only; ``sum-pr``
+sums over two axes of a (2, 2, 4) mesh, which XLA prints with ``device_ids``. ``REFUSED`` lists programs
+p2smt must not prove.
 """
 
 import os
@@ -56,9 +58,36 @@ def wrong_gather_across(x):
     return jax.lax.all_gather(y, "node", axis=0, tiled=True)
 
 
+def loop_psum(x):
+    return jax.lax.fori_loop(0, 2, lambda i, v: jax.lax.psum(v, ALL), x)
+
+
+def cond_psum(x):
+    return jax.lax.cond(x[0] > 0, lambda v: jax.lax.psum(v, ALL), lambda v: v, x)
+
+
+_psum_call = jax.jit(psum_all)
+
+
+def call_twice(x):
+    return _psum_call(_psum_call(x) * 1.0)
+
+
+def psum_pmax(x):
+    return jax.lax.pmax(jax.lax.psum(x, "gpu"), "node")
+
+
+def independent(x):
+    return jax.lax.psum(x, "gpu") + jax.lax.psum(x, "node")
+
+
 SHARD_MAP = {"allreduce": psum_all, "two-allreduce": two_allreduce, "rs-ar-ag": rs_ar_ag,
              "blueconnect": blueconnect, "wrong-double-count": wrong_double_count,
              "wrong-gather-across": wrong_gather_across}
+REFUSED = {"loop-psum": loop_psum, "cond-psum": cond_psum, "psum-pmax": psum_pmax, "independent": independent,
+           "call-twice": call_twice}
+"""Programs p2smt must not prove: a collective in a loop or a branch, a maximum, two reductions of one input,
+and a sum called twice (a double count, refuted)."""
 
 
 def write(out: Path, name: str, lowered, stablehlo: bool = True) -> None:
@@ -71,14 +100,19 @@ def main(out: Path) -> None:
     out.mkdir(parents=True, exist_ok=True)
     mesh = Mesh(np.array(jax.devices()).reshape(4, 4), ALL)
     x = jnp.zeros((16 * 16,), jnp.float32)
-    for name, fn in SHARD_MAP.items():
+    for name, fn in {**SHARD_MAP, **REFUSED}.items():
         # JAX's varying-axes check rejects the double count at trace time; the wrong ones skip it
-        f = shard_map(fn, mesh=mesh, in_specs=P(ALL), out_specs=P(ALL), check_vma=not name.startswith("wrong"))
+        f = shard_map(fn, mesh=mesh, in_specs=P(ALL), out_specs=P(ALL),
+                      check_vma=not (name.startswith("wrong") or name in REFUSED))
         write(out, name, jax.jit(f).lower(x))
     cube = jax.device_put(jnp.zeros((4, 4, 16), jnp.float32), NamedSharding(mesh, P("node", "gpu")))
     for name, axis, keep in (("sum-gpu", 1, P("node")), ("sum-node", 0, P("gpu"))):
         f = jax.jit(lambda c, a=axis: jnp.sum(c, axis=a), out_shardings=NamedSharding(mesh, keep))
         write(out, name, f.lower(cube), stablehlo=False)  # partitioned only when compiled
+    # a sum over two of three mesh axes: XLA prints its groups in the mesh form with device_ids=(…)
+    cube3 = Mesh(np.array(jax.devices()).reshape(2, 2, 4), ("p", "q", "r"))
+    rows = jax.device_put(jnp.zeros((16, 16), jnp.float32), NamedSharding(cube3, P(("p", "r"), "q")))
+    write(out, "sum-pr", jax.jit(lambda v: jnp.sum(v, axis=0)).lower(rows), stablehlo=False)
 
 
 if __name__ == "__main__":

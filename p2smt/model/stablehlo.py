@@ -1,0 +1,216 @@
+"""Read the collectives of a StableHLO module (MLIR text, ``jax.jit(f).lower(x).as_text()``).
+
+The text is read as a tree of statements and regions, then run from ``@main`` as straight-line code:
+``func.call`` runs its callee (twice when called twice), ``sdy.manual_computation`` and a collective's
+own combiner region run in line. A collective inside any other region (a ``while`` loop, a ``case`` or
+``if`` branch, …), directly or through a call, is an error: p2smt reads straight-line code only, and
+counting a loop's collective once would prove a double count. Each collective must sum and use the
+previous one's result (``hlo_program.py``).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import dataclass, field
+
+from p2smt.errors import P2Error
+from p2smt.model.collectives import Collective, Group
+from p2smt.model.hlo_program import Chain, HloCollective, HloProgram, require_sum
+from p2smt.model.replica_groups import DeviceSpace, GroupMode
+
+__all__ = ["parse_stablehlo"]
+
+_STRING = re.compile(r'"(?:[^"\\]|\\.)*"')
+_STATEMENT = re.compile(r"^\s*(?:(?P<results>%[\w.\-#:]+(?:\s*,\s*%[\w.\-#:]+)*)\s*=\s*)?"
+                        r"\"?(?P<op>(?:[a-z_]+\.)+[a-z_0-9]+|return|call|module)\b")
+_REDUCTIONS = {"all_reduce": Collective.ALL_REDUCE, "reduce_scatter": Collective.REDUCE_SCATTER,
+               "all_gather": Collective.ALL_GATHER}
+_OTHERS = ("collective_permute", "all_to_all", "collective_broadcast", "send", "recv")
+_IN_LINE = ("sdy.manual_computation",)  # ops whose one region runs once, where the op stands
+MAX_STEPS = 100_000  # collectives after expanding calls: a bound on memory for call trees that multiply
+
+
+@dataclass
+class _Statement:
+    line: int
+    op: str | None  # None: a line that only opens a region of the statement before (``cond {``)
+    results: list[str]
+    operands: list[str]
+    text: str
+    regions: list[list[_Statement]] = field(default_factory=list)
+
+    @property
+    def kind(self) -> str:
+        """The op's name without its dialect (``all_reduce``), or the op itself."""
+        return self.op.split(".", 1)[1] if self.op and self.op.startswith(("stablehlo.", "mhlo.")) else self.op or ""
+
+
+def _names(text: str) -> list[str]:
+    return [m.split("#")[0] for m in re.findall(r"%([\w.\-#]+)", text)]
+
+
+def _tree(text: str, where: str) -> tuple[list[_Statement], str, DeviceSpace]:
+    """The module's statements as a tree (a region is a list of statements), its name and device space."""
+    top: list[_Statement] = []
+    stack: list[tuple[_Statement, list[_Statement]]] = []  # open regions: (owner, its statements)
+    body = top
+    for lineno, line in enumerate(text.splitlines(), start=1):
+        quoted = _STRING.sub(lambda s: s.group(0) if s.group(0).startswith(('"stablehlo.', '"mhlo.')) else '""',
+                             line)
+        clean = _STRING.sub('""', line)
+        stripped = clean.strip()
+        if not stripped or stripped.startswith(("//", "^")):
+            continue
+        opens, closes = clean.count("{"), clean.count("}")
+        if stripped.startswith("}"):  # closes the region, may open the owner's next (``} do {``, ``}, {``)
+            if not stack:
+                raise P2Error(f"{where}:{lineno}: '}}' closes no region")
+            owner, _ = stack.pop()
+            body = stack[-1][1] if stack else top
+            if opens > closes - 1:
+                region: list[_Statement] = []
+                owner.regions.append(region)
+                stack.append((owner, region))
+                body = region
+            continue
+        m = _STATEMENT.match(quoted)
+        if m is None:  # ``cond {``: the next region of the statement before
+            if opens > closes and body:
+                owner = body[-1]
+                region = []
+                owner.regions.append(region)
+                stack.append((owner, region))
+                body = region
+            continue
+        head = quoted[m.end():]
+        stmt = _Statement(lineno, m.group("op"), _names(m.group("results") or ""), _names(head), quoted)
+        body.append(stmt)
+        if opens > closes:
+            region = []
+            stmt.regions.append(region)
+            stack.append((stmt, region))
+            body = region
+        elif closes > opens and stack:  # ``}) : (…)`` after a statement on the same line
+            owner, _ = stack.pop()
+            body = stack[-1][1] if stack else top
+    header = re.search(r"module\s+@([\w.\-]+)", text)
+    ints = {k: int(m.group(1)) for k in ("num_replicas", "num_partitions")
+            if (m := re.search(rf"mhlo\.{k}\s*=\s*(\d+)", text))}
+    return top, header.group(1) if header else "module", DeviceSpace(ints.get("num_replicas", 1),
+                                                                     ints.get("num_partitions", 1))
+
+
+def _dense_groups(attrs: str, lineno: int, where: str) -> tuple[Group, ...]:
+    m = re.search(r"replica_groups\s*=\s*dense<([^>]*)>\s*:\s*tensor<(\d+)x(\d+)xi64>", attrs)
+    if m is None:
+        raise P2Error(f"{where}:{lineno}: replica_groups not in the dense<…> : tensor<GxSxi64> form")
+    body, g, s = m.group(1).strip(), int(m.group(2)), int(m.group(3))
+    if not body:
+        return ()
+    rows = json.loads(body) if body.startswith("[") else [[int(body)] * s for _ in range(g)]
+    return tuple(tuple(int(d) for d in r if d >= 0) for r in rows)
+
+
+def _collective(stmt: _Statement, where: str) -> HloCollective:
+    text = stmt.text
+    handle = re.search(r"channel_handle\s*=\s*#stablehlo\.channel_handle<handle\s*=\s*(\d+)", text)
+    mode = GroupMode.of(handle is not None and int(handle.group(1)) > 0,
+                        bool(re.search(r"\buse_global_device_ids\b", text)))
+    dim = re.search(r"\b(?:scatter_dimension|all_gather_dim)\s*=\s*(\d+)", text)
+    collective = _REDUCTIONS[stmt.kind]
+    if collective is not Collective.ALL_GATHER:
+        ops = [s.kind for region in stmt.regions for s in region]
+        require_sum(ops, "its reduction region", where, stmt.line, stmt.kind)
+    return HloCollective(stmt.line, stmt.kind, collective, _dense_groups(text, stmt.line, where), mode,
+                         int(dim.group(1)) if dim else None)
+
+
+def _functions(top: list[_Statement]) -> dict[str, _Statement]:
+    out = {}
+    for stmt in top:
+        if stmt.op == "module":
+            out |= _functions([s for region in stmt.regions for s in region])
+        elif stmt.op == "func.func":
+            name = re.search(r"@([\w.\-$]+)", stmt.text)
+            if name:
+                out[name.group(1)] = stmt
+    return out
+
+
+def _callee(stmt: _Statement) -> str | None:
+    if stmt.op in ("func.call", "call"):
+        m = re.search(r"@([\w.\-$]+)", stmt.text)
+        return m.group(1) if m else None
+    return None
+
+
+def parse_stablehlo(text: str, where: str = "<stablehlo>") -> HloProgram:
+    """The reduction collectives of a StableHLO module, run from ``@main`` as straight-line code."""
+    top, name, space = _tree(text, where)
+    funcs = _functions(top)
+    if not funcs:
+        raise P2Error(f"{where}: no func.func in the module")
+    public = [n for n, f in funcs.items() if re.search(r"func\.func\s+public\b", f.text)]
+    entry = "main" if "main" in funcs else public[0] if len(public) == 1 else next(iter(funcs)) if len(funcs) == 1 \
+        else None
+    if entry is None:
+        raise P2Error(f"{where}: no @main and {len(public)} public functions: which one runs is not known")
+    chain = Chain(where)
+    holds: dict[str, _Statement | None] = {}  # function -> its first collective, through calls (None: none)
+
+    def first_collective(stmts: list[_Statement], seen: tuple[str, ...]) -> _Statement | None:
+        for s in stmts:
+            if s.kind in _OTHERS:
+                raise P2Error(f"{where}:{s.line}: {s.kind} is not a reduction collective; p2smt does not support it "
+                              "(only all_reduce, reduce_scatter and all_gather)")
+            if s.kind in _REDUCTIONS:
+                return s
+            callee = _callee(s)
+            if callee is not None and callee in funcs and callee not in seen:
+                if callee not in holds:
+                    holds[callee] = first_collective(funcs[callee].regions[0] if funcs[callee].regions else [],
+                                                     (*seen, callee))
+                if holds[callee] is not None:
+                    return holds[callee]
+            found = next((f for region in s.regions if (f := first_collective(region, seen)) is not None), None)
+            if found is not None:
+                return found
+        return None
+
+    def run(stmts: list[_Statement], scope: dict[str, frozenset[int]], stack: tuple[str, ...]) -> frozenset[int]:
+        """Run ``stmts`` in line; the collectives every value defined in them depends on, together."""
+        every: frozenset[int] = frozenset()
+        for s in stmts:
+            uses = frozenset().union(*(scope.get(o, frozenset()) for o in s.operands))
+            callee = _callee(s)
+            if s.kind in _OTHERS:
+                first_collective([s], stack)  # raises naming it
+            if s.kind in _REDUCTIONS:
+                if len(chain.collectives) >= MAX_STEPS:
+                    raise P2Error(f"{where}: more than {MAX_STEPS:,} collectives once calls are expanded")
+                uses = chain.add(_collective(s, where), uses)
+            elif callee is not None:
+                if callee not in funcs:
+                    raise P2Error(f"{where}:{s.line}: call of @{callee}, which the module does not define")
+                if callee in stack:
+                    raise P2Error(f"{where}:{s.line}: @{callee} calls itself; p2smt reads straight-line code only")
+                fn = funcs[callee]
+                params = set(_names(fn.text.split("->")[0]))
+                uses = run(fn.regions[0] if fn.regions else [], {p: uses for p in params}, (*stack, callee))
+            elif s.regions and s.op in _IN_LINE:
+                inner = dict(scope) | {a: uses for a in _names(s.text)}
+                uses = uses | run(s.regions[0], inner, stack)
+            elif s.regions:
+                found = first_collective([r for region in s.regions for r in region], stack)
+                if found is not None:
+                    raise P2Error(f"{where}:{found.line}: {found.kind} runs inside the {s.op} at line {s.line}; "
+                                  "p2smt reads straight-line code only (no loops, branches or other regions)")
+            for r in s.results:
+                scope[r] = uses
+            every |= uses
+        return every
+
+    main = funcs[entry]
+    run(main.regions[0] if main.regions else [], {}, (entry,))
+    return HloProgram(name, "stablehlo", space, tuple(chain.collectives))

@@ -1,0 +1,22 @@
+module @jit_call_twice attributes {mhlo.num_partitions = 16 : i32, mhlo.num_replicas = 1 : i32} {
+  sdy.mesh @mesh = <["node"=4, "gpu"=4]> {stablehlo.mesh = {axes = [{name = "node", size = 4 : i64}, {name = "gpu", size = 4 : i64}]}}
+  func.func public @main(%arg0: tensor<256xf32>) -> (tensor<256xf32> {jax.result_info = "result"}) {
+    %0 = sdy.manual_computation(%arg0) in_shardings=[<@mesh, [{"node", "gpu"}]>] out_shardings=[<@mesh, [{"node", "gpu"}]>] manual_axes={"node", "gpu"} (%arg1: tensor<16xf32>) {
+      %1 = func.call @psum_all(%arg1) : (tensor<16xf32>) -> tensor<16xf32>
+      %cst = stablehlo.constant dense<1.000000e+00> : tensor<f32>
+      %2 = stablehlo.broadcast_in_dim %cst, dims = [] : (tensor<f32>) -> tensor<16xf32>
+      %3 = stablehlo.multiply %1, %2 : tensor<16xf32>
+      %4 = func.call @psum_all(%3) : (tensor<16xf32>) -> tensor<16xf32>
+      sdy.return %4 : tensor<16xf32>
+    } : (tensor<256xf32>) -> tensor<256xf32>
+    return %0 : tensor<256xf32>
+  }
+  func.func private @psum_all(%arg0: tensor<16xf32>) -> tensor<16xf32> {
+    %0 = "stablehlo.all_reduce"(%arg0) <{channel_handle = #stablehlo.channel_handle<handle = 1, type = 1>, replica_groups = dense<[[0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15]]> : tensor<1x16xi64>, use_global_device_ids}> ({
+    ^bb0(%arg1: tensor<f32>, %arg2: tensor<f32>):
+      %1 = stablehlo.add %arg1, %arg2 : tensor<f32>
+      stablehlo.return %1 : tensor<f32>
+    }) : (tensor<16xf32>) -> tensor<16xf32>
+    return %0 : tensor<16xf32>
+  }
+}
