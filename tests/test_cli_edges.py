@@ -362,7 +362,7 @@ def test_written_files_get_a_new_files_mode_or_keep_their_own(run_cli, tmp_path)
 @pytest.mark.parametrize("flag, value, message", [
     ("--certificate", "a-file", "--certificate"),
     ("--certificate", "a-file/sub", "--certificate"),
-    ("--proof-store", "a-file/sub", "a-file is not a folder"),
+    ("--proof-store", "a-file/sub", "a-file' is not a folder"),
     ("--proposer", "nosuch", "--proposer: one of enumerative, pieces"),
 ])
 def test_messages_name_the_flag_at_fault(run_cli, tmp_path, flag, value, message):
@@ -439,3 +439,70 @@ def test_progress_into_a_log_is_one_plain_line_per_piece(run_cli):
     assert rc == 0 and json.loads(out)["status"] == "complete"
     lines = err.splitlines()
     assert [line.split(" done")[0] for line in lines] == [f"synth: placements: {i}/3" for i in (1, 2, 3)]
+
+
+# ---------------------------------------------------------------- found by fuzzing (session 14)
+
+
+def test_a_communication_name_cannot_leave_the_export_folder(run_cli, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    profile = tmp_path / "t.yaml"
+    profile.write_text('name: x\naxes: [{name: d, size: auto}]\n'
+                       'communication: [{name: "../escaped", axes: [d], bytes_per_device: 1e6}]\n')
+    (tmp_path / "exp").mkdir()
+    rc, out, err = run_cli("plan", "--profile", profile, "--system", "dgx-h100", "--export-dir", tmp_path / "exp")
+    assert refused(rc, out, err, "must be an identifier")
+    assert sorted(p.name for p in tmp_path.rglob("*")) == ["exp", "t.yaml"]
+
+
+def test_a_text_file_is_not_emptied_as_a_results_file(run_cli, tmp_path):
+    notes = tmp_path / "n.txt"
+    notes.write_text("notes, no newline")
+    grid = tmp_path / "g.yaml"
+    grid.write_text("systems: [v100-2x8]\naxes: [[2, 8]]\nreductions: [[0]]\nengine: auto\nmax_len: 3\n")
+    rc, out, err = run_cli("sweep", "--grid", grid, "--out", notes, "--workers", "1")
+    assert refused(rc, out, err, "not a result line") and notes.read_text() == "notes, no newline"
+
+
+@pytest.mark.parametrize(("edit", "fragment"), [
+    (lambda t: t.replace('"gpu[0-15]"', '"gpu[0-999999999]"'), "more than 4,096 endpoints"),
+    (lambda t: t.replace("gpus_per_node: 16", "gpus_per_node: 100000000"), "gpus_per_node"),
+    (lambda t: t.replace("size: 4", "size: true", 1), "size"),
+    (lambda t: t + "\n# " + "x" * (2 << 20) + "\n", "larger than 1 MB"),
+])
+def test_system_files_too_large_or_loosely_typed_are_refused_up_front(run_cli, tmp_path, edit, fragment):
+    text = (Path(__file__).parent.parent / "topologies" / "a100-4x16.yaml").read_text()
+    edited = edit(text)
+    assert edited != text
+    path = tmp_path / "s.yaml"
+    path.write_text(edited)
+    assert refused(*run_cli("placements", "--system", path, "--axes", "4"), fragment)
+
+
+@pytest.mark.parametrize("argv", [
+    ("placements", "--system", "a" * 300, "--axes", "4"),
+    ("synth", *A100, "--engine", "z3", "--encoding-options", '{"choice": ' + "9" * 5000 + "}"),
+    ("check", *A100, "--plan", "ITERATED"),
+    ("verify", *A100, "--program", RS_AR_AG, "--timeout", "1e10"),
+    ("cost", "--system", "dgx-h100", "--collective", "allreduce", "--bytes", "1e308"),
+    ("synth", *A100, "--engine", "auto", "--timeout", "5"),
+    ("synth", *A100, "--proof-store", "no/such/dir"),
+    ("lower", *A100, "--program", RS_AR_AG, "--backend", "jax", "--out", "adir/"),
+    ("synth", "--system", "h100-superpod", "--level", "su=32", "--axes", "8192", "--reduce", "0", "--engine", "z3"),
+    ("best", "--system", "h100-superpod", "--level", "su=32", "--axes", "8192", "--reduce", "0"),
+    ("plan", "--profile", "gpt3-13b-tp-dp", "--system", "h100-superpod", "--level", "su=256"),
+])
+def test_hostile_values_are_one_line_refusals(run_cli, tmp_path, monkeypatch, argv):
+    monkeypatch.chdir(tmp_path)
+    plan = tmp_path / "p.json"
+    plan.write_text(json.dumps([{"collective": "AllReduce", "replica_groups": "[16,4]<=[" + "1," * 64 + "64]"}]))
+    argv = [str(plan) if a == "ITERATED" else a for a in argv]
+    assert refused(*run_cli(*argv))
+    assert list(tmp_path.iterdir()) == [plan]
+
+
+def test_an_unreachable_dask_scheduler_is_refused_at_once(run_cli, tmp_path):
+    grid = tmp_path / "g.yaml"
+    grid.write_text("systems: [v100-2x8]\naxes: [[2, 8]]\nreductions: [[0]]\nengine: auto\nmax_len: 3\n")
+    rc, out, err = run_cli("sweep", "--grid", grid, "--scheduler", "tcp://127.0.0.1:1", "--out", tmp_path / "o")
+    assert refused(rc, out, err, "cannot connect to the dask scheduler")

@@ -116,7 +116,7 @@ def test_an_unreadable_entry_or_store_is_a_clear_error(tmp_path, capsys):
     afile = tmp_path / "f"
     afile.write_text("")
     assert main([*argv, str(afile)]) == 2
-    assert capsys.readouterr().err.strip() == f"p2smt: error: --proof-store {afile} exists and is not a folder"
+    assert capsys.readouterr().err.strip() == f"p2smt: error: --proof-store '{afile}' exists and is not a folder"
     assert main([*argv, str(store), "--engine", "pieces"]) == 2
     assert "--proof-store: only with --engine certified" in capsys.readouterr().err
     with pytest.raises(P2Error, match="--proof-store: only with --engine certified"):

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import errno
 import os
 import sys
 import time
@@ -67,6 +68,19 @@ def main(argv: list[str] | None = None) -> int:
         return ExitCode.BAD_INPUT
     except RecursionError:
         print("p2smt: error: input nested too deeply", file=sys.stderr)
+        return ExitCode.BAD_INPUT
+    except OSError as err:
+        if err.errno not in (errno.ENAMETOOLONG, errno.ELOOP):
+            raise
+        print(f"p2smt: error: {one_line(str(err.filename))[:200]}: {err.strerror}", file=sys.stderr)
+        return ExitCode.BAD_INPUT
+    except OverflowError:
+        print("p2smt: error: a number in the input is too large to compute with", file=sys.stderr)
+        return ExitCode.BAD_INPUT
+    except ValueError as err:
+        if "integer string conversion" not in str(err):  # Python's limit on the digits of an integer
+            raise
+        print("p2smt: error: a number in the input has more digits than Python reads (4,300)", file=sys.stderr)
         return ExitCode.BAD_INPUT
     except BrokenPipeError:
         # The reader went away (``| head``): stop quietly; stdout is pointed at /dev/null so the

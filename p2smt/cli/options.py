@@ -66,14 +66,20 @@ def name_ints(items: list[str], flag: str = "--level", value: str = "SIZE") -> d
     return out
 
 
+MAX_SECONDS = 1e6
+"""Longest timeout or deadline (11.6 days): Z3's millisecond timeouts and Python's waits overflow far above."""
+MAX_BYTES = 1e15
+"""Largest message (a petabyte per device): the cost model's times stay finite far above, and mean little."""
+
+
 def seconds(text: str) -> float:
-    """A positive, finite number of seconds (``--timeout``, ``--deadline``)."""
-    return _positive(text, "seconds")
+    """A positive, finite number of seconds up to ``MAX_SECONDS`` (``--timeout``, ``--deadline``)."""
+    return _positive(text, "seconds", MAX_SECONDS)
 
 
 def byte_count(text: str) -> float:
-    """A positive, finite number of bytes (``--bytes``)."""
-    return _positive(text, "bytes")
+    """A positive, finite number of bytes up to ``MAX_BYTES`` (``--bytes``)."""
+    return _positive(text, "bytes", MAX_BYTES)
 
 
 def refuse_given(flags: Sequence[tuple[str, object]], why: str) -> None:
@@ -103,13 +109,15 @@ def _whole(text: str, least: int) -> int:
     return value
 
 
-def _positive(text: str, unit: str) -> float:
+def _positive(text: str, unit: str, most: float) -> float:
     try:
         value = float(text)
     except ValueError:
         raise argparse.ArgumentTypeError(f"expected a number of {unit}, got {text[:40]!r}") from None
     if not math.isfinite(value) or value <= 0:
         raise argparse.ArgumentTypeError(f"expected a positive, finite number of {unit}, got {text[:40]!r}")
+    if value > most:
+        raise argparse.ArgumentTypeError(f"at most {most:g} {unit}, got {text[:40]!r}")
     return value
 
 
@@ -278,14 +286,22 @@ def timeout_ms(args: argparse.Namespace) -> int | None:
     return None if timeout is None else max(1, int(timeout * 1000))  # 0.0001 s is 1 ms, not "no limit"
 
 
+EXPLICIT_ENGINES = ("auto", "pieces", "enumerative", "symmetric")
+"""Engines that call no solver: ``--timeout`` (per solver call) is refused with them, not ignored."""
+
+
 def engine_config(args: argparse.Namespace):
     """The typed engine configuration of ``--engine --max-len --timeout --encoding … --prune``."""
     from p2smt.cli.output import folder_path
     from p2smt.synth.config import EngineConfig
 
-    for flag in ("--emit-smt2", "--certificate"):
+    for flag in ("--emit-smt2", "--certificate", "--proof-store"):
         if folder := getattr(args, flag[2:].replace("-", "_"), None):
             folder_path(folder, flag)  # as every output: a missing parent folder is refused, not made
+    engine = str(getattr(args, "engine", "certified"))
+    if getattr(args, "timeout", None) is not None and engine in EXPLICIT_ENGINES:
+        raise P2Error(f"--timeout: only with --engine certified, z3 or z3-cegis (it bounds each solver call; the "
+                      f"{engine} engine calls none; --deadline bounds a whole run)")
     return EngineConfig(
         engine=getattr(args, "engine", "certified"),
         max_len=args.max_len,

@@ -72,9 +72,16 @@ def _scratch(out: Path, flag: str) -> str:
     return tmp
 
 
+def _file_name(path: str | Path, flag: str) -> Path:
+    """``path`` as a file name: one ending in a slash names a folder (``Path`` would drop the slash)."""
+    if str(path).endswith(("/", os.sep)):
+        raise P2Error(f"{flag} {str(path)!r} names a folder; give a file name")
+    return Path(path)
+
+
 def writable_file(path: str | Path, flag: str) -> Path:
     """``path`` checked up front for a file another module writes: not a folder, in a writable folder."""
-    os.unlink(_scratch(Path(path), flag))
+    os.unlink(_scratch(_file_name(path, flag), flag))
     return Path(path)
 
 
@@ -88,7 +95,7 @@ def png_path(path: str | Path, flag: str) -> Path:
 @contextmanager
 def output_file(path: str | Path, flag: str) -> Iterator[Path]:
     """A temporary path beside ``path`` to write; moved onto ``path`` only when the block succeeds."""
-    out = Path(path)
+    out = _file_name(path, flag)
     tmp = _scratch(out, flag)
     try:
         yield Path(tmp)

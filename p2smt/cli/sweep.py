@@ -28,6 +28,8 @@ def register(sub) -> None:
 def run(args: argparse.Namespace) -> int:
     if bool(args.paper) == bool(args.grid):
         raise P2Error("give exactly one of --paper or --grid FILE")
+    if args.proof_store:
+        folder_path(args.proof_store, "--proof-store")  # as every output: a missing parent is refused, not made
     if args.paper:
         refuse_given((("--scheduler", args.scheduler), ("--workers", args.workers), ("--timeout", args.timeout)),
                      "options of --grid sweeps; --paper runs in this process")

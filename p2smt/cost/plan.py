@@ -181,6 +181,20 @@ def _no_program(comm: Communication, matrix: Matrix, max_len: int) -> P2Error:
     return P2Error(f"no program reduces {comm.name!r} on matrix {[list(r) for r in matrix]} within length {max_len}")
 
 
+def _refuse_too_large(profile: Profile, axes: tuple[int, ...], config: EngineConfig) -> None:
+    """Refuse, before any work, a reduction over more devices than the exact search takes on (its engine
+    would refuse it only after the placements before it were planned)."""
+    from p2smt.synth.pieces import SEARCH_LIMIT
+
+    if config.engine is Engine.SYMMETRIC:
+        return
+    for comm in profile.communication:
+        size = prod(axes[profile.axis_index(a)] for a in comm.axes)
+        if comm.kind == "reduce" and size > SEARCH_LIMIT:
+            raise P2Error(f"communication {comm.name!r} reduces over {size:,} devices: more than the exact search "
+                          f"takes on ({SEARCH_LIMIT:,}); use --engine symmetric")
+
+
 def plan(profile: Profile | str, system: System | str, *, algo: str = "ring", config: EngineConfig | None = None,
          report: UnitReport | None = None) -> dict[str, Any]:
     """Rank every placement of the profile's axes on ``system`` by predicted communication per step.
@@ -198,6 +212,7 @@ def plan(profile: Profile | str, system: System | str, *, algo: str = "ring", co
     profile, system = load_profile(profile), load_system(system)
     config = config or EngineConfig(engine=Engine.AUTO)
     axes = profile.sizes_for(system.num_devices)
+    _refuse_too_large(profile, axes, config)
     mats: list[Matrix] = matrices(system.sizes, axes)
     per_comm: list[list[CommChoice]] = []
     for comm in profile.communication:

@@ -15,13 +15,14 @@ from __future__ import annotations
 import re
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, StrictInt, field_validator, model_validator
 
 ComponentKind = Literal["nvswitch", "pcie_switch", "cpu", "nic"]
 LinkKind = Literal["nvlink", "nvswitch", "pcie", "smp", "nic"]
 NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 PATTERN = re.compile(r"^([A-Za-z_][A-Za-z0-9_]*?)\[([0-9,\- ]+)\]$")
 GPU_NAME = re.compile(r"^gpu([0-9]+)$")
+MAX_ENDPOINTS = 4096  # names one range may stand for, and GPUs per node: bounds memory before anything is built
 
 
 def expand_names(pattern: str) -> tuple[str, ...]:
@@ -32,6 +33,9 @@ def expand_names(pattern: str) -> tuple[str, ...]:
             raise ValueError(f"bad endpoint {pattern!r}: use a name or a range like gpu[0-7]")
         return (pattern.strip(),)
     prefix, body = m.groups()
+    spans = [tuple(int(x) for x in part.split("-", 1)) for part in body.split(",") if "-" in part]
+    if sum(max(0, hi - lo + 1) for lo, hi in spans) > MAX_ENDPOINTS:
+        raise ValueError(f"range {pattern!r} names more than {MAX_ENDPOINTS:,} endpoints")
     out: list[str] = []
     for part in body.split(","):
         part = part.strip()
@@ -96,7 +100,7 @@ class Link(BaseModel):
     a: str | None = None
     b: str | None = None
     ring: str | None = None
-    count: int = Field(default=1, ge=1, description="bonded links between each pair")
+    count: StrictInt = Field(default=1, ge=1, description="bonded links between each pair")
 
     @model_validator(mode="after")
     def _shape(self) -> Link:
@@ -141,7 +145,8 @@ class NcclParams(BaseModel):
     protocols: tuple[Literal["ll", "ll128", "simple"], ...] = Field(
         default=("ll", "ll128", "simple"), min_length=1, description="protocols NCCL may choose (NCCL_PROTO)")
     tree_efficiency: float = Field(default=0.92, gt=0, le=1, description="NCCL caps tree busbw at ~0.92x")
-    max_channels: int = Field(default=16, ge=1, description="most rings/trees one collective runs at once")
+    max_channels: StrictInt = Field(default=16, ge=1, le=64,
+                                    description="most rings/trees one collective runs at once")
     allreduce_plateau: float = Field(
         default=3.47, ge=1,
         description="pipeline start-up of a bandwidth-bound reduction (Simple/LL128/NVLS): it pays this multiple "
@@ -164,7 +169,7 @@ class Network(BaseModel):
     unit_level: str = Field(description="level whose instances (scalable units) get their own leaves")
     leaves: Literal["rail", "unit"] = Field(default="rail", description="one leaf per rail, or per unit")
     uplink: str = Field(description="link type (kind nic) of one leaf-spine cable")
-    spines: int = Field(ge=1)
+    spines: StrictInt = Field(ge=1)
     oversubscription: float = Field(default=1.0, gt=0, description="leaf downlink : uplink bandwidth")
     pxn: bool = Field(
         default=True,
@@ -179,7 +184,7 @@ class PhysicalLayout(BaseModel):
 
     model_config = ConfigDict(allow_inf_nan=False, extra="forbid", frozen=True)
     node_level: str | None = Field(default=None, description="level one layout describes (default: scalable)")
-    gpus_per_node: int = Field(ge=1)
+    gpus_per_node: StrictInt = Field(ge=1, le=MAX_ENDPOINTS)
     link_types: dict[str, LinkType] = Field(min_length=1)
     components: tuple[Component, ...] = ()
     links: tuple[Link, ...] = ()

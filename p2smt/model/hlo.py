@@ -61,8 +61,8 @@ def _hlo_attribute(attrs: str, key: str) -> str | None:
 def _hlo_collective(line: str, lineno: int, op: str, where: str) -> HloCollective:
     attrs = _STRING.sub('""', line)
     base = op.removesuffix("-start")
-    groups_text = _hlo_attribute(attrs, "replica_groups")
     try:
+        groups_text = _hlo_attribute(attrs, "replica_groups")
         groups = parse_groups_text(groups_text) if groups_text is not None else ()
     except P2Error as err:
         raise P2Error(f"{where}:{lineno}: {op}: {err}") from None

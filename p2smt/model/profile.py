@@ -6,11 +6,23 @@ from math import prod
 from pathlib import Path
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    StrictInt,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
 
 from p2smt.errors import P2Error
 from p2smt.model.system import IDENTIFIER, _format_validation_error
 from p2smt.model.yamlfile import read_yaml
+
+MAX_NAME = 64  # characters of an axis or communication name (a communication's names a file)
+MAX_BYTES = 1e15  # bytes per device of one collective (a petabyte): beyond, times are no longer meaningful
+MAX_COUNT = 1e9  # times one collective runs per training step
 
 
 class Axis(BaseModel):
@@ -18,14 +30,14 @@ class Axis(BaseModel):
 
     model_config = ConfigDict(allow_inf_nan=False, extra="forbid", frozen=True)
     name: str
-    size: int | Literal["auto"] = Field(description="number of parts, or 'auto'")
+    size: StrictInt | Literal["auto"] = Field(description="number of parts, or 'auto'")
     kind: Literal["data", "tensor", "pipeline", "sequence", "expert", "other"] = "other"
 
     @field_validator("name")
     @classmethod
     def _identifier(cls, v: str) -> str:
-        if not IDENTIFIER.fullmatch(v):
-            raise ValueError(f"axis name {v!r} must be an identifier")
+        if not IDENTIFIER.fullmatch(v) or len(v) > MAX_NAME:
+            raise ValueError(f"axis name {v!r} must be an identifier of at most {MAX_NAME} characters")
         return v
 
     @field_validator("size")
@@ -48,8 +60,16 @@ class Communication(BaseModel):
     name: str
     kind: Literal["reduce", "p2p"] = "reduce"
     axes: tuple[str, ...] = Field(min_length=1)
-    bytes_per_device: float = Field(gt=0)
-    count: float = Field(default=1, gt=0, description="times per training step")
+    bytes_per_device: float = Field(gt=0, le=MAX_BYTES)
+    count: float = Field(default=1, gt=0, le=MAX_COUNT, description="times per training step")
+
+    @field_validator("name")
+    @classmethod
+    def _identifier(cls, v: str) -> str:
+        # plan --export-dir writes NAME_jax.py and NAME_torch.py: a path in a name would escape the folder
+        if not IDENTIFIER.fullmatch(v) or len(v) > MAX_NAME:
+            raise ValueError(f"communication name {v!r} must be an identifier of at most {MAX_NAME} characters")
+        return v
 
 
 class Profile(BaseModel):

@@ -31,6 +31,7 @@ _DEVICE_IOTA = re.compile(r"^\s*\[\s*(?P<dims>\d+(?:\s*,\s*\d+)*)\s*\]\s*(?:T\s*
 _MESH_AXIS = re.compile(r"^\s*'(?P<name>[^']+)'\s*=\s*(?P<size>\d+)\s*$")
 _LISTS = re.compile(r"^\s*\{\s*(?:\{[\d\s,]*\}\s*(?:,\s*\{[\d\s,]*\}\s*)*)?\}\s*$")
 MAX_IDS = 1 << 20
+MAX_DIMS = 32  # dims of an iota (numpy's arrays stop at 64)
 """Most device ids an iota or mesh form may span: checked before any array is built (bounded memory)."""
 
 
@@ -75,7 +76,10 @@ class DeviceSpace:
 
 
 def _span(form: str, sizes: Sequence[int], dims: Sequence[int]) -> int:
-    """How many ids ``dims`` span, after checking every size is positive and the span is at most ``MAX_IDS``."""
+    """How many ids ``dims`` span, after checking every size is positive, the dims at most ``MAX_DIMS`` and
+    the span at most ``MAX_IDS``."""
+    if len(dims) > MAX_DIMS:
+        raise P2Error(f"{form} over {len(dims)} dims: more than the {MAX_DIMS} p2smt reads")
     if any(v <= 0 for v in sizes):
         raise P2Error(f"{form}: sizes must be positive, got {list(sizes)}")
     total = math.prod(dims)

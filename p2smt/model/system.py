@@ -8,7 +8,15 @@ from importlib import resources
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    StrictInt,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
 
 from p2smt.errors import P2Error
 from p2smt.model.hardware import PhysicalLayout
@@ -24,7 +32,7 @@ class Level(BaseModel):
 
     model_config = ConfigDict(allow_inf_nan=False, extra="forbid", frozen=True)
     name: str
-    size: int = Field(ge=1)
+    size: StrictInt = Field(ge=1)
 
     @field_validator("name")
     @classmethod

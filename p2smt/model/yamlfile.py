@@ -34,11 +34,20 @@ def _mapping(loader: _UniqueKeys, node: yaml.MappingNode, deep: bool = False) ->
 _UniqueKeys.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, _mapping)
 
 
+MAX_YAML_BYTES = 1 << 20
+"""Largest system, profile, grid or configuration file read (the shipped ones are a few KB): a bigger one
+is refused before PyYAML builds it (a 5 MB list takes it about a minute and 1.7 GB)."""
+
+
 def read_yaml(path: Path, what: str) -> Any:
-    """Parse ``path`` as UTF-8 YAML; malformed, unreadable or non-UTF-8 files, and mappings that repeat a
-    key, raise P2Error."""
+    """Parse ``path`` as UTF-8 YAML of at most ``MAX_YAML_BYTES``; malformed, unreadable, too large or
+    non-UTF-8 files, and mappings that repeat a key, raise P2Error."""
     try:
-        return yaml.load(path.read_text(encoding="utf-8"), Loader=_UniqueKeys)  # a SafeLoader
+        with path.open("rb") as f:
+            data = f.read(MAX_YAML_BYTES + 1)
+        if len(data) > MAX_YAML_BYTES:
+            raise P2Error(f"{path}: larger than {MAX_YAML_BYTES >> 20} MB; not a {what} file")
+        return yaml.load(data.decode("utf-8"), Loader=_UniqueKeys)  # a SafeLoader
     except yaml.YAMLError as err:
         mark = getattr(err, "problem_mark", None)
         where = f":{mark.line + 1}:{mark.column + 1}" if mark else ""

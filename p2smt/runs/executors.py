@@ -120,6 +120,25 @@ def run_local(tasks: list[Task], workers: int | None) -> Iterator[Outcome]:
 _ADDRESS = re.compile(r"^(?:[a-z][a-z0-9+.-]*://)?[^\s/:]+(?::\d+)?$|^(?:[a-z][a-z0-9+.-]*://)?\[[0-9a-fA-F:.]+\](?::\d+)?$")
 
 
+def _reachable(scheduler: str) -> None:
+    """Refuse a TCP scheduler address nothing answers at, before a dask client is made (a client that fails
+    to connect spends 40 s and prints a traceback when it is collected)."""
+    import socket
+
+    scheme, _, rest = scheduler.rpartition("://")
+    if scheme not in ("", "tcp"):
+        return
+    if rest.startswith("["):  # [IPv6]:port
+        host, _, port = rest[1:].partition("]")
+        port = port.removeprefix(":")
+    else:
+        host, _, port = rest.partition(":")
+    try:
+        socket.create_connection((host, int(port) if port else 8786), timeout=CONNECT_TIMEOUT_S).close()
+    except (OSError, ValueError) as err:
+        raise P2Error(f"cannot connect to the dask scheduler at {scheduler}: {err}") from None
+
+
 @contextmanager
 def dask_client(scheduler: str) -> Iterator[Any]:
     """A dask.distributed client of the scheduler at ``scheduler`` ("tcp://host:port"), closed on exit; a
@@ -130,6 +149,7 @@ def dask_client(scheduler: str) -> Iterator[Any]:
         raise P2Error("sweeps on a cluster need dask.distributed: pip install 'p2smt[dask]'") from None
     if not _ADDRESS.match(scheduler):
         raise P2Error(f"--scheduler {scheduler!r}: expected an address such as tcp://host:8786")
+    _reachable(scheduler)
     try:
         client = Client(scheduler, timeout=CONNECT_TIMEOUT_S, set_as_default=False)
     except (OSError, TimeoutError, ValueError) as err:

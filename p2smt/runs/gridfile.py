@@ -87,7 +87,7 @@ class Grid(BaseModel):
     engine: str = "certified"
     encoding: str | None = None
     max_len: int = Field(default=5, ge=1)
-    timeout_s: float = Field(default=120.0, gt=0, allow_inf_nan=False)
+    timeout_s: float = Field(default=120.0, gt=0, le=1e6, allow_inf_nan=False)
     proof_budget: int = Field(default=DEFAULT_PROOF_BUDGET, ge=0, strict=True)
 
     @field_validator("engine")

@@ -58,11 +58,17 @@ def _z3(prob: SynthesisProblem, max_len: int, opts: EngineOptions, h: SynthesisH
     from pathlib import Path
 
     from p2smt.smt.engine import DEFAULT_ENCODING, enumerate_z3
+    from p2smt.smt.registry import load_encoding
 
+    name = opts.encoding or DEFAULT_ENCODING
+    if prob.num_devices > CERTIFY_LIMIT and load_encoding(name).wrapper is None:
+        raise P2Error(f"{prob.num_devices:,} devices: more than the Z3 encodings take on ({CERTIFY_LIMIT}); use "
+                      "--engine certified (an explicit search, certified by Z3 where it can be) or --encoding "
+                      "representative (Z3 on the generic size-2 instance)")
     res = enumerate_z3(
         prob,
         max_len,
-        encoding=opts.encoding or DEFAULT_ENCODING,
+        encoding=name,
         options=opts.encoding_options,
         timeout_ms=opts.timeout_ms,
         emit_smt2=Path(opts.emit_smt2) if opts.emit_smt2 else None,
