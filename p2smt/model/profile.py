@@ -25,6 +25,13 @@ MAX_BYTES = 1e15  # bytes per device of one collective (a petabyte): beyond, tim
 MAX_COUNT = 1e9  # times one collective runs per training step
 
 
+def identifier(name: str, what: str) -> str:
+    """``name`` if it is an identifier of at most ``MAX_NAME`` characters (a ValueError for pydantic)."""
+    if not IDENTIFIER.fullmatch(name) or len(name) > MAX_NAME:
+        raise ValueError(f"{what} name {name!r} must be an identifier of at most {MAX_NAME} characters")
+    return name
+
+
 class Axis(BaseModel):
     """A parallelism axis; ``size: auto`` takes whatever devices the other axes leave."""
 
@@ -36,9 +43,7 @@ class Axis(BaseModel):
     @field_validator("name")
     @classmethod
     def _identifier(cls, v: str) -> str:
-        if not IDENTIFIER.fullmatch(v) or len(v) > MAX_NAME:
-            raise ValueError(f"axis name {v!r} must be an identifier of at most {MAX_NAME} characters")
-        return v
+        return identifier(v, "axis")
 
     @field_validator("size")
     @classmethod
@@ -67,9 +72,7 @@ class Communication(BaseModel):
     @classmethod
     def _identifier(cls, v: str) -> str:
         # plan --export-dir writes NAME_jax.py and NAME_torch.py: a path in a name would escape the folder
-        if not IDENTIFIER.fullmatch(v) or len(v) > MAX_NAME:
-            raise ValueError(f"communication name {v!r} must be an identifier of at most {MAX_NAME} characters")
-        return v
+        return identifier(v, "communication")
 
 
 class Profile(BaseModel):
