@@ -90,7 +90,8 @@ def test_nvls_is_refused_where_no_nvlink_sharp_switch_exists(run_cli):
     assert rc == 2 and out == "" and "no NVLink SHARP switch" in err and err.count("\n") == 1
     rc, out, _ = run_cli("rank", "--system", "dgx-h100", "--nodes", "2", "--axes", "16", "--reduce", "0",
                          "--algo", "nvls", "--top", "1")
-    assert rc == 0 and "nvls for AllReduce steps, ring for the others" in out
+    assert rc == 0 and "nvls for AllReduce steps within one NVSwitch domain, ring for the others" in " ".join(out.split())
+    assert "AllReduce across domains included" in " ".join(out.split())
 
 
 RANK_ONE = ["rank", "--system", "a100-4x16", "--axes", "4,16", "--reduce", "1", "--matrix", "[[1,4],[4,4]]"]
@@ -137,3 +138,12 @@ def test_rank_prices_an_explicit_plan_like_the_same_program_and_refuses_a_permut
     plan.write_text(json.dumps(steps))
     rc, out, err = run_cli(*RANK_ONE, "--plan", plan)
     assert rc == 2 and out == "" and "permuted" in err
+
+
+def test_a_hand_written_program_is_ranked_only_among_finished_programs_of_its_length(run_cli):
+    base = ["rank", "--system", "v100-2x8", "--axes", "16", "--reduce", "0", "--matrix", "[[2,8]]"]
+    rc, out, err = run_cli(*base, "--program", "(root, InsideGroup, AllReduce)", "--deadline", "0.001", "--json")
+    assert rc == 4 and err == "" and json.loads(out)["yours"]["rank"] is None
+    rc, out, err = run_cli(*base, "--program", "(node, InsideGroup, AllReduce); (node, Parallel(root), AllReduce)",
+                           "--max-len", "1")
+    assert rc == 2 and out == "" and "more than --max-len 1" in err

@@ -85,6 +85,8 @@ def test_aggregate_by_hand():
     assert agg["mean_speedup"] == pytest.approx((2.0 + 1.5) / 2) and agg["max_speedup"] == 2.0
     assert agg["max_allreduce_spread"] == pytest.approx(5.0)
     assert math.isnan(aggregate([row("a", 1.0, 1.0)])["mean_speedup"])
+    # a program within 0.1 % of AllReduce ties it (a flat RS; AG over AllReduce's ring is that AllReduce)
+    assert aggregate([row("a", 8.590061, 8.590044), row("b", 1.0, 0.998)])["units_beaten"] == 1
 
 
 def test_the_shipped_paper_grid_is_p2s_grid():

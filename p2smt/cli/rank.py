@@ -52,8 +52,12 @@ def run(args: argparse.Namespace) -> int:
         c.print(render_rank(report))
         if yours is not None:
             y = report["yours"]
-            c.print(f"yours: {y['program']}  {y['seconds']:.6g} s — rank {y['rank']} of {y['of']} "
-                    f"({y['vs_best']:.3f}x the best synthesized program's time)")
+            if y["rank"] is None:
+                c.print(f"yours: {y['program']}  {y['seconds']:.6g} s — not ranked: the placement's synthesis "
+                        "did not finish")
+            else:
+                c.print(f"yours: {y['program']}  {y['seconds']:.6g} s — rank {y['rank']} of {y['of']} "
+                        f"({y['vs_best']:.3f}x the best synthesized program's time)")
         if bounded.expired:
             c.print(f"[yellow]UNKNOWN[/yellow]: {report['message']}")
 
@@ -80,6 +84,9 @@ def users_program(args: argparse.Namespace, req):
     _, h = hierarchy_of(req)
     text, source = read_arg_text(args.program)
     program = parse_program(text, h, source)
+    if len(program.instructions) > args.max_len:
+        raise P2Error(f"rank --program: {len(program.instructions)} steps, more than --max-len {args.max_len}: it would "
+                      "be ranked among shorter programs only; raise --max-len")
     _refuse_invalid(req, lower_program(h, program), layout=False, what="rank --program")
     return program
 
@@ -128,6 +135,8 @@ def price_users_program(req, program, result, algo: str, nbytes: float) -> dict:
         blocks = len(placement.reduction_groups(placement.check_axes(req.reduce))[0])
         seconds = explicit_plan_seconds(system, program, blocks, nbytes, algo)
         text = "; ".join(f"{s.collective.value} over {[list(g) for g in s.groups]}" for s in program)
+    if not result.matrices:  # the deadline came first: nothing to rank it among
+        return {"program": text, "seconds": seconds, "rank": None, "of": None, "synthesized": None, "vs_best": None}
     (m,) = result.matrices
     times = sorted(sort_key(program_time(system, m.hierarchy, p, algo=algo, bytes_per_device=nbytes).seconds,
                             format_program(p)) for p in m.programs)

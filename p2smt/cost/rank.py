@@ -22,8 +22,10 @@ from p2smt.synth.config import EngineConfig
 from p2smt.synth.driver import SynthesisResult, synthesize
 
 ALGO_SCOPE = {"tree": " for AllReduce steps, ring for the others",
-              "nvls": " for AllReduce steps, ring for the others"}
-"""What a forced algorithm covers in a program: NCCL runs Tree and NVLS for AllReduce only."""
+              "nvls": (" for AllReduce steps within one NVSwitch domain, ring for the others (AllReduce across "
+                       "domains included)")}
+"""What a forced algorithm covers in a program: NCCL runs Tree and NVLS for AllReduce only, and NVLS only
+over GPUs that share an NVSwitch (``cost --algo nvls`` refuses a collective it cannot run that way)."""
 
 
 def sort_key(seconds: float, text: str) -> tuple[float, str]:

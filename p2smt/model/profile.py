@@ -58,7 +58,7 @@ class Communication(BaseModel):
 
     ``reduce``: every device ends with the sum over the devices that differ only on ``axes``.
     ``p2p``: every device sends its buffer to the next index on the single axis in ``axes``
-    (pipeline activations/gradients); costed as two rounds of disjoint pair transfers.
+    (pipeline activations/gradients); costed as one round of pair transfers, all at once (full-duplex links).
     """
 
     model_config = ConfigDict(allow_inf_nan=False, extra="forbid", frozen=True)
