@@ -247,8 +247,12 @@ def request_of(args: argparse.Namespace):
     from p2smt.model.request import Request
 
     system_of(args)
+    axes, reduce = int_list(args.axes), int_list(args.reduce)
+    if reduce and all(0 <= a < len(axes) for a in reduce) and all(axes[a] == 1 for a in reduce):
+        raise P2Error(f"--reduce {','.join(map(str, reduce))}: the reduced axes have size 1, so every device is "
+                      "already its own sum; there is nothing to reduce")
     return Request(
-        args.system, int_list(args.axes), int_list(args.reduce),
+        args.system, axes, reduce,
         matrix=matrix_of(args.matrix),
         nodes=args.nodes, levels=tuple(name_ints(args.level).items()),
         hierarchy=args.hierarchy, master_scope=args.master_scope,
