@@ -64,7 +64,8 @@ def render_summary(summary: SweepSummary):
     t.add_column("tasks", justify="right")
     t.add_row("tasks in the grid", str(summary.total))
     t.add_row("already in the file", str(summary.skipped_existing))
-    t.add_row("submitted", str(summary.submitted))
+    t.add_row("submitted to run", str(summary.submitted))
+    t.add_row("lines written now (a skipped one is not run)", str(summary.finished))
     for status in (*STATUSES, "lost"):
         if summary.by_status.get(status):
             t.add_row(f"  {status}", str(summary.by_status[status]))
