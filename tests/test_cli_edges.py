@@ -492,6 +492,8 @@ def test_system_files_too_large_or_loosely_typed_are_refused_up_front(run_cli, t
     ("best", "--system", "h100-superpod", "--level", "su=32", "--axes", "8192", "--reduce", "0"),
     ("plan", "--profile", "gpt3-13b-tp-dp", "--system", "h100-superpod", "--level", "su=256"),
     ("best", "--system", "v100-2x8", "--axes", "16,1", "--reduce", "1"),
+    ("placements", "--system", "a100-4x16", "--system", "dgx-h100", "--axes", "4"),
+    ("synth", *A100, "--max-len=3", "--max-len", "4"),
 ])
 def test_hostile_values_are_one_line_refusals(run_cli, tmp_path, monkeypatch, argv):
     monkeypatch.chdir(tmp_path)

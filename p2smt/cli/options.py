@@ -38,7 +38,22 @@ class ArgumentParser(argparse.ArgumentParser):
             after = command in given and extra[0] in given[given.index(command) + 1:]
             where = f"{self.prog} {command}" if after else self.prog
             raise P2Error(f"{where}: unrecognized arguments: {' '.join(extra)}")
+        self._refuse_repeats(given, getattr(parsed, "command", None))
         return parsed
+
+    def _refuse_repeats(self, given: list[str], command: str | None) -> None:
+        """A flag that takes one value, given twice, is refused (argparse would keep the last silently)."""
+        parsers = [self]
+        for action in self._actions:
+            if isinstance(action, argparse._SubParsersAction) and command in action.choices:
+                parsers.append(action.choices[command])
+        for parser in parsers:
+            for action in parser._actions:
+                if not isinstance(action, (argparse._StoreAction, argparse._StoreConstAction)):
+                    continue
+                uses = [t for t in given if t.split("=", 1)[0] in action.option_strings]
+                if len(uses) > 1:
+                    raise P2Error(f"{action.option_strings[-1]} given {len(uses)} times; give it once")
 
 
 def int_list(text: str) -> tuple[int, ...]:
