@@ -494,6 +494,7 @@ def test_system_files_too_large_or_loosely_typed_are_refused_up_front(run_cli, t
     ("best", "--system", "v100-2x8", "--axes", "16,1", "--reduce", "1"),
     ("placements", "--system", "a100-4x16", "--system", "dgx-h100", "--axes", "4"),
     ("synth", *A100, "--max-len=3", "--max-len", "4"),
+    ("synth", *A100, "--max", "3", "--max-len", "4"),
 ])
 def test_hostile_values_are_one_line_refusals(run_cli, tmp_path, monkeypatch, argv):
     monkeypatch.chdir(tmp_path)
@@ -509,3 +510,18 @@ def test_an_unreachable_dask_scheduler_is_refused_at_once(run_cli, tmp_path):
     grid.write_text("systems: [v100-2x8]\naxes: [[2, 8]]\nreductions: [[0]]\nengine: auto\nmax_len: 3\n")
     rc, out, err = run_cli("sweep", "--grid", grid, "--scheduler", "tcp://127.0.0.1:1", "--out", tmp_path / "o")
     assert refused(rc, out, err, "cannot connect to the dask scheduler")
+
+
+def test_a_switch_given_twice_says_the_same_thing(run_cli):
+    rc, out, _ = run_cli("placements", "--system", "v100-2x8", "--axes", "16", "--json", "--json")
+    assert rc == 0 and json.loads(out)
+
+
+def test_zero_bytes_after_the_last_result_line_are_a_killed_write(tmp_path):
+    from p2smt.runs.store import ResultStore
+
+    path = tmp_path / "r.jsonl"
+    path.write_bytes(b'{"key": "a", "task": 1}\n' + b"\x00" * 16)
+    with ResultStore(path, marker="task") as store:
+        assert store.keys == {"a"}
+    assert path.read_bytes() == b'{"key": "a", "task": 1}\n'

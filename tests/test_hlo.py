@@ -22,8 +22,10 @@ PROVED = ["allreduce", "two-allreduce", "rs-ar-ag", "blueconnect"]
 WRONG = {"wrong-double-count": (2, "AllReduce.disjoint"), "wrong-gather-across": (2, "AllGather.disjoint_chunks"),
          "call-twice": (2, "AllReduce.disjoint")}  # 1-based
 REFUSED = {"loop-psum": "straight-line", "cond-psum": "straight-line", "psum-pmax": "reduces with maximum",
-           "independent": "does not use the result"}
-"""JAX programs p2smt must not prove: a psum in a loop or a branch, a pmax, and two psums of one input."""
+           "independent": "does not use the result", "independent-via-call": "does not use the result",
+           "mixed-with-input": "combined with the module's input", "reversed-between": "changes values or their"}
+"""JAX programs p2smt must not prove: a psum in a loop or a branch, a pmax, two psums of one input (also
+through a call), a psum's result added to the input, a reduce-scatter's result reversed before the gather."""
 
 
 def mesh_order(tmp_path: Path, capsys, axes: str, matrix: str) -> str:
@@ -161,13 +163,18 @@ def test_a_reduction_must_name_its_sum():
         parse_hlo_text(text)
 
 
-def test_collectives_must_form_one_chain_through_other_ops():
+def test_collectives_must_form_one_chain_on_one_buffer():
+    """A collective reads its predecessor's result alone, through ops that keep values and positions."""
     chained = module("  %a = f32[8]{0} all-reduce(%p), replica_groups={{0,1},{2,3}}, to_apply=%add\n"
-                     "  %n = f32[8]{0} negate(f32[8]{0} %a)\n"
+                     "  %n = f32[8]{0} copy(f32[8]{0} %a)\n"
                      "  ROOT %b = f32[8]{0} all-reduce(%n), replica_groups={{0,2},{1,3}}, to_apply=%add")
     assert len(parse_hlo_text(chained).collectives) == 2
     with pytest.raises(P2Error, match="<hlo>:11: all-reduce does not use the result of the all-reduce at line 9"):
         parse_hlo_text(chained.replace("all-reduce(%n)", "all-reduce(%p)"))
+    with pytest.raises(P2Error, match="reads the result of the all-reduce at line 9 through negate"):
+        parse_hlo_text(chained.replace("copy(", "negate("))
+    with pytest.raises(P2Error, match="combined with the module's input"):
+        parse_hlo_text(chained.replace("copy(f32[8]{0} %a)", "add(f32[8]{0} %a, f32[8]{0} %p)"))
 
 
 def test_xla_mesh_form_with_device_ids_is_read_as_xla_partitioned_it():

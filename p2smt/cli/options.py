@@ -48,12 +48,22 @@ class ArgumentParser(argparse.ArgumentParser):
             if isinstance(action, argparse._SubParsersAction) and command in action.choices:
                 parsers.append(action.choices[command])
         for parser in parsers:
+            flags = parser._option_string_actions
+            named = [flags[f] for t in given if (f := _flag_of(t, flags)) is not None]
             for action in parser._actions:
-                if not isinstance(action, (argparse._StoreAction, argparse._StoreConstAction)):
-                    continue
-                uses = [t for t in given if t.split("=", 1)[0] in action.option_strings]
-                if len(uses) > 1:
-                    raise P2Error(f"{action.option_strings[-1]} given {len(uses)} times; give it once")
+                # a switch (store_true) given twice says the same thing twice; a value given twice is ambiguous
+                if type(action) is argparse._StoreAction and (n := sum(a is action for a in named)) > 1:
+                    raise P2Error(f"{action.option_strings[-1]} given {n} times; give it once")
+
+
+def _flag_of(token: str, flags: dict) -> str | None:
+    """The option a command-line token names, also as argparse's unique abbreviation (``--max`` for
+    ``--max-len``); None for a value."""
+    name = token.split("=", 1)[0]
+    if name in flags or not name.startswith("--"):
+        return name if name in flags else None
+    found = [f for f in flags if f.startswith(name)]
+    return found[0] if len(found) == 1 else None
 
 
 def int_list(text: str) -> tuple[int, ...]:

@@ -20,7 +20,7 @@ from pathlib import Path
 
 from p2smt.errors import P2Error
 from p2smt.model.collectives import Collective, ExplicitPlan, ExplicitStep
-from p2smt.model.hlo_program import Chain, HloCollective, HloProgram, require_sum
+from p2smt.model.hlo_program import INPUT_FLOW, Chain, Flow, HloCollective, HloProgram, require_sum
 from p2smt.model.replica_groups import DeviceSpace, GroupMode, global_groups, normalize, parse_groups_text
 from p2smt.model.stablehlo import parse_stablehlo
 
@@ -28,6 +28,11 @@ __all__ = ["HloCollective", "HloProgram", "hlo_plan", "parse_hlo_text", "parse_m
 
 _REDUCTIONS = {"all-reduce": Collective.ALL_REDUCE, "reduce-scatter": Collective.REDUCE_SCATTER,
                "all-gather": Collective.ALL_GATHER}
+KEEPS = frozenset({"convert", "copy", "bitcast", "bitcast-convert", "reshape", "get-tuple-element", "tuple",
+                   "copy-start", "copy-done", "opt-barrier", "optimization-barrier", "async-done", "async-update",
+                   "all-reduce-done", "all-gather-done", "reduce-scatter-done", "constant", "iota"})
+"""HLO ops that keep every value and its position: a collective may read its predecessor's result through
+them (a constant or an iota brings no contribution)."""
 _OTHERS = ("collective-permute", "all-to-all", "ragged-all-to-all", "collective-broadcast", "send", "recv")
 _STRING = re.compile(r'"(?:[^"\\]|\\.)*"')
 _HLO_OP = re.compile(r"^\s*(?:ROOT\s+)?%?(?P<name>[\w.\-]+)\s*=\s*(?P<shape>.+?)\s+(?P<op>[a-z][a-z0-9\-]*)\(")
@@ -111,6 +116,7 @@ def _computations(text: str, where: str) -> list[_Computation]:
     current: _Computation | None = None
     known: dict[str, _Instruction] = {}
     for lineno, line in enumerate(text.splitlines(), start=1):
+        line = re.sub(r"/\*.*?\*/", "", _STRING.sub('""', line))  # ``/*index=5*/`` in a long signature
         comp = _COMPUTATION.match(line)
         if comp and "=" not in line.split("{")[0]:
             current = _Computation(comp.group("name"), bool(comp.group("entry")))
@@ -125,8 +131,7 @@ def _computations(text: str, where: str) -> list[_Computation]:
             raise _unsupported(op, lineno, where)
         if current is None:
             raise P2Error(f"{where}:{lineno}: an instruction outside any computation")
-        clean = _STRING.sub('""', line)
-        ins = _Instruction(lineno, m.group("name"), op, _operands(clean, m.end() - 1, known), clean)
+        ins = _Instruction(lineno, m.group("name"), op, _operands(line, m.end() - 1, known), line)
         known[ins.name] = ins
         current.body.append(ins)
     return out
@@ -152,7 +157,15 @@ def parse_hlo_text(text: str, where: str = "<hlo>") -> HloProgram:
         raise P2Error(f"{where}: {len(entries)} ENTRY computations; an HLO module has one")
     chain, wrapped = Chain(where), set()
 
-    def collective(ins: _Instruction, uses: frozenset[int]) -> frozenset[int]:
+    def keeps(ins: _Instruction) -> bool:
+        """Whether the op keeps every value and its position (a fusion: every op of its computation does)."""
+        if ins.op in ("fusion", "async-start"):
+            called = re.search(r"\bcalls=%?([\w.\-]+)", ins.text)
+            body = by_name[called.group(1)].body if called and called.group(1) in by_name else None
+            return body is not None and all(i.op in KEEPS or i.op == "parameter" for i in body)
+        return ins.op in KEEPS
+
+    def collective(ins: _Instruction, uses: Flow) -> Flow:
         found = _hlo_collective(ins.text, ins.line, ins.op, where)
         if found.collective is not Collective.ALL_GATHER:
             apply = re.search(r"\bto_apply=%?([\w.\-]+)", ins.text)
@@ -162,21 +175,26 @@ def parse_hlo_text(text: str, where: str = "<hlo>") -> HloProgram:
                         ins.line, ins.op)
         return chain.add(found, uses)
 
-    deps: dict[str, frozenset[int]] = {}
+    flows: dict[str, Flow] = {}
     for ins in entries[0].body:
-        uses = frozenset().union(*(deps[o] for o in ins.operands))
+        if ins.op == "parameter":
+            flows[ins.name] = INPUT_FLOW
+            continue
         called = re.search(r"\bcalls=%?([\w.\-]+)", ins.text) if ins.op == "async-start" else None
+        inner = [i for i in by_name[called.group(1)].body if _is_collective(i)] if called and \
+            called.group(1) in by_name else []
+        if len(inner) > 1:
+            raise P2Error(f"{where}:{inner[1].line}: two collectives in one async computation %{called.group(1)}")
+        if called and called.group(1) in by_name:
+            wrapped.add(called.group(1))
+        starts = _is_collective(ins) and not ins.op.endswith("-done") or bool(inner)
+        # a collective's operands meet only at the collective, which the chain checks
+        uses = Flow.through(ins.op, (flows[o] for o in ins.operands), starts or keeps(ins))
         if _is_collective(ins) and not ins.op.endswith("-done"):
             uses = collective(ins, uses)
-        elif called and called.group(1) in by_name:
-            inner = [i for i in by_name[called.group(1)].body if _is_collective(i)]
-            if len(inner) > 1:
-                raise P2Error(f"{where}:{inner[1].line}: two collectives in one async computation "
-                              f"%{called.group(1)}")
-            wrapped.add(called.group(1))
-            if inner:
-                uses = collective(inner[0], uses)
-        deps[ins.name] = uses
+        elif inner:
+            uses = collective(inner[0], uses)
+        flows[ins.name] = uses
     for comp in comps:
         stray = [i for i in comp.body if _is_collective(i)]
         if stray and not comp.entry and comp.name not in wrapped:

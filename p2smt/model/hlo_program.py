@@ -5,9 +5,13 @@ same two rules before a collective joins the program:
 
 * **sums only**: the collective's reduction computation adds (p2smt's rules are those of a sum; a
   maximum or a product would be proved as if it were one);
-* **one chain**: every collective after the first reads, through any other ops, the result of the one
-  before it. Two reductions of the same input (``psum(x, 'a') + psum(x, 'b')``) are not one program of
-  P²'s semantics, and chaining them would prove a double count.
+* **one chain on one buffer**: every collective after the first reads the previous one's result and
+  nothing else, through ops that keep every value and its position (a copy, a convert, a reshape, …).
+  Two reductions of one input (``psum(x, 'a') + psum(x, 'b')``), a result mixed with the input
+  (``psum(psum(x, 'a') + x, 'b')``) or moved between the collectives (reversed, sliced, scaled) are not
+  a program of P²'s semantics, and reading them as one would prove what is not a sum. Each value's
+  ``Flow`` says which collectives (and whether the module's input) it is computed from, and whether an op
+  on the way changed values or positions.
 """
 
 from __future__ import annotations
@@ -61,20 +65,58 @@ def require_sum(ops: Iterable[str], what: str, where: str, line: int, op: str) -
         raise P2Error(f"{where}:{line}: {op} reduces with {found} ({what}); p2smt proves sums only")
 
 
+INPUT = -1
+"""The module's input (its parameters) among a value's sources."""
+
+
+@dataclass(frozen=True)
+class Flow:
+    """Where a value comes from: the collectives (indices) and ``INPUT`` it is computed from, and ``op``, the
+    first op on the way since the last collective that changes values or positions (None: none did)."""
+
+    sources: frozenset[int] = frozenset()
+    op: str | None = None
+
+    @staticmethod
+    def through(op: str, flows: Iterable[Flow], keeps: bool) -> Flow:
+        """The flow of ``op``'s result from its operands' (``keeps``: the op keeps values and positions)."""
+        flows = list(flows)
+        sources = frozenset().union(*(f.sources for f in flows))
+        if not sources:  # constants only: nothing of any device's data
+            return Flow()
+        moved = next((f.op for f in flows if f.op is not None), None)
+        return Flow(sources, moved if moved is not None or keeps else op)
+
+
+INPUT_FLOW = Flow(frozenset({INPUT}))
+
+
 class Chain:
-    """The collectives read so far and which of them each value depends on (through any ops)."""
+    """The collectives read so far, each checked to read its predecessor's result alone, unmoved."""
 
     def __init__(self, where: str):
         self.where = where
         self.collectives: list[HloCollective] = []
 
-    def add(self, found: HloCollective, uses: frozenset[int]) -> frozenset[int]:
-        """Append ``found`` (its operands depend on the collectives ``uses``); the result's dependencies."""
+    def add(self, found: HloCollective, flow: Flow) -> Flow:
+        """Append ``found`` (its operand's ``flow``); the flow of its result."""
         index = len(self.collectives)
-        if index and index - 1 not in uses:
+        if index:
             prev = self.collectives[-1]
-            raise P2Error(f"{self.where}:{found.line}: {found.op} does not use the result of the {prev.op} at line "
-                          f"{prev.line}: p2smt verifies one chain of collectives on one buffer, and independent "
-                          "reductions chained would be proved as one program; give each chain its own module")
+            here = f"{self.where}:{found.line}: {found.op}"
+            after = f"the {prev.op} at line {prev.line}"
+            if index - 1 not in flow.sources:
+                raise P2Error(f"{here} does not use the result of {after}: p2smt verifies one chain of collectives "
+                              "on one buffer, and independent reductions chained would be proved as one program; "
+                              "give each chain its own module")
+            others = sorted(flow.sources - {index - 1})
+            if others:
+                what = "the module's input" if others[0] == INPUT else (
+                    f"the {self.collectives[others[0]].op} at line {self.collectives[others[0]].line}")
+                raise P2Error(f"{here} reads the result of {after} combined with {what}: p2smt verifies "
+                              "collectives applied one after another to one buffer")
+            if flow.op is not None:
+                raise P2Error(f"{here} reads the result of {after} through {flow.op}, which changes values or "
+                              "their positions: p2smt verifies collectives applied one after another to one buffer")
         self.collectives.append(found)
-        return uses | {index}
+        return Flow(frozenset({index}))

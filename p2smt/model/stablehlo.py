@@ -16,12 +16,13 @@ from dataclasses import dataclass, field
 
 from p2smt.errors import P2Error
 from p2smt.model.collectives import Collective, Group
-from p2smt.model.hlo_program import Chain, HloCollective, HloProgram, require_sum
+from p2smt.model.hlo_program import INPUT_FLOW, Chain, Flow, HloCollective, HloProgram, require_sum
 from p2smt.model.replica_groups import DeviceSpace, GroupMode
 
 __all__ = ["parse_stablehlo"]
 
 _STRING = re.compile(r'"(?:[^"\\]|\\.)*"')
+_SYMBOL = re.compile(r'@"((?:[^"\\]|\\.)*)"')
 _STATEMENT = re.compile(r"^\s*(?:(?P<results>%[\w.\-#:]+(?:\s*,\s*%[\w.\-#:]+)*)\s*=\s*)?"
                         r"\"?(?P<op>(?:[a-z_]+\.)+[a-z_0-9]+|return|call|module)\b")
 _REDUCTIONS = {"all_reduce": Collective.ALL_REDUCE, "reduce_scatter": Collective.REDUCE_SCATTER,
@@ -39,6 +40,7 @@ class _Statement:
     operands: list[str]
     text: str
     regions: list[list[_Statement]] = field(default_factory=list)
+    args: list[str] = field(default_factory=list)  # the arguments its (first) region declares
 
     @property
     def kind(self) -> str:
@@ -47,7 +49,31 @@ class _Statement:
 
 
 def _names(text: str) -> list[str]:
-    return [m.split("#")[0] for m in re.findall(r"%([\w.\-#]+)", text)]
+    """The values a text names, ``%v`` or one result ``%v#k`` of a multi-result op."""
+    return re.findall(r"%([\w.\-]+(?:#\d+)?)", text)
+
+
+def _results(text: str) -> list[str]:
+    """The values a statement defines: ``%v`` or ``%v:N`` (then ``v#0`` … ``v#N-1``)."""
+    out = []
+    for name, count in re.findall(r"%([\w.\-]+)(?::(\d+))?", text):
+        out += [f"{name}#{k}" for k in range(int(count))] if count else [name]
+    return out
+
+
+def _paren_groups(text: str) -> list[str]:
+    """The top-level ``(…)`` groups of a text, in order."""
+    out, depth, start = [], 0, 0
+    for i, ch in enumerate(text):
+        if ch == "(":
+            depth += 1
+            if depth == 1:
+                start = i + 1
+        elif ch == ")" and depth:
+            depth -= 1
+            if depth == 0:
+                out.append(text[start:i])
+    return out
 
 
 def _tree(text: str, where: str) -> tuple[list[_Statement], str, DeviceSpace]:
@@ -56,9 +82,12 @@ def _tree(text: str, where: str) -> tuple[list[_Statement], str, DeviceSpace]:
     stack: list[tuple[_Statement, list[_Statement]]] = []  # open regions: (owner, its statements)
     body = top
     for lineno, line in enumerate(text.splitlines(), start=1):
+        # a quoted symbol (``@"<lambda>"``) becomes a plain one before strings are blanked, same name for same text
+        line = _SYMBOL.sub(lambda m: "@q" + m.group(1).encode().hex(), line)
         quoted = _STRING.sub(lambda s: s.group(0) if s.group(0).startswith(('"stablehlo.', '"mhlo.')) else '""',
                              line)
-        clean = _STRING.sub('""', line)
+        clean = _STRING.sub('""', line).split("//", 1)[0]  # strings blanked first: a "//" in one is no comment
+        quoted = quoted.split("//", 1)[0]
         stripped = clean.strip()
         if not stripped or stripped.startswith(("//", "^")):
             continue
@@ -84,7 +113,12 @@ def _tree(text: str, where: str) -> tuple[list[_Statement], str, DeviceSpace]:
                 body = region
             continue
         head = quoted[m.end():]
-        stmt = _Statement(lineno, m.group("op"), _names(m.group("results") or ""), _names(head), quoted)
+        groups = _paren_groups(head)
+        # generic form and calls: ``op(%a, %b)``; custom form: ``op %a, %b : type`` (values before the colon)
+        generic = head.lstrip('"').lstrip().startswith("(")
+        operands = _names(groups[0]) if generic and groups else _names(head.split(" : ")[0])
+        args = _names(groups[-1]) if opens > closes and len(groups) > 1 else []
+        stmt = _Statement(lineno, m.group("op"), _results(m.group("results") or ""), operands, quoted, args=args)
         body.append(stmt)
         if opens > closes:
             region = []
@@ -114,7 +148,7 @@ def _dense_groups(attrs: str, lineno: int, where: str) -> tuple[Group, ...]:
 
 def _collective(stmt: _Statement, where: str) -> HloCollective:
     text = stmt.text
-    handle = re.search(r"channel_handle\s*=\s*#stablehlo\.channel_handle<handle\s*=\s*(\d+)", text)
+    handle = re.search(r"channel_handle\s*=\s*#(?:stablehlo|mhlo)\.channel_handle<handle\s*=\s*(\d+)", text)
     mode = GroupMode.of(handle is not None and int(handle.group(1)) > 0,
                         bool(re.search(r"\buse_global_device_ids\b", text)))
     dim = re.search(r"\b(?:scatter_dimension|all_gather_dim)\s*=\s*(\d+)", text)
@@ -138,10 +172,26 @@ def _functions(top: list[_Statement]) -> dict[str, _Statement]:
     return out
 
 
-def _callee(stmt: _Statement) -> str | None:
+def _body(fn: _Statement) -> list[_Statement]:
+    return fn.regions[0] if fn.regions else []
+
+
+KEEPS = frozenset({"reshape", "convert", "bitcast_convert", "optimization_barrier", "constant", "iota"})
+"""StableHLO ops that keep every value and its position (a constant or an iota brings no contribution)."""
+
+
+def _keeps(stmt: _Statement) -> bool:
+    if stmt.kind == "custom_call":  # JAX's sharding annotation only
+        return bool(re.search(r"custom_call\s+@Sharding\b", stmt.text))
+    return stmt.kind in KEEPS or stmt.op in ("sdy.sharding_constraint",)
+
+
+def _callee(stmt: _Statement, where: str) -> str | None:
     if stmt.op in ("func.call", "call"):
         m = re.search(r"@([\w.\-$]+)", stmt.text)
-        return m.group(1) if m else None
+        if m is None:  # never read past a call: its callee may hold a collective
+            raise P2Error(f"{where}:{stmt.line}: a call whose callee p2smt cannot read")
+        return m.group(1)
     return None
 
 
@@ -158,6 +208,7 @@ def parse_stablehlo(text: str, where: str = "<stablehlo>") -> HloProgram:
         raise P2Error(f"{where}: no @main and {len(public)} public functions: which one runs is not known")
     chain = Chain(where)
     holds: dict[str, _Statement | None] = {}  # function -> its first collective, through calls (None: none)
+    memo: dict[tuple[str, tuple[Flow, ...]], list[Flow]] = {}  # calls of functions without collectives
 
     def first_collective(stmts: list[_Statement], seen: tuple[str, ...]) -> _Statement | None:
         for s in stmts:
@@ -166,11 +217,11 @@ def parse_stablehlo(text: str, where: str = "<stablehlo>") -> HloProgram:
                               "(only all_reduce, reduce_scatter and all_gather)")
             if s.kind in _REDUCTIONS:
                 return s
-            callee = _callee(s)
+            callee = _callee(s, where)
             if callee is not None and callee in funcs and callee not in seen:
                 if callee not in holds:
-                    holds[callee] = first_collective(funcs[callee].regions[0] if funcs[callee].regions else [],
-                                                     (*seen, callee))
+                    holds[callee] = None
+                    holds[callee] = first_collective(_body(funcs[callee]), (*seen, callee))
                 if holds[callee] is not None:
                     return holds[callee]
             found = next((f for region in s.regions if (f := first_collective(region, seen)) is not None), None)
@@ -178,39 +229,62 @@ def parse_stablehlo(text: str, where: str = "<stablehlo>") -> HloProgram:
                 return found
         return None
 
-    def run(stmts: list[_Statement], scope: dict[str, frozenset[int]], stack: tuple[str, ...]) -> frozenset[int]:
-        """Run ``stmts`` in line; the collectives every value defined in them depends on, together."""
-        every: frozenset[int] = frozenset()
+    def flow_of(scope: dict[str, Flow], name: str) -> Flow:
+        # a value the reader cannot trace counts as the module's input: mixing it in is refused, never proved
+        return scope.get(name) or scope.get(name.split("#")[0]) or INPUT_FLOW
+
+    def call(s: _Statement, callee: str, flows: list[Flow], stack: tuple[str, ...]) -> list[Flow]:
+        if callee not in funcs:
+            raise P2Error(f"{where}:{s.line}: call of @{callee}, which the module does not define")
+        if callee in stack:
+            raise P2Error(f"{where}:{s.line}: @{callee} calls itself; p2smt reads straight-line code only")
+        fn = funcs[callee]
+        params = _names((_paren_groups(fn.text) or [""])[0])
+        key = (callee, tuple(flows))
+        if first_collective(_body(fn), stack) is None and key in memo:
+            return memo[key]
+        scope = {p: flows[i] if i < len(flows) else INPUT_FLOW for i, p in enumerate(params)}
+        out = run(_body(fn), scope, (*stack, callee))
+        if holds.get(callee) is None:
+            memo[key] = out
+        return out
+
+    def run(stmts: list[_Statement], scope: dict[str, Flow], stack: tuple[str, ...]) -> list[Flow]:
+        """Run ``stmts`` in line; the flows of the values its ``return`` gives back."""
+        returned: list[Flow] = []
         for s in stmts:
-            uses = frozenset().union(*(scope.get(o, frozenset()) for o in s.operands))
-            callee = _callee(s)
+            flows = [flow_of(scope, o) for o in s.operands]
+            callee = _callee(s, where)
             if s.kind in _OTHERS:
                 first_collective([s], stack)  # raises naming it
+            if s.op in ("return", "func.return", "sdy.return"):
+                returned = flows
+                continue
             if s.kind in _REDUCTIONS:
                 if len(chain.collectives) >= MAX_STEPS:
                     raise P2Error(f"{where}: more than {MAX_STEPS:,} collectives once calls are expanded")
-                uses = chain.add(_collective(s, where), uses)
+                results = [chain.add(_collective(s, where), Flow.through(s.kind, flows, True))]
             elif callee is not None:
-                if callee not in funcs:
-                    raise P2Error(f"{where}:{s.line}: call of @{callee}, which the module does not define")
-                if callee in stack:
-                    raise P2Error(f"{where}:{s.line}: @{callee} calls itself; p2smt reads straight-line code only")
-                fn = funcs[callee]
-                params = set(_names(fn.text.split("->")[0]))
-                uses = run(fn.regions[0] if fn.regions else [], {p: uses for p in params}, (*stack, callee))
+                results = call(s, callee, flows, stack)
             elif s.regions and s.op in _IN_LINE:
-                inner = dict(scope) | {a: uses for a in _names(s.text)}
-                uses = uses | run(s.regions[0], inner, stack)
+                inner = dict(scope) | {a: flows[i] if i < len(flows) else INPUT_FLOW for i, a in enumerate(s.args)}
+                results = run(s.regions[0], inner, stack)
             elif s.regions:
                 found = first_collective([r for region in s.regions for r in region], stack)
                 if found is not None:
                     raise P2Error(f"{where}:{found.line}: {found.kind} runs inside the {s.op} at line {s.line}; "
                                   "p2smt reads straight-line code only (no loops, branches or other regions)")
-            for r in s.results:
-                scope[r] = uses
-            every |= uses
-        return every
+                used = [flow_of(scope, o) for region in s.regions for r in region for o in r.operands if o in scope]
+                results = [Flow.through(s.kind, flows + used, False)]
+            else:
+                results = [Flow.through(s.kind, flows, _keeps(s))]
+            for i, r in enumerate(s.results):
+                scope[r] = results[i] if i < len(results) else Flow.through(s.kind, results, True)
+            if s.results and "#" in s.results[0]:
+                scope[s.results[0].split("#")[0]] = Flow.through(s.kind, results, True)
+        return returned
 
     main = funcs[entry]
-    run(main.regions[0] if main.regions else [], {}, (entry,))
+    params = _names((_paren_groups(main.text) or [""])[0])
+    run(_body(main), dict.fromkeys(params, INPUT_FLOW), (entry,))
     return HloProgram(name, "stablehlo", space, tuple(chain.collectives))

@@ -34,7 +34,7 @@ def _parse_lines(path: Path, data: bytes, marker: str | None = None, hint: str =
         if marker is not None and marker not in row:
             raise P2Error(f"{path}:{n}: a line of another kind of results file (no {marker!r}); give another file")
         rows.append(row)
-    tail = data[end:].lstrip()
+    tail = data[end:].lstrip(b" \t\r\n\x00")  # a crash can leave zero bytes where the line was being written
     if tail and not tail.startswith(b"{"):  # a killed write leaves the start of a JSON object, not other text
         line = data.count(b"\n") + 1
         raise P2Error(f"{path}:{line}: not a result line (no JSON object begins there); give another file")

@@ -62,9 +62,10 @@ def _z3(prob: SynthesisProblem, max_len: int, opts: EngineOptions, h: SynthesisH
 
     name = opts.encoding or DEFAULT_ENCODING
     if prob.num_devices > CERTIFY_LIMIT and load_encoding(name).wrapper is None:
+        wrapper = "" if opts.encoding == "values" else (" or --encoding representative (Z3 on the generic size-2 "
+                                                           "instance)")
         raise P2Error(f"{prob.num_devices:,} devices: more than the Z3 encodings take on ({CERTIFY_LIMIT}); use "
-                      "--engine certified (an explicit search, certified by Z3 where it can be) or --encoding "
-                      "representative (Z3 on the generic size-2 instance)")
+                      f"--engine certified (an explicit search, certified by Z3 where it can be){wrapper}")
     res = enumerate_z3(
         prob,
         max_len,

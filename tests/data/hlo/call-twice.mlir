@@ -3,11 +3,8 @@ module @jit_call_twice attributes {mhlo.num_partitions = 16 : i32, mhlo.num_repl
   func.func public @main(%arg0: tensor<256xf32>) -> (tensor<256xf32> {jax.result_info = "result"}) {
     %0 = sdy.manual_computation(%arg0) in_shardings=[<@mesh, [{"node", "gpu"}]>] out_shardings=[<@mesh, [{"node", "gpu"}]>] manual_axes={"node", "gpu"} (%arg1: tensor<16xf32>) {
       %1 = func.call @psum_all(%arg1) : (tensor<16xf32>) -> tensor<16xf32>
-      %cst = stablehlo.constant dense<1.000000e+00> : tensor<f32>
-      %2 = stablehlo.broadcast_in_dim %cst, dims = [] : (tensor<f32>) -> tensor<16xf32>
-      %3 = stablehlo.multiply %1, %2 : tensor<16xf32>
-      %4 = func.call @psum_all(%3) : (tensor<16xf32>) -> tensor<16xf32>
-      sdy.return %4 : tensor<16xf32>
+      %2 = func.call @psum_all(%1) : (tensor<16xf32>) -> tensor<16xf32>
+      sdy.return %2 : tensor<16xf32>
     } : (tensor<256xf32>) -> tensor<256xf32>
     return %0 : tensor<256xf32>
   }

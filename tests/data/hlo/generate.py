@@ -70,7 +70,7 @@ _psum_call = jax.jit(psum_all)
 
 
 def call_twice(x):
-    return _psum_call(_psum_call(x) * 1.0)
+    return _psum_call(_psum_call(x))
 
 
 def psum_pmax(x):
@@ -81,13 +81,31 @@ def independent(x):
     return jax.lax.psum(x, "gpu") + jax.lax.psum(x, "node")
 
 
+def mixed_with_input(x):
+    return jax.lax.psum(jax.lax.psum(x, "gpu") + x, "node")
+
+
+def reversed_between(x):
+    y = jax.lax.psum_scatter(x, "gpu", scatter_dimension=0, tiled=True)  # four values a device: reversing moves them
+    return jax.lax.all_gather(jax.lax.psum(y, "node")[::-1], "gpu", axis=0, tiled=True)
+
+
+_psum_node_plus = jax.jit(lambda x, y: jax.lax.psum(x, "node") + y)
+
+
+def independent_via_call(x):
+    return _psum_node_plus(x, jax.lax.psum(x, "gpu"))
+
+
 SHARD_MAP = {"allreduce": psum_all, "two-allreduce": two_allreduce, "rs-ar-ag": rs_ar_ag,
              "blueconnect": blueconnect, "wrong-double-count": wrong_double_count,
              "wrong-gather-across": wrong_gather_across}
 REFUSED = {"loop-psum": loop_psum, "cond-psum": cond_psum, "psum-pmax": psum_pmax, "independent": independent,
-           "call-twice": call_twice}
-"""Programs p2smt must not prove: a collective in a loop or a branch, a maximum, two reductions of one input,
-and a sum called twice (a double count, refuted)."""
+           "call-twice": call_twice, "mixed-with-input": mixed_with_input, "reversed-between": reversed_between,
+           "independent-via-call": independent_via_call}
+"""Programs p2smt must not prove: a collective in a loop or a branch, a maximum, two reductions of one input
+(also through a call), a result mixed with the input or reversed between collectives, and a sum called twice
+(a double count, refuted)."""
 
 
 def write(out: Path, name: str, lowered, stablehlo: bool = True) -> None:
