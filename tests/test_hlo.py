@@ -256,3 +256,25 @@ def test_stablehlo_calls_are_run_and_bad_calls_refused():
         "private @inner", "public @inner")
     with pytest.raises(P2Error, match="no @main and 2 public functions"):
         parse_module(two)
+
+
+def test_between_collectives_only_ops_that_keep_values_in_place():
+    """A narrowing convert rounds, a bitcast across layouts transposes, a reshape moves what lies along a
+    dimension other than 0: each, between two collectives, is refused."""
+    first = "  %a = f32[8]{0} all-reduce(%p), replica_groups={{0,1},{2,3}}, to_apply=%add\n"
+    last = "  ROOT %b = f32[8]{0} all-reduce(%y), replica_groups={{0,2},{1,3}}, to_apply=%add"
+    rounds = "  %x = bf16[8]{0} convert(f32[8]{0} %a)\n  %y = f32[8]{0} convert(bf16[8]{0} %x)\n"
+    with pytest.raises(P2Error, match="through convert"):
+        parse_hlo_text(module(first + rounds + last))
+    moves = "  %x = f32[2,4]{0,1} bitcast(f32[8]{0} %a)\n  %y = f32[8]{0} bitcast(f32[2,4]{0,1} %x)\n"
+    with pytest.raises(P2Error, match="through bitcast"):
+        parse_hlo_text(module(first + moves + last))
+    row_major = moves.replace("{0,1}", "{1,0}")
+    assert len(parse_hlo_text(module(first + row_major + last)).collectives) == 2
+    along_1 = module(
+        "  %q = f32[2,4]{1,0} reshape(f32[8]{0} %p)\n"
+        "  %r = f32[2,2]{1,0} reduce-scatter(%q), replica_groups={{0,1},{2,3}}, dimensions={1}, to_apply=%add\n"
+        "  %s = f32[4,1]{1,0} reshape(f32[2,2]{1,0} %r)\n"
+        "  ROOT %g = f32[4,2]{1,0} all-gather(%s), replica_groups={{0,1},{2,3}}, dimensions={1}")
+    with pytest.raises(P2Error, match="keeps positions along dimension 0 only"):
+        parse_hlo_text(along_1)

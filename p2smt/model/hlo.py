@@ -28,11 +28,13 @@ __all__ = ["HloCollective", "HloProgram", "hlo_plan", "parse_hlo_text", "parse_m
 
 _REDUCTIONS = {"all-reduce": Collective.ALL_REDUCE, "reduce-scatter": Collective.REDUCE_SCATTER,
                "all-gather": Collective.ALL_GATHER}
-KEEPS = frozenset({"convert", "copy", "bitcast", "bitcast-convert", "reshape", "get-tuple-element", "tuple",
+KEEPS = frozenset({"copy", "reshape", "get-tuple-element", "tuple",
                    "copy-start", "copy-done", "opt-barrier", "optimization-barrier", "async-done", "async-update",
                    "all-reduce-done", "all-gather-done", "reduce-scatter-done", "constant", "iota"})
 """HLO ops that keep every value and its position: a collective may read its predecessor's result through
-them (a constant or an iota brings no contribution)."""
+them (a constant or an iota brings no contribution). Not ``convert`` (a narrower type rounds or wraps) nor
+``bitcast-convert`` (it reinterprets the bits); a ``bitcast`` only between row-major layouts; a reshape
+keeps positions along dimension 0 only, which ``Chain`` checks."""
 _OTHERS = ("collective-permute", "all-to-all", "ragged-all-to-all", "collective-broadcast", "send", "recv")
 _STRING = re.compile(r'"(?:[^"\\]|\\.)*"')
 _HLO_OP = re.compile(r"^\s*(?:ROOT\s+)?%?(?P<name>[\w.\-]+)\s*=\s*(?P<shape>.+?)\s+(?P<op>[a-z][a-z0-9\-]*)\(")
@@ -91,6 +93,29 @@ class _Instruction:
     op: str
     operands: list[str]
     text: str  # the line with its strings blanked
+    shape: str = ""
+    operand_shapes: tuple[str, ...] = ()
+
+    @property
+    def keeps(self) -> bool:
+        """Whether the op keeps every value and its position; a bitcast only between row-major layouts,
+        where it is a reshape (across layouts it can be a transpose)."""
+        if self.op == "bitcast":
+            return all(_row_major(sh) for sh in (self.shape, *self.operand_shapes))
+        return self.op in KEEPS
+
+    @property
+    def reshapes(self) -> bool:
+        return self.op in ("reshape", "bitcast")
+
+
+def _row_major(shape: str) -> bool:
+    """Whether an HLO shape's layout is the default one, major to minor (``f32[4,8]{1,0}``)."""
+    m = re.search(r"\[([\d,\s]*)\]\s*\{([^}:]*)", shape)
+    if m is None:
+        return True
+    rank = len([d for d in m.group(1).split(",") if d.strip()])
+    return [int(v) for v in m.group(2).split(",") if v.strip()] == list(range(rank - 1, -1, -1))
 
 
 @dataclass
@@ -131,7 +156,9 @@ def _computations(text: str, where: str) -> list[_Computation]:
             raise _unsupported(op, lineno, where)
         if current is None:
             raise P2Error(f"{where}:{lineno}: an instruction outside any computation")
-        ins = _Instruction(lineno, m.group("name"), op, _operands(line, m.end() - 1, known), line)
+        operands = _operands(line, m.end() - 1, known)
+        ins = _Instruction(lineno, m.group("name"), op, operands, line, m.group("shape"),
+                           tuple(known[o].shape for o in operands))
         known[ins.name] = ins
         current.body.append(ins)
     return out
@@ -157,13 +184,21 @@ def parse_hlo_text(text: str, where: str = "<hlo>") -> HloProgram:
         raise P2Error(f"{where}: {len(entries)} ENTRY computations; an HLO module has one")
     chain, wrapped = Chain(where), set()
 
+    def body_of(ins: _Instruction) -> list[_Instruction] | None:
+        called = re.search(r"\bcalls=%?([\w.\-]+)", ins.text)
+        return by_name[called.group(1)].body if called and called.group(1) in by_name else None
+
     def keeps(ins: _Instruction) -> bool:
         """Whether the op keeps every value and its position (a fusion: every op of its computation does)."""
         if ins.op in ("fusion", "async-start"):
-            called = re.search(r"\bcalls=%?([\w.\-]+)", ins.text)
-            body = by_name[called.group(1)].body if called and called.group(1) in by_name else None
-            return body is not None and all(i.op in KEEPS or i.op == "parameter" for i in body)
-        return ins.op in KEEPS
+            body = body_of(ins)
+            return body is not None and all(i.keeps or i.op == "parameter" for i in body)
+        return ins.keeps
+
+    def reshapes(ins: _Instruction) -> bool:
+        if ins.op in ("fusion", "async-start"):
+            return any(i.reshapes for i in body_of(ins) or [])
+        return ins.reshapes
 
     def collective(ins: _Instruction, uses: Flow) -> Flow:
         found = _hlo_collective(ins.text, ins.line, ins.op, where)
@@ -189,7 +224,7 @@ def parse_hlo_text(text: str, where: str = "<hlo>") -> HloProgram:
             wrapped.add(called.group(1))
         starts = _is_collective(ins) and not ins.op.endswith("-done") or bool(inner)
         # a collective's operands meet only at the collective, which the chain checks
-        uses = Flow.through(ins.op, (flows[o] for o in ins.operands), starts or keeps(ins))
+        uses = Flow.through(ins.op, (flows[o] for o in ins.operands), starts or keeps(ins), reshapes(ins))
         if _is_collective(ins) and not ins.op.endswith("-done"):
             uses = collective(ins, uses)
         elif inner:

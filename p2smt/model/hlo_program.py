@@ -76,16 +76,19 @@ class Flow:
 
     sources: frozenset[int] = frozenset()
     op: str | None = None
+    reshaped: bool = False  # a reshape on the way since the last collective (it keeps positions along dim 0 only)
 
     @staticmethod
-    def through(op: str, flows: Iterable[Flow], keeps: bool) -> Flow:
-        """The flow of ``op``'s result from its operands' (``keeps``: the op keeps values and positions)."""
+    def through(op: str, flows: Iterable[Flow], keeps: bool, reshapes: bool = False) -> Flow:
+        """The flow of ``op``'s result from its operands' (``keeps``: the op keeps values and positions;
+        ``reshapes``: it keeps them in row-major order under another shape)."""
         flows = list(flows)
         sources = frozenset().union(*(f.sources for f in flows))
         if not sources:  # constants only: nothing of any device's data
             return Flow()
         moved = next((f.op for f in flows if f.op is not None), None)
-        return Flow(sources, moved if moved is not None or keeps else op)
+        reshaped = reshapes or any(f.reshaped for f in flows)
+        return Flow(sources, moved if moved is not None or keeps else op, reshaped)
 
 
 INPUT_FLOW = Flow(frozenset({INPUT}))
@@ -97,6 +100,7 @@ class Chain:
     def __init__(self, where: str):
         self.where = where
         self.collectives: list[HloCollective] = []
+        self.reshaped_at: HloCollective | None = None  # the first collective that read through a reshape
 
     def add(self, found: HloCollective, flow: Flow) -> Flow:
         """Append ``found`` (its operand's ``flow``); the flow of its result."""
@@ -118,5 +122,12 @@ class Chain:
             if flow.op is not None:
                 raise P2Error(f"{here} reads the result of {after} through {flow.op}, which changes values or "
                               "their positions: p2smt verifies collectives applied one after another to one buffer")
+            if flow.reshaped and self.reshaped_at is None:
+                self.reshaped_at = found
         self.collectives.append(found)
+        off = next((c for c in self.collectives if c.dimension not in (None, 0)), None)
+        if off is not None and self.reshaped_at is not None:
+            raise P2Error(f"{self.where}:{self.reshaped_at.line}: {self.reshaped_at.op} reads its predecessor's "
+                          f"result through a reshape, and the {off.op} at line {off.line} works along dimension "
+                          f"{off.dimension}: a reshape keeps positions along dimension 0 only")
         return Flow(frozenset({index}))

@@ -176,8 +176,9 @@ def _body(fn: _Statement) -> list[_Statement]:
     return fn.regions[0] if fn.regions else []
 
 
-KEEPS = frozenset({"reshape", "convert", "bitcast_convert", "optimization_barrier", "constant", "iota"})
-"""StableHLO ops that keep every value and its position (a constant or an iota brings no contribution)."""
+KEEPS = frozenset({"reshape", "optimization_barrier", "constant", "iota"})
+"""StableHLO ops that keep every value and its position (a constant or an iota brings no contribution; not
+``convert``, which can round or wrap, nor ``bitcast_convert``; ``Chain`` checks a reshape's dimension)."""
 
 
 def _keeps(stmt: _Statement) -> bool:
@@ -277,7 +278,7 @@ def parse_stablehlo(text: str, where: str = "<stablehlo>") -> HloProgram:
                 used = [flow_of(scope, o) for region in s.regions for r in region for o in r.operands if o in scope]
                 results = [Flow.through(s.kind, flows + used, False)]
             else:
-                results = [Flow.through(s.kind, flows, _keeps(s))]
+                results = [Flow.through(s.kind, flows, _keeps(s), s.kind == "reshape")]
             for i, r in enumerate(s.results):
                 scope[r] = results[i] if i < len(results) else Flow.through(s.kind, results, True)
             if s.results and "#" in s.results[0]:
