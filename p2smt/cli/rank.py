@@ -15,7 +15,7 @@ from p2smt.cli.options import (
     engine_config,
     request_of,
 )
-from p2smt.cli.output import ExitCode, emit
+from p2smt.cli.output import ExitCode, counted, emit
 from p2smt.cli.synth import bounded_synthesis
 from p2smt.errors import P2Error
 
@@ -49,6 +49,9 @@ def run(args: argparse.Namespace) -> int:
         report |= {"yours": price_users_program(req, yours, result, args.algo, report["bytes_per_device"])}
 
     def render(c: Console) -> None:
+        if bounded.expired:
+            c.print(f"[yellow]partial[/yellow]: only the {counted(len(result.matrices), 'placement')} finished "
+                    "before the deadline are ranked below")
         c.print(render_rank(report))
         if yours is not None:
             y = report["yours"]
