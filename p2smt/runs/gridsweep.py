@@ -66,9 +66,11 @@ def render_summary(summary: SweepSummary):
     t.add_row("already in the file", str(summary.skipped_existing))
     t.add_row("submitted to run", str(summary.submitted))
     t.add_row("lines written now (a skipped one is not run)", str(summary.finished))
-    for status in (*STATUSES, "lost"):
+    for status in STATUSES:
         if summary.by_status.get(status):
             t.add_row(f"  {status}", str(summary.by_status[status]))
+    if summary.by_status.get("lost"):
+        t.add_row("lost (their execution failed; no line written)", str(summary.by_status["lost"]))
     if summary.certified:
         t.add_row("  whose program sets Z3 certified", str(summary.certified))
     t.add_row("result", "[green]succeeded[/]" if summary.succeeded else "[red]failed tasks[/]")
