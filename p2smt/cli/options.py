@@ -273,9 +273,6 @@ def request_of(args: argparse.Namespace):
 
     system_of(args)
     axes, reduce = int_list(args.axes), int_list(args.reduce)
-    if reduce and all(0 <= a < len(axes) for a in reduce) and all(axes[a] == 1 for a in reduce):
-        raise P2Error(f"--reduce {','.join(map(str, reduce))}: the reduced axes have size 1, so every device is "
-                      "already its own sum; there is nothing to reduce")
     return Request(
         args.system, axes, reduce,
         matrix=matrix_of(args.matrix),

@@ -76,6 +76,9 @@ class Request:
         set_(self, "system", str(self.system))
         set_(self, "axes", _ints(self.axes, "axes"))
         set_(self, "reduce", _ints(self.reduce, "reduction axes"))
+        if self.reduce and all(0 <= a < len(self.axes) and self.axes[a] == 1 for a in self.reduce):
+            raise P2Error(f"reduce {list(self.reduce)}: the reduced axes have size 1, so every device is already its "
+                          "own sum; there is nothing to reduce")
         if self.matrix is not None:
             set_(self, "matrix", tuple(tuple(r) for r in self.matrix))
         levels = self.levels.items() if isinstance(self.levels, Mapping) else self.levels
