@@ -316,6 +316,16 @@ def test_broken_pipe_exits_quietly():
     assert proc.stdout == '{\n  "statu' and proc.stderr == ""
 
 
+def test_broken_pipe_exits_quietly_when_the_output_outgrows_the_pipe():
+    """The reader leaves while p2smt is still writing (a pipe holds 64 KB): exit 0 and nothing on stderr."""
+    proc = subprocess.Popen([sys.executable, "-m", "p2smt", "placements", "--system", "h100-superpod", "--axes",
+                             "2,2,2,2,2,2,2,2,2,2", "--json"], stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    proc.stdout.read(10)
+    proc.stdout.close()
+    err = proc.stderr.read()
+    assert proc.wait(timeout=300) == 0 and err == b""
+
+
 def test_json_never_contains_non_finite_numbers(run_cli):
     from p2smt.cli.output import emit
     from p2smt.errors import InternalError

@@ -11,6 +11,7 @@ from typing import Any
 from p2smt.cli.options import one_hierarchy
 from p2smt.errors import P2Error
 from p2smt.model.placement import Placement
+from p2smt.model.yamlfile import read_text_at_most
 
 MAX_INPUT_BYTES = 4 << 20
 """Largest program, plan or instruction file read (a 12-step program is a few hundred bytes)."""
@@ -20,16 +21,9 @@ MAX_PLAN_STEPS = 4096
 def read_text(path: Path) -> str:
     """A UTF-8 file of at most ``MAX_INPUT_BYTES`` (``/dev/zero`` is refused, not read forever)."""
     try:
-        with path.open("rb") as f:
-            data = f.read(MAX_INPUT_BYTES + 1)
+        return read_text_at_most(path, MAX_INPUT_BYTES, "plan or program")
     except OSError as err:
         raise P2Error(f"cannot read {path}: {err.strerror}") from None
-    if len(data) > MAX_INPUT_BYTES:
-        raise P2Error(f"{path}: larger than {MAX_INPUT_BYTES >> 20} MB; not a plan or program")
-    try:
-        return data.decode("utf-8")
-    except UnicodeDecodeError as err:
-        raise P2Error(f"{path}: not UTF-8 text (byte {err.start})") from None
 
 
 def read_arg_text(value: str) -> tuple[str, str | None]:

@@ -57,6 +57,19 @@ def one_line(message: str) -> str:
     return f"{text[:half]} … ({len(text) - MAX_MESSAGE} characters left out) … {text[-half:]}"
 
 
+def beyond_limits(err: Exception) -> str | None:
+    """The one-line error for input past a limit of the machine or of Python (None: some other error)."""
+    if isinstance(err, OverflowError):
+        return "a number in the input is too large to compute with"
+    if isinstance(err, OSError):
+        if err.errno in (errno.ENAMETOOLONG, errno.ELOOP):
+            return f"{one_line(str(err.filename))[:200]}: {err.strerror}"
+        return None
+    if "integer string conversion" in str(err):  # Python's limit on the digits of an integer
+        return "a number in the input has more digits than Python reads (4,300)"
+    return None
+
+
 def main(argv: list[str] | None = None) -> int:
     started = time.monotonic()
     try:
@@ -69,24 +82,17 @@ def main(argv: list[str] | None = None) -> int:
     except RecursionError:
         print("p2smt: error: input nested too deeply", file=sys.stderr)
         return ExitCode.BAD_INPUT
-    except OSError as err:
-        if err.errno not in (errno.ENAMETOOLONG, errno.ELOOP):
-            raise
-        print(f"p2smt: error: {one_line(str(err.filename))[:200]}: {err.strerror}", file=sys.stderr)
-        return ExitCode.BAD_INPUT
-    except OverflowError:
-        print("p2smt: error: a number in the input is too large to compute with", file=sys.stderr)
-        return ExitCode.BAD_INPUT
-    except ValueError as err:
-        if "integer string conversion" not in str(err):  # Python's limit on the digits of an integer
-            raise
-        print("p2smt: error: a number in the input has more digits than Python reads (4,300)", file=sys.stderr)
-        return ExitCode.BAD_INPUT
     except BrokenPipeError:
         # The reader went away (``| head``): stop quietly; stdout is pointed at /dev/null so the
         # interpreter's final flush does not complain either.
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return ExitCode.OK
+    except (OSError, OverflowError, ValueError) as err:
+        message = beyond_limits(err)
+        if message is None:
+            raise
+        print(f"p2smt: error: {message}", file=sys.stderr)
+        return ExitCode.BAD_INPUT
     except InternalError as err:
         print(f"p2smt: INTERNAL ERROR (please report): {one_line(str(err))}", file=sys.stderr)
         return ExitCode.INTERNAL

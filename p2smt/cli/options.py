@@ -93,17 +93,15 @@ def name_ints(items: list[str], flag: str = "--level", value: str = "SIZE") -> d
 
 MAX_SECONDS = 1e6
 """Longest timeout or deadline (11.6 days): Z3's millisecond timeouts and Python's waits overflow far above."""
-MAX_BYTES = 1e15
-"""Largest message (a petabyte per device): the cost model's times stay finite far above, and mean little."""
-
-
 def seconds(text: str) -> float:
     """A positive, finite number of seconds up to ``MAX_SECONDS`` (``--timeout``, ``--deadline``)."""
     return _positive(text, "seconds", MAX_SECONDS)
 
 
 def byte_count(text: str) -> float:
-    """A positive, finite number of bytes up to ``MAX_BYTES`` (``--bytes``)."""
+    """A positive, finite number of bytes up to a profile's largest message (``--bytes``)."""
+    from p2smt.model.profile import MAX_BYTES  # one bound for a flag and a profile's bytes_per_device
+
     return _positive(text, "bytes", MAX_BYTES)
 
 
@@ -272,9 +270,8 @@ def request_of(args: argparse.Namespace):
     from p2smt.model.request import Request
 
     system_of(args)
-    axes, reduce = int_list(args.axes), int_list(args.reduce)
     return Request(
-        args.system, axes, reduce,
+        args.system, int_list(args.axes), int_list(args.reduce),
         matrix=matrix_of(args.matrix),
         nodes=args.nodes, levels=tuple(name_ints(args.level).items()),
         hierarchy=args.hierarchy, master_scope=args.master_scope,
@@ -324,12 +321,12 @@ def engine_config(args: argparse.Namespace):
     for flag in ("--emit-smt2", "--certificate", "--proof-store"):
         if folder := getattr(args, flag[2:].replace("-", "_"), None):
             folder_path(folder, flag)  # as every output: a missing parent folder is refused, not made
-    engine = str(getattr(args, "engine", "certified"))
+    engine = getattr(args, "engine", "certified")
     if getattr(args, "timeout", None) is not None and engine in EXPLICIT_ENGINES:
         raise P2Error(f"--timeout: only with --engine certified, z3 or z3-cegis (it bounds each solver call; the "
                       f"{engine} engine calls none; --deadline bounds a whole run)")
     return EngineConfig(
-        engine=getattr(args, "engine", "certified"),
+        engine=engine,
         max_len=args.max_len,
         timeout_ms=timeout_ms(args),
         encoding=getattr(args, "encoding", None),

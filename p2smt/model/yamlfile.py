@@ -1,4 +1,4 @@
-"""Reading YAML input files with one-line errors that name the file (and line:column for syntax)."""
+"""Reading input files with one-line errors that name the file (and line:column for YAML syntax)."""
 
 from __future__ import annotations
 
@@ -39,21 +39,28 @@ MAX_YAML_BYTES = 1 << 20
 is refused before PyYAML builds it (a 5 MB list takes it about a minute and 1.7 GB)."""
 
 
+def read_text_at_most(path: Path, limit: int, what: str) -> str:
+    """``path`` as UTF-8 text of at most ``limit`` bytes (``/dev/zero`` is refused, not read forever); a larger
+    or non-UTF-8 file raises P2Error naming it as not a ``what``. An OSError is the caller's to word."""
+    with path.open("rb") as f:
+        data = f.read(limit + 1)
+    if len(data) > limit:
+        raise P2Error(f"{path}: larger than {limit >> 20} MB; not a {what}")
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as err:
+        raise P2Error(f"{path}: not UTF-8 text (byte {err.start})") from None
+
+
 def read_yaml(path: Path, what: str) -> Any:
     """Parse ``path`` as UTF-8 YAML of at most ``MAX_YAML_BYTES``; malformed, unreadable, too large or
     non-UTF-8 files, and mappings that repeat a key, raise P2Error."""
     try:
-        with path.open("rb") as f:
-            data = f.read(MAX_YAML_BYTES + 1)
-        if len(data) > MAX_YAML_BYTES:
-            raise P2Error(f"{path}: larger than {MAX_YAML_BYTES >> 20} MB; not a {what} file")
-        return yaml.load(data.decode("utf-8"), Loader=_UniqueKeys)  # a SafeLoader
+        return yaml.load(read_text_at_most(path, MAX_YAML_BYTES, what), Loader=_UniqueKeys)  # a SafeLoader
     except yaml.YAMLError as err:
         mark = getattr(err, "problem_mark", None)
         where = f":{mark.line + 1}:{mark.column + 1}" if mark else ""
         problem = getattr(err, "problem", None) or str(err).splitlines()[0]
         raise P2Error(f"{path}{where}: malformed YAML: {problem}") from None
-    except UnicodeDecodeError as err:
-        raise P2Error(f"{path}: not UTF-8 text (byte {err.start})") from None
     except OSError as err:
         raise P2Error(f"cannot read {what} {path}: {err.strerror}") from None
