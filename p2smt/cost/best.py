@@ -19,11 +19,7 @@ from p2smt.model.placement import Matrix
 from p2smt.model.status import SolveStatus
 from p2smt.model.system import System, load_system
 from p2smt.synth.config import MAX_LEN_LIMIT
-
-Z3_DEVICE_LIMIT = 256
-"""Devices above which ``--method z3`` is refused: its encoding grows with the devices (the certified
-engine's proof stops at the same size)."""
-from p2smt.synth.driver import placements_for
+from p2smt.synth.driver import CERTIFY_LIMIT, placements_for
 
 __all__ = ["BOUNDS", "METHODS", "TIE_TOLERANCE", "BestResult", "MatrixBest", "RankedProgram", "best", "best_on_hierarchy"]
 
@@ -130,8 +126,8 @@ def best_on_hierarchy(system: System, h: SynthesisHierarchy, *, max_len: int = 8
                                        require_progress=require_progress).run()
         status = SolveStatus.OPTIMAL if ranked else SolveStatus.INFEASIBLE
         return MatrixBest(matrix, h, tuple(ranked), status, time.perf_counter() - start, stats)
-    if h.num_devices > Z3_DEVICE_LIMIT:
-        raise P2Error(f"{h.num_devices:,} devices: more than the Z3 encodings take on ({Z3_DEVICE_LIMIT}); use "
+    if h.num_devices > CERTIFY_LIMIT:  # the Z3 encodings' limit, as for the z3 and certified engines
+        raise P2Error(f"{h.num_devices:,} devices: more than the Z3 encodings take on ({CERTIFY_LIMIT}); use "
                       "--method search (the exact branch and bound, no solver)")
     search = CostBound(system, h, algo=algo, bytes_per_device=b, max_len=max_len, top=top, timeout_ms=timeout_ms,
                      encoding=encoding, options=encoding_options, require_progress=require_progress, bound=bound,

@@ -65,8 +65,8 @@ def _hlo_attribute(attrs: str, key: str) -> str | None:
     return iota.group(0) if iota else re.match(r"[^,\s]*", rest).group(0)
 
 
-def _hlo_collective(line: str, lineno: int, op: str, where: str) -> HloCollective:
-    attrs = _STRING.sub('""', line)
+def _hlo_collective(attrs: str, lineno: int, op: str, where: str) -> HloCollective:
+    """One collective from its line (strings already blanked)."""
     base = op.removesuffix("-start")
     try:
         groups_text = _hlo_attribute(attrs, "replica_groups")
@@ -184,21 +184,21 @@ def parse_hlo_text(text: str, where: str = "<hlo>") -> HloProgram:
         raise P2Error(f"{where}: {len(entries)} ENTRY computations; an HLO module has one")
     chain, wrapped = Chain(where), set()
 
-    def body_of(ins: _Instruction) -> list[_Instruction] | None:
-        called = re.search(r"\bcalls=%?([\w.\-]+)", ins.text)
-        return by_name[called.group(1)].body if called and called.group(1) in by_name else None
+    def called(ins: _Instruction) -> _Computation | None:
+        """The computation a fusion or an ``async-start`` runs (``calls=``), if the module has it."""
+        name = re.search(r"\bcalls=%?([\w.\-]+)", ins.text) if ins.op in ("fusion", "async-start") else None
+        return by_name.get(name.group(1)) if name else None
 
     def keeps(ins: _Instruction) -> bool:
         """Whether the op keeps every value and its position (a fusion: every op of its computation does)."""
         if ins.op in ("fusion", "async-start"):
-            body = body_of(ins)
-            return body is not None and all(i.keeps or i.op == "parameter" for i in body)
+            comp = called(ins)
+            return comp is not None and all(i.keeps or i.op == "parameter" for i in comp.body)
         return ins.keeps
 
     def reshapes(ins: _Instruction) -> bool:
-        if ins.op in ("fusion", "async-start"):
-            return any(i.reshapes for i in body_of(ins) or [])
-        return ins.reshapes
+        comp = called(ins)
+        return any(i.reshapes for i in comp.body) if comp is not None else ins.reshapes
 
     def collective(ins: _Instruction, uses: Flow) -> Flow:
         found = _hlo_collective(ins.text, ins.line, ins.op, where)
@@ -215,20 +215,18 @@ def parse_hlo_text(text: str, where: str = "<hlo>") -> HloProgram:
         if ins.op == "parameter":
             flows[ins.name] = INPUT_FLOW
             continue
-        called = re.search(r"\bcalls=%?([\w.\-]+)", ins.text) if ins.op == "async-start" else None
-        inner = [i for i in by_name[called.group(1)].body if _is_collective(i)] if called and \
-            called.group(1) in by_name else []
+        wrapper = called(ins) if ins.op == "async-start" else None
+        inner = [i for i in wrapper.body if _is_collective(i)] if wrapper is not None else []
         if len(inner) > 1:
-            raise P2Error(f"{where}:{inner[1].line}: two collectives in one async computation %{called.group(1)}")
-        if called and called.group(1) in by_name:
-            wrapped.add(called.group(1))
-        starts = _is_collective(ins) and not ins.op.endswith("-done") or bool(inner)
+            raise P2Error(f"{where}:{inner[1].line}: two collectives in one async computation %{wrapper.name}")
+        if wrapper is not None:
+            wrapped.add(wrapper.name)
+        found = ins if _is_collective(ins) else inner[0] if inner else None  # a -done op is no collective
         # a collective's operands meet only at the collective, which the chain checks
-        uses = Flow.through(ins.op, (flows[o] for o in ins.operands), starts or keeps(ins), reshapes(ins))
-        if _is_collective(ins) and not ins.op.endswith("-done"):
-            uses = collective(ins, uses)
-        elif inner:
-            uses = collective(inner[0], uses)
+        uses = Flow.through(ins.op, (flows[o] for o in ins.operands), found is not None or keeps(ins),
+                            reshapes(ins))
+        if found is not None:
+            uses = collective(found, uses)
         flows[ins.name] = uses
     for comp in comps:
         stray = [i for i in comp.body if _is_collective(i)]

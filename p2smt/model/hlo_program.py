@@ -101,6 +101,7 @@ class Chain:
         self.where = where
         self.collectives: list[HloCollective] = []
         self.reshaped_at: HloCollective | None = None  # the first collective that read through a reshape
+        self.off_zero: HloCollective | None = None  # the first working along a dimension other than 0
 
     def add(self, found: HloCollective, flow: Flow) -> Flow:
         """Append ``found`` (its operand's ``flow``); the flow of its result."""
@@ -125,7 +126,9 @@ class Chain:
             if flow.reshaped and self.reshaped_at is None:
                 self.reshaped_at = found
         self.collectives.append(found)
-        off = next((c for c in self.collectives if c.dimension not in (None, 0)), None)
+        if self.off_zero is None and found.dimension not in (None, 0):
+            self.off_zero = found
+        off = self.off_zero
         if off is not None and self.reshaped_at is not None:
             raise P2Error(f"{self.where}:{self.reshaped_at.line}: {self.reshaped_at.op} reads its predecessor's "
                           f"result through a reshape, and the {off.op} at line {off.line} works along dimension "

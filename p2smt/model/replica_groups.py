@@ -21,18 +21,18 @@ import numpy as np
 from p2smt.errors import P2Error
 from p2smt.model.collectives import Group
 
-_IOTA = re.compile(
-    r"^\s*\[\s*(?P<shape>\d+(?:\s*,\s*\d+)*)\s*\]\s*<=\s*\[\s*(?P<dims>\d+(?:\s*,\s*\d+)*)\s*\]"
-    r"\s*(?:T\s*\(\s*(?P<perm>\d+(?:\s*,\s*\d+)*)\s*\))?\s*$"
-)
+_INTS = r"\d+(?:\s*,\s*\d+)*"
+_DIMS_PERM = rf"\[\s*(?P<dims>{_INTS})\s*\]\s*(?:T\s*\(\s*(?P<perm>{_INTS})\s*\))?"
+"""An iota over ``dims``, transposed by ``perm``: ``[2,8]T(1,0)``."""
+_IOTA = re.compile(rf"^\s*\[\s*(?P<shape>{_INTS})\s*\]\s*<=\s*{_DIMS_PERM}\s*$")
 _MESH = re.compile(r"^\s*mesh\s*\[(?P<axes>[^\]]*)\]\s*(?:,\s*device_ids\s*=\s*\((?P<ids>[^()]*(?:\([^()]*\))?)\)\s*)?"
                    r"\{(?P<selected>[^}]*)\}\s*$")
-_DEVICE_IOTA = re.compile(r"^\s*\[\s*(?P<dims>\d+(?:\s*,\s*\d+)*)\s*\]\s*(?:T\s*\(\s*(?P<perm>\d+(?:\s*,\s*\d+)*)\s*\))?\s*$")
+_DEVICE_IOTA = re.compile(rf"^\s*{_DIMS_PERM}\s*$")
 _MESH_AXIS = re.compile(r"^\s*'(?P<name>[^']+)'\s*=\s*(?P<size>\d+)\s*$")
 _LISTS = re.compile(r"^\s*\{\s*(?:\{[\d\s,]*\}\s*(?:,\s*\{[\d\s,]*\}\s*)*)?\}\s*$")
 MAX_IDS = 1 << 20
-MAX_DIMS = 32  # dims of an iota (numpy's arrays stop at 64)
 """Most device ids an iota or mesh form may span: checked before any array is built (bounded memory)."""
+MAX_DIMS = 32  # dims of an iota (numpy's arrays stop at 64)
 
 
 class GroupMode(str, Enum):
@@ -95,11 +95,16 @@ def iota_groups(shape: Sequence[int], dims: Sequence[int], perm: Sequence[int] |
     total = _span("iota replica groups", [*shape, *dims], dims)
     if math.prod(shape) != total:
         raise P2Error(f"iota replica groups {list(shape)}<={list(dims)}: shape and dims hold different counts")
+    rows = _iota("iota replica groups", dims, perm).reshape(tuple(shape))
+    return tuple(tuple(int(v) for v in r) for r in rows)
+
+
+def _iota(form: str, dims: Sequence[int], perm: Sequence[int] | None) -> np.ndarray:
+    """``[dims]T(perm)`` flattened: iota over ``dims`` (its span already checked), transposed by ``perm``."""
     perm = tuple(range(len(dims))) if perm is None else tuple(perm)
     if sorted(perm) != list(range(len(dims))):
-        raise P2Error(f"iota replica groups: T{tuple(perm)} is not a permutation of the {len(dims)} dims")
-    rows = np.arange(total).reshape(tuple(dims)).transpose(perm).reshape(tuple(shape))
-    return tuple(tuple(int(v) for v in r) for r in rows)
+        raise P2Error(f"{form}: T{perm} is not a permutation of the {len(dims)} dims")
+    return np.arange(math.prod(dims)).reshape(tuple(dims)).transpose(perm).reshape(-1)
 
 
 def mesh_device_ids(text: str, count: int) -> np.ndarray:
@@ -108,10 +113,8 @@ def mesh_device_ids(text: str, count: int) -> np.ndarray:
     if m:
         dims = tuple(int(v) for v in m.group("dims").split(","))
         _span("mesh device_ids", dims, dims)
-        perm = tuple(int(v) for v in m.group("perm").split(",")) if m.group("perm") else tuple(range(len(dims)))
-        if sorted(perm) != list(range(len(dims))):
-            raise P2Error(f"mesh device_ids: T{perm} is not a permutation of the {len(dims)} dims")
-        ids = np.arange(math.prod(dims)).reshape(dims).transpose(perm).reshape(-1)
+        ids = _iota("mesh device_ids", dims, tuple(int(v) for v in m.group("perm").split(",")) if m.group("perm")
+                    else None)
     elif re.fullmatch(r"\s*\d+(?:\s*,\s*\d+)*\s*", text):
         ids = np.array([int(v) for v in text.split(",")])
     else:

@@ -81,6 +81,17 @@ def _tree(text: str, where: str) -> tuple[list[_Statement], str, DeviceSpace]:
     top: list[_Statement] = []
     stack: list[tuple[_Statement, list[_Statement]]] = []  # open regions: (owner, its statements)
     body = top
+
+    def open_region(owner: _Statement) -> list[_Statement]:
+        region: list[_Statement] = []
+        owner.regions.append(region)
+        stack.append((owner, region))
+        return region
+
+    def close_region() -> tuple[_Statement, list[_Statement]]:
+        """The owner of the region closed, and the statements its owner's line belongs to."""
+        owner, _ = stack.pop()
+        return owner, stack[-1][1] if stack else top
     for lineno, line in enumerate(text.splitlines(), start=1):
         # a quoted symbol (``@"<lambda>"``) becomes a plain one before strings are blanked, same name for same text
         line = _SYMBOL.sub(lambda m: "@q" + m.group(1).encode().hex(), line)
@@ -89,28 +100,20 @@ def _tree(text: str, where: str) -> tuple[list[_Statement], str, DeviceSpace]:
         clean = _STRING.sub('""', line).split("//", 1)[0]  # strings blanked first: a "//" in one is no comment
         quoted = quoted.split("//", 1)[0]
         stripped = clean.strip()
-        if not stripped or stripped.startswith(("//", "^")):
+        if not stripped or stripped.startswith("^"):  # a comment-only line is empty once cut
             continue
         opens, closes = clean.count("{"), clean.count("}")
         if stripped.startswith("}"):  # closes the region, may open the owner's next (``} do {``, ``}, {``)
             if not stack:
                 raise P2Error(f"{where}:{lineno}: '}}' closes no region")
-            owner, _ = stack.pop()
-            body = stack[-1][1] if stack else top
+            owner, body = close_region()
             if opens > closes - 1:
-                region: list[_Statement] = []
-                owner.regions.append(region)
-                stack.append((owner, region))
-                body = region
+                body = open_region(owner)
             continue
         m = _STATEMENT.match(quoted)
         if m is None:  # ``cond {``: the next region of the statement before
             if opens > closes and body:
-                owner = body[-1]
-                region = []
-                owner.regions.append(region)
-                stack.append((owner, region))
-                body = region
+                body = open_region(body[-1])
             continue
         head = quoted[m.end():]
         groups = _paren_groups(head)
@@ -121,13 +124,9 @@ def _tree(text: str, where: str) -> tuple[list[_Statement], str, DeviceSpace]:
         stmt = _Statement(lineno, m.group("op"), _results(m.group("results") or ""), operands, quoted, args=args)
         body.append(stmt)
         if opens > closes:
-            region = []
-            stmt.regions.append(region)
-            stack.append((stmt, region))
-            body = region
+            body = open_region(stmt)
         elif closes > opens and stack:  # ``}) : (…)`` after a statement on the same line
-            owner, _ = stack.pop()
-            body = stack[-1][1] if stack else top
+            _, body = close_region()
     header = re.search(r"module\s+@([\w.\-]+)", text)
     ints = {k: int(m.group(1)) for k in ("num_replicas", "num_partitions")
             if (m := re.search(rf"mhlo\.{k}\s*=\s*(\d+)", text))}
@@ -160,20 +159,34 @@ def _collective(stmt: _Statement, where: str) -> HloCollective:
                          int(dim.group(1)) if dim else None)
 
 
+def _symbol(stmt: _Statement) -> str | None:
+    """The first ``@name`` a statement names (a function's, a callee's)."""
+    m = re.search(r"@([\w.\-$]+)", stmt.text)
+    return m.group(1) if m else None
+
+
 def _functions(top: list[_Statement]) -> dict[str, _Statement]:
     out = {}
     for stmt in top:
         if stmt.op == "module":
             out |= _functions([s for region in stmt.regions for s in region])
-        elif stmt.op == "func.func":
-            name = re.search(r"@([\w.\-$]+)", stmt.text)
-            if name:
-                out[name.group(1)] = stmt
+        elif stmt.op == "func.func" and (name := _symbol(stmt)):
+            out[name] = stmt
     return out
 
 
 def _body(fn: _Statement) -> list[_Statement]:
     return fn.regions[0] if fn.regions else []
+
+
+def _params(fn: _Statement) -> list[str]:
+    """A function's parameters, in order."""
+    return _names((_paren_groups(fn.text) or [""])[0])
+
+
+def _bind(names: list[str], flows: list[Flow]) -> dict[str, Flow]:
+    """Each name to the flow in its position; one with no flow counts as the module's input."""
+    return {n: flows[i] if i < len(flows) else INPUT_FLOW for i, n in enumerate(names)}
 
 
 KEEPS = frozenset({"reshape", "optimization_barrier", "constant", "iota"})
@@ -189,10 +202,10 @@ def _keeps(stmt: _Statement) -> bool:
 
 def _callee(stmt: _Statement, where: str) -> str | None:
     if stmt.op in ("func.call", "call"):
-        m = re.search(r"@([\w.\-$]+)", stmt.text)
-        if m is None:  # never read past a call: its callee may hold a collective
+        name = _symbol(stmt)
+        if name is None:  # never read past a call: its callee may hold a collective
             raise P2Error(f"{where}:{stmt.line}: a call whose callee p2smt cannot read")
-        return m.group(1)
+        return name
     return None
 
 
@@ -219,16 +232,20 @@ def parse_stablehlo(text: str, where: str = "<stablehlo>") -> HloProgram:
             if s.kind in _REDUCTIONS:
                 return s
             callee = _callee(s, where)
-            if callee is not None and callee in funcs and callee not in seen:
-                if callee not in holds:
-                    holds[callee] = None
-                    holds[callee] = first_collective(_body(funcs[callee]), (*seen, callee))
-                if holds[callee] is not None:
-                    return holds[callee]
+            if callee is not None and callee in funcs and callee not in seen and \
+                    (held := holding(callee, seen)) is not None:
+                return held
             found = next((f for region in s.regions if (f := first_collective(region, seen)) is not None), None)
             if found is not None:
                 return found
         return None
+
+    def holding(fn: str, seen: tuple[str, ...]) -> _Statement | None:
+        """The first collective function ``fn`` runs, through its calls (cached; None: it runs none)."""
+        if fn not in holds:
+            holds[fn] = None  # a call back into ``fn`` finds none here; running it is refused
+            holds[fn] = first_collective(_body(funcs[fn]), (*seen, fn))
+        return holds[fn]
 
     def flow_of(scope: dict[str, Flow], name: str) -> Flow:
         # a value the reader cannot trace counts as the module's input: mixing it in is refused, never proved
@@ -239,14 +256,11 @@ def parse_stablehlo(text: str, where: str = "<stablehlo>") -> HloProgram:
             raise P2Error(f"{where}:{s.line}: call of @{callee}, which the module does not define")
         if callee in stack:
             raise P2Error(f"{where}:{s.line}: @{callee} calls itself; p2smt reads straight-line code only")
-        fn = funcs[callee]
-        params = _names((_paren_groups(fn.text) or [""])[0])
-        key = (callee, tuple(flows))
-        if first_collective(_body(fn), stack) is None and key in memo:
+        key, pure = (callee, tuple(flows)), holding(callee, stack) is None
+        if pure and key in memo:
             return memo[key]
-        scope = {p: flows[i] if i < len(flows) else INPUT_FLOW for i, p in enumerate(params)}
-        out = run(_body(fn), scope, (*stack, callee))
-        if holds.get(callee) is None:
+        out = run(_body(funcs[callee]), _bind(_params(funcs[callee]), flows), (*stack, callee))
+        if pure:
             memo[key] = out
         return out
 
@@ -268,7 +282,7 @@ def parse_stablehlo(text: str, where: str = "<stablehlo>") -> HloProgram:
             elif callee is not None:
                 results = call(s, callee, flows, stack)
             elif s.regions and s.op in _IN_LINE:
-                inner = dict(scope) | {a: flows[i] if i < len(flows) else INPUT_FLOW for i, a in enumerate(s.args)}
+                inner = dict(scope) | _bind(s.args, flows)
                 results = run(s.regions[0], inner, stack)
             elif s.regions:
                 found = first_collective([r for region in s.regions for r in region], stack)
@@ -285,7 +299,5 @@ def parse_stablehlo(text: str, where: str = "<stablehlo>") -> HloProgram:
                 scope[s.results[0].split("#")[0]] = Flow.through(s.kind, results, True)
         return returned
 
-    main = funcs[entry]
-    params = _names((_paren_groups(main.text) or [""])[0])
-    run(_body(main), dict.fromkeys(params, INPUT_FLOW), (entry,))
+    run(_body(funcs[entry]), _bind(_params(funcs[entry]), []), (entry,))
     return HloProgram(name, "stablehlo", space, tuple(chain.collectives))

@@ -109,9 +109,8 @@ SOLVER_FIGURES = ("conflicts", "decisions", "propagations", "memory", "max memor
 
 
 def _figure_key(key: str) -> bool:
-    """A statistic ``solver_figures`` sums or copies."""
-    return key.removeprefix("sat ") in ("conflicts", "decisions") or key in ("memory", "max memory") or (
-        key == "propagations" or key.startswith("sat propagations"))
+    """A statistic ``solver_figures`` sums or copies (the SAT core's propagations come in kinds)."""
+    return key.removeprefix("sat ") in SOLVER_FIGURES or key.startswith("sat propagations")
 
 
 def solver_figures(solver: z3.Solver) -> dict[str, float]:
