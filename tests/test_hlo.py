@@ -18,11 +18,11 @@ from p2smt.model.hlo import hlo_plan, parse_hlo_text, parse_module
 HLO = Path(__file__).parent / "data" / "hlo"
 SYSTEM = ["--system", "a100-4x16", "--level", "gpu=4"]
 ALL = [*SYSTEM, "--axes", "16", "--reduce", "0", "--matrix", "[[4,4]]"]
-PROVED = ["allreduce", "two-allreduce", "rs-ar-ag", "blueconnect"]
+PROVED = ["allreduce", "two-allreduce", "rs-ar-ag", "blueconnect", "pytree-psum", "pytree-two-steps"]
 WRONG = {"wrong-double-count": (2, "AllReduce.disjoint"), "wrong-gather-across": (2, "AllGather.disjoint_chunks"),
          "call-twice": (2, "AllReduce.disjoint")}  # 1-based
 REFUSED = {"loop-psum": "straight-line", "cond-psum": "straight-line", "psum-pmax": "reduces with maximum",
-           "independent": "does not use the result", "independent-via-call": "does not use the result",
+           "independent": "differs from the chain", "independent-via-call": "differs from the chain",
            "mixed-with-input": "combined with the module's input", "reversed-between": "changes values or their"}
 """JAX programs p2smt must not prove: a psum in a loop or a branch, a pmax, two psums of one input (also
 through a call), a psum's result added to the input, a reduce-scatter's result reversed before the gather."""
@@ -169,12 +169,38 @@ def test_collectives_must_form_one_chain_on_one_buffer():
                      "  %n = f32[8]{0} copy(f32[8]{0} %a)\n"
                      "  ROOT %b = f32[8]{0} all-reduce(%n), replica_groups={{0,2},{1,3}}, to_apply=%add")
     assert len(parse_hlo_text(chained).collectives) == 2
-    with pytest.raises(P2Error, match="<hlo>:11: all-reduce does not use the result of the all-reduce at line 9"):
+    with pytest.raises(P2Error, match="<hlo>:11: the chain of collectives through the all-reduce at line 11 "
+                                      "differs from the chain through the all-reduce at line 9 \\(step 1\\)"):
         parse_hlo_text(chained.replace("all-reduce(%n)", "all-reduce(%p)"))
     with pytest.raises(P2Error, match="reads the result of the all-reduce at line 9 through negate"):
         parse_hlo_text(chained.replace("copy(", "negate("))
     with pytest.raises(P2Error, match="combined with the module's input"):
         parse_hlo_text(chained.replace("copy(f32[8]{0} %a)", "add(f32[8]{0} %a, f32[8]{0} %p)"))
+
+
+def test_the_same_chain_on_several_buffers_is_one_program_and_a_fork_is_refused():
+    """A psum of a pytree without XLA's combiner: one chain per leaf, each the same program, proved once.
+    Chains that differ, or one that stops short, name the step where they part; a result read by two
+    collectives (a fork) is refused."""
+    two = module("  %a = f32[8]{0} all-reduce(%p), replica_groups={{0,1},{2,3}}, to_apply=%add\n"
+                 "  %q = f32[8]{0} negate(f32[8]{0} %p)\n"
+                 "  %b = f32[8]{0} all-reduce(%q), replica_groups={{0,1},{2,3}}, to_apply=%add\n"
+                 "  %c = f32[8]{0} all-reduce(%a), replica_groups={{0,2},{1,3}}, to_apply=%add\n"
+                 "  %d = f32[8]{0} all-reduce(%b), replica_groups={{0,2},{1,3}}, to_apply=%add\n"
+                 "  ROOT %e = (f32[8]{0}, f32[8]{0}) tuple(%c, %d)")
+    prog = parse_hlo_text(two)
+    assert (prog.buffers, [c.line for c in prog.collectives]) == (2, [9, 12])
+    assert prog.to_json()["buffers"] == 2
+    with pytest.raises(P2Error, match="<hlo>:13: the chain of collectives through the all-reduce at line 13 "
+                                      "differs from the chain through the all-reduce at line 12 \\(step 2\\)"):
+        parse_hlo_text(two.replace("%d = f32[8]{0} all-reduce(%b), replica_groups={{0,2},{1,3}}",
+                                   "%d = f32[8]{0} all-reduce(%b), replica_groups={{0,1,2,3}}"))
+    with pytest.raises(P2Error, match="<hlo>:11: the chain of collectives through the all-reduce at line 11 "
+                                      "differs from the chain through the all-reduce at line 12 \\(step 2\\)"):
+        parse_hlo_text(two.replace("all-reduce(%b), replica_groups", "negate(%b), replica_groups"))
+    with pytest.raises(P2Error, match="<hlo>:13: all-reduce reads the result of the all-reduce at line 9, which "
+                                      "the all-reduce at line 12 reads too"):
+        parse_hlo_text(two.replace("all-reduce(%b)", "all-reduce(%a)"))
 
 
 def test_xla_mesh_form_with_device_ids_is_read_as_xla_partitioned_it():

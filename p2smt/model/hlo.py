@@ -233,7 +233,7 @@ def parse_hlo_text(text: str, where: str = "<hlo>") -> HloProgram:
         if stray and not comp.entry and comp.name not in wrapped:
             raise P2Error(f"{where}:{stray[0].line}: {stray[0].op} lies in computation %{comp.name}, not in the "
                           "entry computation; p2smt reads straight-line entry code only")
-    return HloProgram(name, "hlo", space, tuple(chain.collectives))
+    return HloProgram(name, "hlo", space, chain.program(), len(chain.chains))
 
 
 def parse_module(text: str, where: str = "<hlo>") -> HloProgram:

@@ -1,17 +1,18 @@
-"""What p2smt reads from an XLA module: its reduction collectives in program order, checked to be one chain.
+"""What p2smt reads from an XLA module: its reduction collectives in program order, checked to be one program.
 
 Both readers (``hlo.py`` for HLO text, ``stablehlo.py`` for StableHLO) produce these values and apply the
 same two rules before a collective joins the program:
 
 * **sums only**: the collective's reduction computation adds (p2smt's rules are those of a sum; a
   maximum or a product would be proved as if it were one);
-* **one chain on one buffer**: every collective after the first reads the previous one's result and
-  nothing else, through ops that keep every value and its position (a copy, a convert, a reshape, …).
-  Two reductions of one input (``psum(x, 'a') + psum(x, 'b')``), a result mixed with the input
-  (``psum(psum(x, 'a') + x, 'b')``) or moved between the collectives (reversed, sliced, scaled) are not
-  a program of P²'s semantics, and reading them as one would prove what is not a sum. Each value's
-  ``Flow`` says which collectives (and whether the module's input) it is computed from, and whether an op
-  on the way changed values or positions.
+* **one program, on one buffer or the same on several**: every collective reads the module's input (it
+  starts a chain) or the last result of one chain and nothing else, through ops that keep every value and
+  its position (a copy, a convert, a reshape, …), and every chain runs the same collectives (a psum of a
+  pytree runs one chain per leaf). Two different reductions of one input (``psum(x, 'a') + psum(x, 'b')``),
+  a chain that forks, a result mixed with the input (``psum(psum(x, 'a') + x, 'b')``) or moved between the
+  collectives (reversed, sliced, scaled) are not a program of P²'s semantics, and reading them as one would
+  prove what is not a sum. Each value's ``Flow`` says which collectives (and whether the module's input) it
+  is computed from, and whether an op on the way changed values or positions.
 """
 
 from __future__ import annotations
@@ -41,17 +42,19 @@ class HloCollective:
 
 @dataclass(frozen=True)
 class HloProgram:
-    """The reduction collectives of a module in program order, and the replicas × partitions it runs on."""
+    """The reduction program of a module (one chain's collectives in program order), the replicas ×
+    partitions it runs on, and on how many buffers the module runs it (``buffers`` chains)."""
 
     name: str
     dialect: str
     space: DeviceSpace
     collectives: tuple[HloCollective, ...]
+    buffers: int = 1
 
     def to_json(self) -> dict:
         return {"module": self.name, "dialect": self.dialect, "replicas": self.space.replicas,
                 "partitions": self.space.partitions,
-                "collectives": [{"line": c.line, "op": c.op, "collective": c.collective.value,
+                "buffers": self.buffers, "collectives": [{"line": c.line, "op": c.op, "collective": c.collective.value,
                                  "replica_groups": [list(g) for g in c.groups], "mode": c.mode.value,
                                  "dimension": c.dimension} for c in self.collectives]}
 
@@ -95,42 +98,82 @@ INPUT_FLOW = Flow(frozenset({INPUT}))
 
 
 class Chain:
-    """The collectives read so far, each checked to read its predecessor's result alone, unmoved."""
+    """The collectives read so far, in chains (one per buffer): each collective starts a chain by reading the
+    module's input, or extends one by reading its last result alone, unmoved. Every chain must be the same
+    program (``program``): a psum of a pytree emits one chain per leaf."""
 
     def __init__(self, where: str):
         self.where = where
-        self.collectives: list[HloCollective] = []
-        self.reshaped_at: HloCollective | None = None  # the first collective that read through a reshape
+        self.collectives: list[HloCollective] = []  # every collective, in program order
+        self.chains: list[list[int]] = []  # the indices of each chain's collectives
+        self._chain_of: list[int] = []
+        self.reshaped_at: list[HloCollective | None] = []  # per chain: the first that read through a reshape
         self.off_zero: HloCollective | None = None  # the first working along a dimension other than 0
 
     def add(self, found: HloCollective, flow: Flow) -> Flow:
         """Append ``found`` (its operand's ``flow``); the flow of its result."""
         index = len(self.collectives)
-        if index:
-            prev = self.collectives[-1]
-            here = f"{self.where}:{found.line}: {found.op}"
+        here = f"{self.where}:{found.line}: {found.op}"
+        read = sorted(flow.sources - {INPUT})
+        if not read:  # the input (or constants) only: a new chain
+            chain = len(self.chains)
+            self.chains.append([])
+            self.reshaped_at.append(None)
+        else:
+            prev = self.collectives[read[0]]
             after = f"the {prev.op} at line {prev.line}"
-            if index - 1 not in flow.sources:
-                raise P2Error(f"{here} does not use the result of {after}: p2smt verifies one chain of collectives "
-                              "on one buffer, and independent reductions chained would be proved as one program; "
-                              "give each chain its own module")
-            others = sorted(flow.sources - {index - 1})
+            others = read[1:] or sorted(flow.sources & {INPUT})
             if others:
                 what = "the module's input" if others[0] == INPUT else (
                     f"the {self.collectives[others[0]].op} at line {self.collectives[others[0]].line}")
                 raise P2Error(f"{here} reads the result of {after} combined with {what}: p2smt verifies "
                               "collectives applied one after another to one buffer")
+            chain = self._chain_of[read[0]]
+            steps = self.chains[chain]
+            if steps[-1] != read[0]:
+                took = self.collectives[steps[steps.index(read[0]) + 1]]
+                raise P2Error(f"{here} reads the result of {after}, which the {took.op} at line {took.line} "
+                              "reads too: p2smt verifies collectives applied one after another to one buffer, "
+                              "not a chain that forks")
             if flow.op is not None:
                 raise P2Error(f"{here} reads the result of {after} through {flow.op}, which changes values or "
                               "their positions: p2smt verifies collectives applied one after another to one buffer")
-            if flow.reshaped and self.reshaped_at is None:
-                self.reshaped_at = found
+            if flow.reshaped and self.reshaped_at[chain] is None:
+                self.reshaped_at[chain] = found
         self.collectives.append(found)
+        self._chain_of.append(chain)
+        self.chains[chain].append(index)
         if self.off_zero is None and found.dimension not in (None, 0):
             self.off_zero = found
+        reshaped = next((r for r in self.reshaped_at if r is not None), None)
         off = self.off_zero
-        if off is not None and self.reshaped_at is not None:
-            raise P2Error(f"{self.where}:{self.reshaped_at.line}: {self.reshaped_at.op} reads its predecessor's "
+        if off is not None and reshaped is not None:
+            raise P2Error(f"{self.where}:{reshaped.line}: {reshaped.op} reads its predecessor's "
                           f"result through a reshape, and the {off.op} at line {off.line} works along dimension "
                           f"{off.dimension}: a reshape keeps positions along dimension 0 only")
         return Flow(frozenset({index}))
+
+    def program(self) -> tuple[HloCollective, ...]:
+        """The one program every chain runs (its first chain's collectives), or a refusal naming where two
+        chains part: independent reductions that differ would be proved as one program."""
+        if not self.chains:
+            return ()
+        first = [self.collectives[i] for i in self.chains[0]]
+        for chain in self.chains[1:]:
+            other = [self.collectives[i] for i in chain]
+            for t in range(max(len(first), len(other))):
+                a = first[t] if t < len(first) else None
+                b = other[t] if t < len(other) else None
+                if a is None or b is None or _step(a) != _step(b):
+                    shown = b if b is not None else other[-1]
+                    base = a if a is not None else first[-1]
+                    raise P2Error(f"{self.where}:{shown.line}: the chain of collectives through the {shown.op} at "
+                                  f"line {shown.line} differs from the chain through the {base.op} at line "
+                                  f"{base.line} (step {t + 1}): p2smt verifies one reduction program per module, "
+                                  "run on one buffer or the same on several; give each program its own module")
+        return tuple(first)
+
+
+def _step(c: HloCollective) -> tuple:
+    """What a chain's step does, whatever its op's name (``all-reduce`` or ``all-reduce-start``)."""
+    return c.collective, c.groups, c.mode, c.dimension

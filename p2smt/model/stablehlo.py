@@ -300,4 +300,4 @@ def parse_stablehlo(text: str, where: str = "<stablehlo>") -> HloProgram:
         return returned
 
     run(_body(funcs[entry]), _bind(_params(funcs[entry]), []), (entry,))
-    return HloProgram(name, "stablehlo", space, tuple(chain.collectives))
+    return HloProgram(name, "stablehlo", space, chain.program(), len(chain.chains))

@@ -1,7 +1,7 @@
 """Compile P²'s example reductions (and two wrong ones) with JAX on 16 CPU devices; write HLO and StableHLO.
 
 Run: ``python tests/data/hlo/generate.py OUT_DIR`` (sets ``--xla_force_host_platform_device_count=16``).
-Each ``shard_map`` function runs on a (node 4, gpu 4) mesh over ``jax.devices()`` in order; every
+``pytree-*`` reduce two buffers at once. Each ``shard_map`` function runs on a (node 4, gpu 4) mesh over ``jax.devices()`` in order; every
 device holds a 16-element shard. ``NAME.hlo`` is ``jit(f).lower(x).compile().as_text()`` and
 ``NAME.mlir`` is ``jit(f).lower(x).as_text()``. ``sum-*`` are plain ``jnp.sum`` reductions partitioned by
 XLA's SPMD partitioner (it prints replica groups in its mesh-axes form), compiled HLO only; ``sum-pr``
@@ -47,6 +47,16 @@ def blueconnect(x):
     y = jax.lax.psum_scatter(y, "node", scatter_dimension=0, tiled=True)
     y = jax.lax.all_gather(y, "node", axis=0, tiled=True)
     return jax.lax.all_gather(y, "gpu", axis=0, tiled=True)
+
+
+def pytree_psum(x):
+    a, b = jax.lax.psum((x, 2.0 * x), ALL)  # StableHLO: one all_reduce per leaf; XLA combines them
+    return a - b
+
+
+def pytree_two_steps(x):
+    a, b = jax.lax.psum(jax.lax.psum((x, 2.0 * x), "gpu"), "node")
+    return a - b
 
 
 def wrong_double_count(x):
@@ -98,7 +108,8 @@ def independent_via_call(x):
 
 
 SHARD_MAP = {"allreduce": psum_all, "two-allreduce": two_allreduce, "rs-ar-ag": rs_ar_ag,
-             "blueconnect": blueconnect, "wrong-double-count": wrong_double_count,
+             "blueconnect": blueconnect, "pytree-psum": pytree_psum, "pytree-two-steps": pytree_two_steps,
+             "wrong-double-count": wrong_double_count,
              "wrong-gather-across": wrong_gather_across}
 REFUSED = {"loop-psum": loop_psum, "cond-psum": cond_psum, "psum-pmax": psum_pmax, "independent": independent,
            "call-twice": call_twice, "mixed-with-input": mixed_with_input, "reversed-between": reversed_between,
