@@ -20,12 +20,16 @@ SYSTEM = ["--system", "a100-4x16", "--level", "gpu=4"]
 ALL = [*SYSTEM, "--axes", "16", "--reduce", "0", "--matrix", "[[4,4]]"]
 PROVED = ["allreduce", "two-allreduce", "rs-ar-ag", "blueconnect", "pytree-psum", "pytree-two-steps"]
 WRONG = {"wrong-double-count": (2, "AllReduce.disjoint"), "wrong-gather-across": (2, "AllGather.disjoint_chunks"),
-         "call-twice": (2, "AllReduce.disjoint")}  # 1-based
+         "call-twice": (2, "AllReduce.disjoint"), "wrong-composite": (2, "AllReduce.disjoint")}  # 1-based
 REFUSED = {"loop-psum": "straight-line", "cond-psum": "straight-line", "psum-pmax": "reduces with maximum",
            "independent": "differs from the chain", "independent-via-call": "differs from the chain",
-           "mixed-with-input": "combined with the module's input", "reversed-between": "changes values or their"}
+           "mixed-with-input": "combined with the module's input", "reversed-between": "changes values or their",
+           "nested-cond": "combined with the module's input", "return-intermediate": "reaches the module's output",
+           "tuple-partial": ("reaches the module's output", "differs from the chain")}
 """JAX programs p2smt must not prove: a psum in a loop or a branch, a pmax, two psums of one input (also
-through a call), a psum's result added to the input, a reduce-scatter's result reversed before the gather."""
+through a call), a psum's result added to the input (also through nested branches), a reduce-scatter's result
+reversed before the gather, a partial sum returned (also one buffer of a tuple all-reduce: in HLO it escapes,
+in StableHLO its chain is shorter). A word tuple: (HLO, StableHLO)."""
 
 
 def mesh_order(tmp_path: Path, capsys, axes: str, matrix: str) -> str:
@@ -51,8 +55,9 @@ def check_fixtures(folder: Path, tmp_path: Path, capsys, suffixes=(".hlo", ".mli
         for suffix in suffixes:
             rc, out = verify([*ALL, "--hlo", str(folder / f"{name}{suffix}"), "--device-order", order], capsys)
             assert (rc, out["status"], out["failing_step"], out["rule"]) == (1, "counterexample", step, rule)
-    for name, words in REFUSED.items():
+    for name, expected in REFUSED.items():
         for suffix in suffixes:
+            words = expected if isinstance(expected, str) else expected[suffix == ".mlir"]
             assert main(["verify", *ALL, "--hlo", str(folder / f"{name}{suffix}"), "--device-order", order]) == 2
             captured = capsys.readouterr()
             assert captured.out == "" and words in captured.err and len(captured.err.splitlines()) == 1, name
@@ -201,6 +206,42 @@ def test_the_same_chain_on_several_buffers_is_one_program_and_a_fork_is_refused(
     with pytest.raises(P2Error, match="<hlo>:13: all-reduce reads the result of the all-reduce at line 9, which "
                                       "the all-reduce at line 12 reads too"):
         parse_hlo_text(two.replace("all-reduce(%b)", "all-reduce(%a)"))
+
+
+def test_a_partial_result_that_reaches_the_output_is_refused():
+    """psum(psum(x, a), b) returned beside psum(x, a): the first result escapes unreduced."""
+    text = module("  %a = f32[8]{0} all-reduce(%p), replica_groups={{0,1},{2,3}}, to_apply=%add\n"
+                  "  %b = f32[8]{0} all-reduce(%a), replica_groups={{0,2},{1,3}}, to_apply=%add\n"
+                  "  ROOT %t = (f32[8]{0}, f32[8]{0}) tuple(%b, %a)")
+    with pytest.raises(P2Error, match="<hlo>:9: the result of the all-reduce at line 9 \\(step 1 of 2 of its chain\\) "
+                                      "reaches the module's output without the later steps"):
+        parse_hlo_text(text)
+    assert len(parse_hlo_text(text.replace("tuple(%b, %a)", "tuple(%b, %p)")).collectives) == 2
+
+
+def test_values_the_readers_cannot_trace_are_refused_not_taken_for_input():
+    """An instruction or statement in a form the reader does not know, or a name never defined, would cut a
+    chain in two that then look like the same program on two buffers: refused."""
+    text = module("  %a = f32[8]{0} all-reduce(%p), replica_groups={{0,1},{2,3}}, to_apply=%add\n"
+                  "  %n = f32[8]{0} copy(f32[8]{0} %a)\n"
+                  "  ROOT %b = f32[8]{0} all-reduce(%n), replica_groups={{0,2},{1,3}}, to_apply=%add")
+    with pytest.raises(P2Error, match="<hlo>:10: an instruction p2smt cannot read"):
+        parse_hlo_text(text.replace("copy(f32[8]{0} %a)", "copy f32[8]{0} %a"))
+    mlir = (HLO / "two-allreduce.mlir").read_text()
+    second = '%2 = "stablehlo.all_reduce"(%1)'
+    assert second in mlir
+    with pytest.raises(P2Error, match="all_reduce reads a value p2smt cannot trace"):
+        parse_module(mlir.replace(second, '%2 = "stablehlo.all_reduce"(%nope)'))
+    dollar = mlir.replace(second, '%v$1 = stablehlo.reshape %1 : (tensor<16xf32>) -> tensor<16xf32>\n'
+                                  '      %2 = "stablehlo.all_reduce"(%v$1)')
+    assert len(parse_module(dollar).collectives) == 2  # MLIR names may hold '$'
+    with pytest.raises(P2Error, match=":10: a statement p2smt cannot read"):
+        parse_module(mlir.replace(second, '%v = (%1)\n      %2 = "stablehlo.all_reduce"(%v)'))
+    twice = (HLO / "call-twice.mlir").read_text()
+    call = "%2 = func.call @psum_all(%1)"
+    assert call in twice
+    with pytest.raises(P2Error, match=":6: stablehlo.custom_call names @psum_all, which runs the all_reduce at line"):
+        parse_module(twice.replace(call, '%2 = stablehlo.custom_call @foo(%1) {called_computations = [@psum_all]}'))
 
 
 def test_xla_mesh_form_with_device_ids_is_read_as_xla_partitioned_it():

@@ -38,6 +38,7 @@ keeps positions along dimension 0 only, which ``Chain`` checks."""
 _OTHERS = ("collective-permute", "all-to-all", "ragged-all-to-all", "collective-broadcast", "send", "recv")
 _STRING = re.compile(r'"(?:[^"\\]|\\.)*"')
 _HLO_OP = re.compile(r"^\s*(?:ROOT\s+)?%?(?P<name>[\w.\-]+)\s*=\s*(?P<shape>.+?)\s+(?P<op>[a-z][a-z0-9\-]*)\(")
+_DEFINES = re.compile(r"^\s*(?:ROOT\s+)?%?[\w.\-]+\s*=")
 _COMPUTATION = re.compile(r"^\s*(?P<entry>ENTRY\s+)?%?(?P<name>[\w.\-]+)\s*(?:\(.*\)\s*->\s*.*)?\{\s*$")
 
 
@@ -95,6 +96,7 @@ class _Instruction:
     text: str  # the line with its strings blanked
     shape: str = ""
     operand_shapes: tuple[str, ...] = ()
+    root: bool = False  # the computation's result (``ROOT``)
 
     @property
     def keeps(self) -> bool:
@@ -150,6 +152,8 @@ def _computations(text: str, where: str) -> list[_Computation]:
             continue
         m = _HLO_OP.match(line)
         if m is None:
+            if current is not None and _DEFINES.match(line):  # an instruction in a form the reader does not know
+                raise P2Error(f"{where}:{lineno}: an instruction p2smt cannot read")
             continue
         op = m.group("op")
         if op.removesuffix("-start").removesuffix("-done") in _OTHERS:
@@ -158,7 +162,7 @@ def _computations(text: str, where: str) -> list[_Computation]:
             raise P2Error(f"{where}:{lineno}: an instruction outside any computation")
         operands = _operands(line, m.end() - 1, known)
         ins = _Instruction(lineno, m.group("name"), op, operands, line, m.group("shape"),
-                           tuple(known[o].shape for o in operands))
+                           tuple(known[o].shape for o in operands), line.lstrip().startswith("ROOT"))
         known[ins.name] = ins
         current.body.append(ins)
     return out
@@ -233,7 +237,9 @@ def parse_hlo_text(text: str, where: str = "<hlo>") -> HloProgram:
         if stray and not comp.entry and comp.name not in wrapped:
             raise P2Error(f"{where}:{stray[0].line}: {stray[0].op} lies in computation %{comp.name}, not in the "
                           "entry computation; p2smt reads straight-line entry code only")
-    return HloProgram(name, "hlo", space, chain.program(), len(chain.chains))
+    body = entries[0].body
+    root = next((ins for ins in body if ins.root), body[-1] if body else None)
+    return HloProgram(name, "hlo", space, chain.program([flows[root.name]] if root else []), len(chain.chains))
 
 
 def parse_module(text: str, where: str = "<hlo>") -> HloProgram:

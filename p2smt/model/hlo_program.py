@@ -95,6 +95,9 @@ class Flow:
 
 
 INPUT_FLOW = Flow(frozenset({INPUT}))
+UNTRACED = -2
+"""A value the reader cannot trace (a name it never saw defined): a collective that reads one is refused."""
+UNTRACED_FLOW = Flow(frozenset({UNTRACED}))
 
 
 class Chain:
@@ -114,6 +117,9 @@ class Chain:
         """Append ``found`` (its operand's ``flow``); the flow of its result."""
         index = len(self.collectives)
         here = f"{self.where}:{found.line}: {found.op}"
+        if UNTRACED in flow.sources:
+            raise P2Error(f"{here} reads a value p2smt cannot trace to the module's input or to a collective; "
+                          "it refuses rather than guess where the value comes from")
         read = sorted(flow.sources - {INPUT})
         if not read:  # the input (or constants) only: a new chain
             chain = len(self.chains)
@@ -153,11 +159,21 @@ class Chain:
                           f"{off.dimension}: a reshape keeps positions along dimension 0 only")
         return Flow(frozenset({index}))
 
-    def program(self) -> tuple[HloCollective, ...]:
+    def program(self, outputs: Iterable[Flow]) -> tuple[HloCollective, ...]:
         """The one program every chain runs (its first chain's collectives), or a refusal naming where two
-        chains part: independent reductions that differ would be proved as one program."""
+        chains part (independent reductions that differ would be proved as one program) or an intermediate
+        result that reaches the module's ``outputs`` (a partial reduction the verdict would not cover)."""
         if not self.chains:
             return ()
+        for flow in outputs:
+            for i in sorted(flow.sources - {INPUT, UNTRACED}):
+                steps = self.chains[self._chain_of[i]]
+                if steps[-1] != i:
+                    c, last = self.collectives[i], self.collectives[steps[-1]]
+                    raise P2Error(f"{self.where}:{c.line}: the result of the {c.op} at line {c.line} (step "
+                                  f"{steps.index(i) + 1} of {len(steps)} of its chain) reaches the module's output "
+                                  f"without the later steps (the last is the {last.op} at line {last.line}): a "
+                                  "partial reduction escapes, which a verdict on the program would not cover")
         first = [self.collectives[i] for i in self.chains[0]]
         for chain in self.chains[1:]:
             other = [self.collectives[i] for i in chain]

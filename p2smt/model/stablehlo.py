@@ -1,11 +1,12 @@
 """Read the collectives of a StableHLO module (MLIR text, ``jax.jit(f).lower(x).as_text()``).
 
 The text is read as a tree of statements and regions, then run from ``@main`` as straight-line code:
-``func.call`` runs its callee (twice when called twice), ``sdy.manual_computation`` and a collective's
-own combiner region run in line. A collective inside any other region (a ``while`` loop, a ``case`` or
-``if`` branch, …), directly or through a call, is an error: p2smt reads straight-line code only, and
-counting a loop's collective once would prove a double count. Each collective must sum and use the
-previous one's result (``hlo_program.py``).
+``func.call`` runs its callee (twice when called twice), ``stablehlo.composite`` its decomposition,
+``sdy.manual_computation`` and a collective's own combiner region run in line. A collective inside any
+other region (a ``while`` loop, a ``case`` or ``if`` branch, …), directly or through a call, is an error:
+p2smt reads straight-line code only, and counting a loop's collective once would prove a double count.
+Each collective must sum and start or extend a chain (``hlo_program.py``); a value defined in a form the
+reader does not know, or never defined, is untraced, and a collective that reads one is refused.
 """
 
 from __future__ import annotations
@@ -16,14 +17,22 @@ from dataclasses import dataclass, field
 
 from p2smt.errors import P2Error
 from p2smt.model.collectives import Collective, Group
-from p2smt.model.hlo_program import INPUT_FLOW, Chain, Flow, HloCollective, HloProgram, require_sum
+from p2smt.model.hlo_program import (
+    INPUT_FLOW,
+    UNTRACED_FLOW,
+    Chain,
+    Flow,
+    HloCollective,
+    HloProgram,
+    require_sum,
+)
 from p2smt.model.replica_groups import DeviceSpace, GroupMode
 
 __all__ = ["parse_stablehlo"]
 
 _STRING = re.compile(r'"(?:[^"\\]|\\.)*"')
 _SYMBOL = re.compile(r'@"((?:[^"\\]|\\.)*)"')
-_STATEMENT = re.compile(r"^\s*(?:(?P<results>%[\w.\-#:]+(?:\s*,\s*%[\w.\-#:]+)*)\s*=\s*)?"
+_STATEMENT = re.compile(r"^\s*(?:(?P<results>%[\w.\-#:$]+(?:\s*,\s*%[\w.\-#:$]+)*)\s*=\s*)?"
                         r"\"?(?P<op>(?:[a-z_]+\.)+[a-z_0-9]+|return|call|module)\b")
 _REDUCTIONS = {"all_reduce": Collective.ALL_REDUCE, "reduce_scatter": Collective.REDUCE_SCATTER,
                "all_gather": Collective.ALL_GATHER}
@@ -50,13 +59,13 @@ class _Statement:
 
 def _names(text: str) -> list[str]:
     """The values a text names, ``%v`` or one result ``%v#k`` of a multi-result op."""
-    return re.findall(r"%([\w.\-]+(?:#\d+)?)", text)
+    return re.findall(r"%([\w.\-$]+(?:#\d+)?)", text)
 
 
 def _results(text: str) -> list[str]:
     """The values a statement defines: ``%v`` or ``%v:N`` (then ``v#0`` … ``v#N-1``)."""
     out = []
-    for name, count in re.findall(r"%([\w.\-]+)(?::(\d+))?", text):
+    for name, count in re.findall(r"%([\w.\-$]+)(?::(\d+))?", text):
         out += [f"{name}#{k}" for k in range(int(count))] if count else [name]
     return out
 
@@ -114,6 +123,8 @@ def _tree(text: str, where: str) -> tuple[list[_Statement], str, DeviceSpace]:
         if m is None:  # ``cond {``: the next region of the statement before
             if opens > closes and body:
                 body = open_region(body[-1])
+            elif re.match(r"%[^=]*=", stripped):  # a value defined in a form the reader does not know
+                raise P2Error(f"{where}:{lineno}: a statement p2smt cannot read")
             continue
         head = quoted[m.end():]
         groups = _paren_groups(head)
@@ -184,9 +195,18 @@ def _params(fn: _Statement) -> list[str]:
     return _names((_paren_groups(fn.text) or [""])[0])
 
 
-def _bind(names: list[str], flows: list[Flow]) -> dict[str, Flow]:
-    """Each name to the flow in its position; one with no flow counts as the module's input."""
-    return {n: flows[i] if i < len(flows) else INPUT_FLOW for i, n in enumerate(names)}
+def _bind(names: list[str], flows: list[Flow], missing: Flow = UNTRACED_FLOW) -> dict[str, Flow]:
+    """Each name to the flow in its position; one with no flow gets ``missing`` (the entry's parameters:
+    the module's input)."""
+    return {n: flows[i] if i < len(flows) else missing for i, n in enumerate(names)}
+
+
+def _nested(stmts: list[_Statement]):
+    """Every statement of ``stmts`` and of their regions, at any depth."""
+    for s in stmts:
+        yield s
+        for region in s.regions:
+            yield from _nested(region)
 
 
 KEEPS = frozenset({"reshape", "optimization_barrier", "constant", "iota"})
@@ -201,6 +221,12 @@ def _keeps(stmt: _Statement) -> bool:
 
 
 def _callee(stmt: _Statement, where: str) -> str | None:
+    """The function a call runs, or a composite's decomposition (what XLA runs for it)."""
+    if stmt.kind == "composite":
+        m = re.search(r"\bdecomposition\s*=\s*@([\w.\-$]+)", stmt.text)
+        if m is None:
+            raise P2Error(f"{where}:{stmt.line}: a composite whose decomposition p2smt cannot read")
+        return m.group(1)
     if stmt.op in ("func.call", "call"):
         name = _symbol(stmt)
         if name is None:  # never read past a call: its callee may hold a collective
@@ -248,8 +274,8 @@ def parse_stablehlo(text: str, where: str = "<stablehlo>") -> HloProgram:
         return holds[fn]
 
     def flow_of(scope: dict[str, Flow], name: str) -> Flow:
-        # a value the reader cannot trace counts as the module's input: mixing it in is refused, never proved
-        return scope.get(name) or scope.get(name.split("#")[0]) or INPUT_FLOW
+        # a value the reader cannot trace: a collective that reads it is refused, never proved
+        return scope.get(name) or scope.get(name.split("#")[0]) or UNTRACED_FLOW
 
     def call(s: _Statement, callee: str, flows: list[Flow], stack: tuple[str, ...]) -> list[Flow]:
         if callee not in funcs:
@@ -270,6 +296,11 @@ def parse_stablehlo(text: str, where: str = "<stablehlo>") -> HloProgram:
         for s in stmts:
             flows = [flow_of(scope, o) for o in s.operands]
             callee = _callee(s, where)
+            if callee is None:
+                for sym in re.findall(r"@([\w.\-$]+)", s.text):
+                    if sym in funcs and (held := holding(sym, stack)) is not None:
+                        raise P2Error(f"{where}:{s.line}: {s.op} names @{sym}, which runs the {held.kind} at line "
+                                      f"{held.line}, in a way p2smt does not follow (only calls and composites)")
             if s.kind in _OTHERS:
                 first_collective([s], stack)  # raises naming it
             if s.op in ("return", "func.return", "sdy.return"):
@@ -289,7 +320,8 @@ def parse_stablehlo(text: str, where: str = "<stablehlo>") -> HloProgram:
                 if found is not None:
                     raise P2Error(f"{where}:{found.line}: {found.kind} runs inside the {s.op} at line {s.line}; "
                                   "p2smt reads straight-line code only (no loops, branches or other regions)")
-                used = [flow_of(scope, o) for region in s.regions for r in region for o in r.operands if o in scope]
+                used = [flow_of(scope, o) for r in _nested([r for region in s.regions for r in region])
+                        for o in r.operands if o in scope]
                 results = [Flow.through(s.kind, flows + used, False)]
             else:
                 results = [Flow.through(s.kind, flows, _keeps(s), s.kind == "reshape")]
@@ -299,5 +331,5 @@ def parse_stablehlo(text: str, where: str = "<stablehlo>") -> HloProgram:
                 scope[s.results[0].split("#")[0]] = Flow.through(s.kind, results, True)
         return returned
 
-    run(_body(funcs[entry]), _bind(_params(funcs[entry]), []), (entry,))
-    return HloProgram(name, "stablehlo", space, chain.program(), len(chain.chains))
+    outputs = run(_body(funcs[entry]), _bind(_params(funcs[entry]), [], INPUT_FLOW), (entry,))
+    return HloProgram(name, "stablehlo", space, chain.program(outputs), len(chain.chains))

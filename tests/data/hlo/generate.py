@@ -107,16 +107,42 @@ def independent_via_call(x):
     return _psum_node_plus(x, jax.lax.psum(x, "gpu"))
 
 
+def nested_cond(x):
+    a = jax.lax.psum(x, ALL)
+    p = x[0] > -1e30
+    v = jax.lax.cond(p, lambda: jax.lax.cond(p, lambda: a, lambda: 2.0 * a), lambda: x)
+    return jax.lax.psum(v, ALL)  # reads a (a double count) through a branch nested in a branch
+
+
+def return_intermediate(x):
+    a = jax.lax.psum(x, "node")
+    return jax.lax.psum(a, "gpu") - a  # the partial sum a escapes to the output
+
+
+def tuple_partial(x):
+    a, b = jax.lax.psum((x, 2.0 * x), "node")  # XLA: one tuple all-reduce
+    return jax.lax.psum(a, "gpu") - b  # b is summed over node only
+
+
+_hidden = jax.lax.composite(lambda v: jax.lax.psum(v, "node"), name="p2smt.hidden")
+
+
+def composite_psum(x):
+    return jax.lax.psum(jax.lax.psum(_hidden(x), "node"), "gpu")  # the composite's psum runs: a double count
+
+
 SHARD_MAP = {"allreduce": psum_all, "two-allreduce": two_allreduce, "rs-ar-ag": rs_ar_ag,
              "blueconnect": blueconnect, "pytree-psum": pytree_psum, "pytree-two-steps": pytree_two_steps,
-             "wrong-double-count": wrong_double_count,
+             "wrong-double-count": wrong_double_count, "wrong-composite": composite_psum,
              "wrong-gather-across": wrong_gather_across}
 REFUSED = {"loop-psum": loop_psum, "cond-psum": cond_psum, "psum-pmax": psum_pmax, "independent": independent,
            "call-twice": call_twice, "mixed-with-input": mixed_with_input, "reversed-between": reversed_between,
-           "independent-via-call": independent_via_call}
+           "independent-via-call": independent_via_call, "nested-cond": nested_cond,
+           "return-intermediate": return_intermediate, "tuple-partial": tuple_partial}
 """Programs p2smt must not prove: a collective in a loop or a branch, a maximum, two reductions of one input
-(also through a call), a result mixed with the input or reversed between collectives, and a sum called twice
-(a double count, refuted)."""
+(also through a call), a result mixed with the input (also through nested branches) or reversed between
+collectives, a partial sum that reaches the output (also as one buffer of a tuple all-reduce), and a sum
+called twice (a double count, refuted)."""
 
 
 def write(out: Path, name: str, lowered, stablehlo: bool = True) -> None:

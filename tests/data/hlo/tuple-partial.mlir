@@ -1,0 +1,28 @@
+module @jit_tuple_partial attributes {mhlo.num_partitions = 16 : i32, mhlo.num_replicas = 1 : i32} {
+  sdy.mesh @mesh = <["node"=4, "gpu"=4]> {stablehlo.mesh = {axes = [{name = "node", size = 4 : i64}, {name = "gpu", size = 4 : i64}]}}
+  func.func public @main(%arg0: tensor<256xf32>) -> (tensor<256xf32> {jax.result_info = "result"}) {
+    %0 = sdy.manual_computation(%arg0) in_shardings=[<@mesh, [{"node", "gpu"}]>] out_shardings=[<@mesh, [{"node", "gpu"}]>] manual_axes={"node", "gpu"} (%arg1: tensor<16xf32>) {
+      %cst = stablehlo.constant dense<2.000000e+00> : tensor<f32>
+      %1 = stablehlo.broadcast_in_dim %cst, dims = [] : (tensor<f32>) -> tensor<16xf32>
+      %2 = stablehlo.multiply %1, %arg1 : tensor<16xf32>
+      %3 = "stablehlo.all_reduce"(%arg1) <{channel_handle = #stablehlo.channel_handle<handle = 1, type = 1>, replica_groups = dense<[[0, 4, 8, 12], [1, 5, 9, 13], [2, 6, 10, 14], [3, 7, 11, 15]]> : tensor<4x4xi64>, use_global_device_ids}> ({
+      ^bb0(%arg2: tensor<f32>, %arg3: tensor<f32>):
+        %7 = stablehlo.add %arg2, %arg3 : tensor<f32>
+        stablehlo.return %7 : tensor<f32>
+      }) : (tensor<16xf32>) -> tensor<16xf32>
+      %4 = "stablehlo.all_reduce"(%2) <{channel_handle = #stablehlo.channel_handle<handle = 1, type = 1>, replica_groups = dense<[[0, 4, 8, 12], [1, 5, 9, 13], [2, 6, 10, 14], [3, 7, 11, 15]]> : tensor<4x4xi64>, use_global_device_ids}> ({
+      ^bb0(%arg2: tensor<f32>, %arg3: tensor<f32>):
+        %7 = stablehlo.add %arg2, %arg3 : tensor<f32>
+        stablehlo.return %7 : tensor<f32>
+      }) : (tensor<16xf32>) -> tensor<16xf32>
+      %5 = "stablehlo.all_reduce"(%3) <{channel_handle = #stablehlo.channel_handle<handle = 1, type = 1>, replica_groups = dense<[[0, 1, 2, 3], [4, 5, 6, 7], [8, 9, 10, 11], [12, 13, 14, 15]]> : tensor<4x4xi64>, use_global_device_ids}> ({
+      ^bb0(%arg2: tensor<f32>, %arg3: tensor<f32>):
+        %7 = stablehlo.add %arg2, %arg3 : tensor<f32>
+        stablehlo.return %7 : tensor<f32>
+      }) : (tensor<16xf32>) -> tensor<16xf32>
+      %6 = stablehlo.subtract %5, %4 : tensor<16xf32>
+      sdy.return %6 : tensor<16xf32>
+    } : (tensor<256xf32>) -> tensor<256xf32>
+    return %0 : tensor<256xf32>
+  }
+}
