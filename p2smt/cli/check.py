@@ -68,6 +68,7 @@ def run(args: argparse.Namespace) -> int:
         "valid": verdict.valid,
         "program": pr.program_text(),
         "steps": len(pr.steps),
+        "buffers": pr.buffers,
         "violation": v.to_json() if v else None,
         "defects": defects,
     } | ({"positions": verdict.positions.to_json()} if verdict.positions else {})
@@ -81,7 +82,8 @@ def run(args: argparse.Namespace) -> int:
         elif verdict.positions and not verdict.positions.valid:
             c.print(f"[red]INVALID[/red] under XLA/NCCL positions: {escape(verdict.positions.message())}")
         else:
-            c.print(f"[green]VALID[/green]: {counted(len(pr.steps), 'step')} reduce every group of axes {list(pr.reduce)}")
+            c.print(f"[green]VALID[/green]: {counted(len(pr.steps), 'step')} reduce every group of axes {list(pr.reduce)}"
+                    f"{pr.on_buffers()}")
 
     emit(args, payload, render)
     return ExitCode.OK if verdict.valid else ExitCode.FAIL

@@ -41,7 +41,8 @@ def _bounded(plan, source: str):
 
 
 def plan_from_args(args: argparse.Namespace, h, num_devices: int):
-    """(steps on the system, DSL program or None) from ``--program``, ``--plan`` or ``--hlo``."""
+    """(steps on the system, DSL program or None, buffers) from ``--program``, ``--plan`` or ``--hlo`` (an XLA
+    module may run its program on several buffers; the others give one)."""
     from p2smt.model.dsl import lower_program, parse_explicit_plan, parse_program
 
     hlo = getattr(args, "hlo", None)
@@ -51,12 +52,13 @@ def plan_from_args(args: argparse.Namespace, h, num_devices: int):
     if getattr(args, "device_order", None) and not hlo:
         raise P2Error("--device-order maps the XLA ids of --hlo; it has no meaning without it")
     if hlo:
-        return _bounded(hlo_plan(args, num_devices), args.hlo), None
+        plan, buffers = hlo_plan(args, num_devices)
+        return _bounded(plan, args.hlo), None, buffers
     if args.program:
         text, source = read_arg_text(args.program)
         program = parse_program(text, h, source)
         _bounded(program.instructions, source or "--program")
-        return lower_program(h, program), program
+        return lower_program(h, program), program, 1
     path = Path(args.plan)
     text = read_text(path)
     try:
@@ -67,17 +69,19 @@ def plan_from_args(args: argparse.Namespace, h, num_devices: int):
         raise P2Error(f"{path}: JSON nested too deeply or a number too large") from None
     if isinstance(data, list):
         _bounded(data, str(path))
-    return _bounded(parse_explicit_plan(data, str(path), num_devices), str(path)), None
+    return _bounded(parse_explicit_plan(data, str(path), num_devices), str(path)), None, 1
 
 
 def hlo_plan(args: argparse.Namespace, num_devices: int):
-    """The explicit plan of an HLO/StableHLO file, XLA ids mapped through --device-order (default: identity)."""
+    """The explicit plan of an HLO/StableHLO file, XLA ids mapped through --device-order (default: identity),
+    and the number of buffers the module runs it on."""
     from p2smt.model.hlo import hlo_plan as plan_of
     from p2smt.model.hlo import parse_module, read_device_order
 
     text = read_text(Path(args.hlo))
     order = read_device_order(args.device_order) if args.device_order else None
-    return plan_of(parse_module(text, args.hlo), num_devices, order)
+    module = parse_module(text, args.hlo)
+    return plan_of(module, num_devices, order), module.buffers
 
 
 @dataclass(frozen=True)
@@ -89,6 +93,7 @@ class PlanRequest:
     goal_groups: tuple[tuple[int, ...], ...]
     steps: list[tuple[str, Any]]
     program: Any
+    buffers: int = 1  # an XLA module's: the buffers it runs the program on
 
     @property
     def chunks(self) -> int:
@@ -96,6 +101,10 @@ class PlanRequest:
 
     def program_text(self) -> str | None:
         return str(self.program) if self.program else None
+
+    def on_buffers(self) -> str:
+        """``; the same program on N buffers`` for an XLA module that runs it on several, else nothing."""
+        return f"; the same program on {self.buffers} buffers" if self.buffers > 1 else ""
 
     @property
     def labels(self) -> list[str] | None:
@@ -106,6 +115,6 @@ class PlanRequest:
 def plan_request(args: argparse.Namespace) -> PlanRequest:
     """The request (one ``--matrix``) and the plan of ``--program``/``--plan`` of check and verify."""
     _, placement, reduce, h = one_hierarchy(args)
-    plan, program = plan_from_args(args, h, placement.num_devices)
+    plan, program, buffers = plan_from_args(args, h, placement.num_devices)
     goal_groups = placement.reduction_groups(reduce)
-    return PlanRequest(placement, reduce, goal_groups, [(s.collective, s.groups) for s in plan], program)
+    return PlanRequest(placement, reduce, goal_groups, [(s.collective, s.groups) for s in plan], program, buffers)

@@ -44,7 +44,7 @@ def lowering_inputs(args: argparse.Namespace):
     from p2smt.semantics.verdict import judge
 
     system, placement, reduce, h = one_hierarchy(args)
-    plan, program = plan_from_args(args, h, placement.num_devices)
+    plan, program, _ = plan_from_args(args, h, placement.num_devices)
     names = args.axis_names.split(",") if args.axis_names else None
     target = placement_target(placement, reduce, system.level_names, names, system.name)
     labels = [str(i) for i in program.instructions] if program else None

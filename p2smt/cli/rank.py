@@ -116,7 +116,7 @@ def users_plan(args: argparse.Namespace, req):
     from p2smt.cli.inputs import plan_from_args
 
     placement, h = hierarchy_of(req)
-    plan, _ = plan_from_args(argparse.Namespace(program=None, plan=args.plan), h, placement.num_devices)
+    plan, _, _ = plan_from_args(argparse.Namespace(program=None, plan=args.plan), h, placement.num_devices)
     _refuse_invalid(req, plan, layout=True, what=f"rank --plan {Path(args.plan).name}")
     return plan
 

@@ -92,7 +92,7 @@ def run(args: argparse.Namespace) -> int:
     if bounded.expired:
         return expired(args, bounded, pr)
     proof = bounded.result if args.values else _agree(bounded.result, verdict, pr.labels)
-    payload = proof.to_json() | {"program": pr.program_text(), "steps": len(pr.steps)}
+    payload = proof.to_json() | {"program": pr.program_text(), "steps": len(pr.steps), "buffers": pr.buffers}
     status = proof.status
     if pr.program is None and status == "proved":
         from p2smt.semantics.positions import execute_positions
@@ -106,7 +106,7 @@ def run(args: argparse.Namespace) -> int:
     def render(c: Console) -> None:
         if status == "proved":
             what = "for every integer input" if args.values else "the goal holds and no precondition fails"
-            c.print(f"[green]PROVED[/green]: {what} ({counted(len(pr.steps), 'step')}, {n} devices)")
+            c.print(f"[green]PROVED[/green]: {what} ({counted(len(pr.steps), 'step')}, {n} devices{pr.on_buffers()})")
             return
         if status == "unknown":
             c.print(f"[yellow]UNKNOWN[/yellow]: {escape(payload.get('message', 'the solver gave up'))}")
