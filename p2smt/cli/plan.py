@@ -23,12 +23,13 @@ from p2smt.cli.output import (
     writable_file,
     write_text,
 )
+from p2smt.model.shipped import shipped_profiles
 
 
 def register(sub) -> None:
     p = sub.add_parser("plan", help="rank placements for a whole model's communication profile")
-    shipped = sorted(f.stem for f in (Path(__file__).resolve().parent.parent / "model" / "profiles").glob("*.yaml"))
-    p.add_argument("--profile", required=True, help=f"shipped profile ({', '.join(shipped)}) or path to a YAML file")
+    p.add_argument("--profile", required=True,
+                   help=f"shipped profile ({', '.join(shipped_profiles())}) or path to a YAML file")
     add_system(p)
     add_algo(p)
     add_search(p, engine="auto")  # the cheapest program by branch and bound: see docs/results-2026-12-02.md

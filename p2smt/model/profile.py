@@ -17,6 +17,7 @@ from pydantic import (
 )
 
 from p2smt.errors import P2Error
+from p2smt.model.shipped import profiles_dir, shipped_profiles
 from p2smt.model.system import IDENTIFIER, _format_validation_error
 from p2smt.model.yamlfile import read_yaml
 
@@ -120,14 +121,6 @@ class Profile(BaseModel):
         if fixed != num_devices:
             raise P2Error(f"profile {self.name!r}: axes multiply to {fixed}, the system has {num_devices} devices")
         return tuple(a.size for a in self.axes)
-
-
-def profiles_dir() -> Path:
-    return Path(__file__).resolve().parent / "profiles"
-
-
-def shipped_profiles() -> list[str]:
-    return sorted(p.stem for p in profiles_dir().glob("*.yaml"))
 
 
 def load_profile(name_or_path: Profile | str | Path) -> Profile:
