@@ -204,7 +204,8 @@ def parse_hlo_text(text: str, where: str = "<hlo>") -> HloProgram:
         comp = called(ins)
         return any(i.reshapes for i in comp.body) if comp is not None else ins.reshapes
 
-    def collective(ins: _Instruction, uses: Flow) -> Flow:
+    def collective(ins: _Instruction, operands: list[Value]) -> Value:
+        """The collective's result: one per operand (a variadic collective runs a step on each buffer)."""
         found = _hlo_collective(ins.text, ins.line, ins.op, where)
         if found.collective is not Collective.ALL_GATHER:
             apply = re.search(r"\bto_apply=%?([\w.\-]+)", ins.text)
@@ -212,9 +213,10 @@ def parse_hlo_text(text: str, where: str = "<hlo>") -> HloProgram:
                 raise P2Error(f"{where}:{ins.line}: {ins.op} names no reduction computation (to_apply)")
             require_sum((i.op for i in by_name[apply.group(1)].body), f"to_apply=%{apply.group(1)}", where,
                         ins.line, ins.op)
-        return chain.add(found, uses)
+        results = tuple(chain.add(found, _flat(v)) for v in operands) or (chain.add(found, Flow()),)
+        return results[0] if len(results) == 1 else results
 
-    flows: dict[str, Flow] = {}
+    flows: dict[str, Value] = {}
     for ins in entries[0].body:
         if ins.op == "parameter":
             flows[ins.name] = INPUT_FLOW
@@ -226,12 +228,20 @@ def parse_hlo_text(text: str, where: str = "<hlo>") -> HloProgram:
         if wrapper is not None:
             wrapped.add(wrapper.name)
         found = ins if _is_collective(ins) else inner[0] if inner else None  # a -done op is no collective
-        # a collective's operands meet only at the collective, which the chain checks
-        uses = Flow.through(ins.op, (flows[o] for o in ins.operands), found is not None or keeps(ins),
-                            reshapes(ins))
-        if found is not None:
-            uses = collective(found, uses)
-        flows[ins.name] = uses
+        operands = [flows[o] for o in ins.operands]
+        if found is not None:  # its operands meet only at the collective, which the chain checks
+            flows[ins.name] = collective(found, operands)
+        elif ins.op == "tuple":
+            flows[ins.name] = tuple(operands)
+        elif ins.op == "get-tuple-element" and len(operands) == 1:
+            index = re.search(r"\bindex=(\d+)", ins.text)
+            whole = operands[0]
+            flows[ins.name] = whole[int(index.group(1))] if isinstance(whole, tuple) and index and \
+                int(index.group(1)) < len(whole) else _flat(whole)
+        elif len(operands) == 1 and keeps(ins) and not reshapes(ins):  # a copy, a -done op: buffers as they are
+            flows[ins.name] = operands[0]
+        else:
+            flows[ins.name] = Flow.through(ins.op, (_flat(v) for v in operands), keeps(ins), reshapes(ins))
     for comp in comps:
         stray = [i for i in comp.body if _is_collective(i)]
         if stray and not comp.entry and comp.name not in wrapped:
@@ -239,7 +249,19 @@ def parse_hlo_text(text: str, where: str = "<hlo>") -> HloProgram:
                           "entry computation; p2smt reads straight-line entry code only")
     body = entries[0].body
     root = next((ins for ins in body if ins.root), body[-1] if body else None)
-    return HloProgram(name, "hlo", space, chain.program([flows[root.name]] if root else []), len(chain.chains))
+    return HloProgram(name, "hlo", space, chain.program([_flat(flows[root.name])] if root else []),
+                      len(chain.chains))
+
+
+Value = Flow | tuple
+"""What an HLO value is computed from: a flow, or a tuple of values (a tuple, a variadic collective's results)."""
+
+
+def _flat(value: Value) -> Flow:
+    """One flow for a whole value (a tuple's elements together)."""
+    if isinstance(value, Flow):
+        return value
+    return Flow.through("tuple", (_flat(v) for v in value), True)
 
 
 def parse_module(text: str, where: str = "<hlo>") -> HloProgram:

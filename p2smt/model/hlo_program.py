@@ -130,8 +130,10 @@ class Chain:
             after = f"the {prev.op} at line {prev.line}"
             others = read[1:] or sorted(flow.sources & {INPUT})
             if others:
-                what = "the module's input" if others[0] == INPUT else (
-                    f"the {self.collectives[others[0]].op} at line {self.collectives[others[0]].line}")
+                other = self.collectives[others[0]] if others[0] != INPUT else None
+                what = "the module's input" if other is None else (
+                    f"another buffer of the {other.op} at line {other.line}" if other.line == prev.line
+                    else f"the {other.op} at line {other.line}")
                 raise P2Error(f"{here} reads the result of {after} combined with {what}: p2smt verifies "
                               "collectives applied one after another to one buffer")
             chain = self._chain_of[read[0]]
