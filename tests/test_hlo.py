@@ -188,9 +188,10 @@ def test_the_same_chain_on_several_buffers_is_one_program_and_a_fork_is_refused(
     """A psum of a pytree without XLA's combiner: one chain per leaf, each the same program, proved once.
     Chains that differ, or one that stops short, name the step where they part; a result read by two
     collectives (a fork) is refused."""
-    two = module("  %a = f32[8]{0} all-reduce(%p), replica_groups={{0,1},{2,3}}, to_apply=%add\n"
-                 "  %q = f32[8]{0} negate(f32[8]{0} %p)\n"
-                 "  %b = f32[8]{0} all-reduce(%q), replica_groups={{0,1},{2,3}}, to_apply=%add\n"
+    first = ("  %a = f32[8]{0} all-reduce(%p), replica_groups={{0,1},{2,3}}, to_apply=%add\n"
+             "  %q = f32[8]{0} negate(f32[8]{0} %p)\n"
+             "  %b = f32[8]{0} all-reduce(%q), replica_groups={{0,1},{2,3}}, to_apply=%add\n")  # two buffers, step 1
+    two = module(first +
                  "  %c = f32[8]{0} all-reduce(%a), replica_groups={{0,2},{1,3}}, to_apply=%add\n"
                  "  %d = f32[8]{0} all-reduce(%b), replica_groups={{0,2},{1,3}}, to_apply=%add\n"
                  "  ROOT %e = (f32[8]{0}, f32[8]{0}) tuple(%c, %d)")
@@ -208,9 +209,7 @@ def test_the_same_chain_on_several_buffers_is_one_program_and_a_fork_is_refused(
                                       "the all-reduce at line 12 reads too"):
         parse_hlo_text(two.replace("all-reduce(%b)", "all-reduce(%a)"))
     # XLA's combiner merges the second step into one all-reduce of both buffers: each buffer's chain goes on
-    merged = module("  %a = f32[8]{0} all-reduce(%p), replica_groups={{0,1},{2,3}}, to_apply=%add\n"
-                    "  %q = f32[8]{0} negate(f32[8]{0} %p)\n"
-                    "  %b = f32[8]{0} all-reduce(%q), replica_groups={{0,1},{2,3}}, to_apply=%add\n"
+    merged = module(first +
                     "  %t = (f32[8]{0}, f32[8]{0}) all-reduce(%a, %b), replica_groups={{0,2},{1,3}}, to_apply=%add\n"
                     "  %c = f32[8]{0} get-tuple-element(%t), index=1\n"
                     "  %d = f32[8]{0} get-tuple-element(%t), index=0\n"
