@@ -20,7 +20,15 @@ from pathlib import Path
 
 from p2smt.errors import P2Error
 from p2smt.model.collectives import Collective, ExplicitPlan, ExplicitStep
-from p2smt.model.hlo_program import INPUT_FLOW, Chain, Flow, HloCollective, HloProgram, require_sum
+from p2smt.model.hlo_program import (
+    INPUT_FLOW,
+    UNTRACED_FLOW,
+    Chain,
+    Flow,
+    HloCollective,
+    HloProgram,
+    require_sum,
+)
 from p2smt.model.replica_groups import DeviceSpace, GroupMode, global_groups, normalize, parse_groups_text
 from p2smt.model.stablehlo import parse_stablehlo
 
@@ -127,14 +135,24 @@ class _Computation:
     body: list[_Instruction] = field(default_factory=list)
 
 
-def _operands(text: str, start: int, known: dict[str, _Instruction]) -> list[str]:
-    """The names of earlier instructions among the operands in the parentheses opened at ``start``."""
+def _operands(text: str, start: int, known: dict[str, _Instruction], where: str, lineno: int) -> list[str]:
+    """The names of earlier instructions among the operands in the parentheses opened at ``start``; an
+    instruction written inside them (``negate(f32[8] %a)``) or a ``%name`` not defined before is refused:
+    the value it stands for would go untraced."""
     depth = 0
     for i in range(start, len(text)):
         depth += {"(": 1, ")": -1}.get(text[i], 0)
         if depth == 0:
             break
-    return [t for t in re.findall(r"%?([\w.\-]+)", text[start:i + 1]) if t in known]
+    inside = text[start + 1:i]
+    nested = re.search(r"(?<![\w.\-%])([a-z][a-z0-9\-]*)\(", inside)
+    if nested:
+        raise P2Error(f"{where}:{lineno}: an operand written as an instruction ({nested.group(1)}(…)); p2smt reads "
+                      "operands by name only")
+    unknown = next((t for t in re.findall(r"%([\w.\-]+)", inside) if t not in known), None)
+    if unknown is not None:
+        raise P2Error(f"{where}:{lineno}: operand %{unknown} is not defined before it")
+    return [t for t in re.findall(r"%?([\w.\-]+)", inside) if t in known]
 
 
 def _computations(text: str, where: str) -> list[_Computation]:
@@ -160,7 +178,7 @@ def _computations(text: str, where: str) -> list[_Computation]:
             raise _unsupported(op, lineno, where)
         if current is None:
             raise P2Error(f"{where}:{lineno}: an instruction outside any computation")
-        operands = _operands(line, m.end() - 1, known)
+        operands = _operands(line, m.end() - 1, known, where, lineno)
         ins = _Instruction(lineno, m.group("name"), op, operands, line, m.group("shape"),
                            tuple(known[o].shape for o in operands), line.lstrip().startswith("ROOT"))
         known[ins.name] = ins
@@ -211,10 +229,27 @@ def parse_hlo_text(text: str, where: str = "<hlo>") -> HloProgram:
             apply = re.search(r"\bto_apply=%?([\w.\-]+)", ins.text)
             if apply is None or apply.group(1) not in by_name:
                 raise P2Error(f"{where}:{ins.line}: {ins.op} names no reduction computation (to_apply)")
-            require_sum((i.op for i in by_name[apply.group(1)].body), f"to_apply=%{apply.group(1)}", where,
-                        ins.line, ins.op)
+            comp = by_name[apply.group(1)]
+            require_sum((i.op for i in comp.body), f"to_apply=%{comp.name}", where, ins.line, ins.op)
+            if not _adds_its_parameters(comp):
+                raise P2Error(f"{where}:{ins.line}: {ins.op} reduces with an add that is not of its two parameters "
+                              f"(to_apply=%{comp.name}); p2smt proves sums only")
         results = tuple(chain.add(found, _flat(v)) for v in operands) or (chain.add(found, Flow()),)
         return results[0] if len(results) == 1 else results
+
+    def wrapped_operands(ins: _Instruction, wrapper: _Computation, inner: _Instruction,
+                         operands: list[Value]) -> list[Value]:
+        """The async-start's operands in the order its collective reads them (as XLA requires, the wrapper
+        holds its parameters and the collective only)."""
+        other = next((i for i in wrapper.body if i.op != "parameter" and i is not inner), None)
+        if other is not None:
+            raise P2Error(f"{where}:{other.line}: {other.op} in the async computation %{wrapper.name} beside its "
+                          "collective; p2smt reads async computations of parameters and one collective only")
+        index = {i.name: int(m.group(1)) for i in wrapper.body
+                 if i.op == "parameter" and (m := re.search(r"parameter\((\d+)\)", i.text))}
+        if any(index.get(o, len(operands)) >= len(operands) for o in inner.operands):
+            raise P2Error(f"{where}:{ins.line}: {ins.op} does not pass what its collective reads")
+        return [operands[index[o]] for o in inner.operands]
 
     flows: dict[str, Value] = {}
     for ins in entries[0].body:
@@ -230,7 +265,12 @@ def parse_hlo_text(text: str, where: str = "<hlo>") -> HloProgram:
         found = ins if _is_collective(ins) else inner[0] if inner else None  # a -done op is no collective
         operands = [flows[o] for o in ins.operands]
         if found is not None:  # its operands meet only at the collective, which the chain checks
-            flows[ins.name] = collective(found, operands)
+            if inner:
+                operands = wrapped_operands(ins, wrapper, inner[0], operands)
+            result = collective(found, operands)
+            flows[ins.name] = _Started(result) if ins.op.endswith("-start") else result
+        elif ins.op in _DONE and len(operands) == 1 and isinstance(operands[0], _Started):
+            flows[ins.name] = operands[0] if ins.op == "async-update" else operands[0].result
         elif ins.op == "tuple":
             flows[ins.name] = tuple(operands)
         elif ins.op == "get-tuple-element" and len(operands) == 1:
@@ -238,7 +278,7 @@ def parse_hlo_text(text: str, where: str = "<hlo>") -> HloProgram:
             whole = operands[0]
             flows[ins.name] = whole[int(index.group(1))] if isinstance(whole, tuple) and index and \
                 int(index.group(1)) < len(whole) else _flat(whole)
-        elif len(operands) == 1 and keeps(ins) and not reshapes(ins):  # a copy, a -done op: buffers as they are
+        elif ins.op in _PASSES and len(operands) == 1:  # a copy, a barrier: its operand's buffers as they are
             flows[ins.name] = operands[0]
         else:
             flows[ins.name] = Flow.through(ins.op, (_flat(v) for v in operands), keeps(ins), reshapes(ins))
@@ -253,14 +293,48 @@ def parse_hlo_text(text: str, where: str = "<hlo>") -> HloProgram:
                       len(chain.chains))
 
 
-Value = Flow | tuple
-"""What an HLO value is computed from: a flow, or a tuple of values (a tuple, a variadic collective's results)."""
+def _adds_its_parameters(comp: _Computation) -> bool:
+    """Whether a reduction computation's result is ``add`` of its parameters 0 and 1, one each (through
+    converts and copies): an add of one parameter twice passes a check of op names alone."""
+    by = {i.name: i for i in comp.body}
+
+    def source(name: str) -> _Instruction | None:
+        ins = by.get(name)
+        while ins is not None and ins.op in ("convert", "copy", "bitcast") and len(ins.operands) == 1:
+            ins = by.get(ins.operands[0])
+        return ins
+
+    root = source(next((i.name for i in comp.body if i.root), comp.body[-1].name if comp.body else ""))
+    if root is None or root.op != "add" or len(root.operands) != 2:
+        return False
+    found = [source(o) for o in root.operands]
+    numbers = [re.search(r"\bparameter\((\d+)\)", i.text) if i is not None and i.op == "parameter" else None
+               for i in found]
+    return sorted(int(m.group(1)) if m else -1 for m in numbers) == [0, 1]
+
+
+@dataclass(frozen=True)
+class _Started:
+    """An async collective under way (its ``-start``): only its ``-done`` gives its ``result``. XLA's start
+    value is a tuple of the operands and the result, so read any other way it is untraced."""
+
+    result: Value
+
+
+Value = Flow | tuple | _Started
+"""What an HLO value is computed from: a flow, a tuple of values (a tuple, a variadic collective's results), or
+an async collective under way."""
+_DONE = frozenset({"all-reduce-done", "all-gather-done", "reduce-scatter-done", "async-done", "async-update"})
+_PASSES = frozenset({"copy", "copy-start", "copy-done", "opt-barrier", "optimization-barrier"})
+"""Ops whose result is their operand, tuple elements in place (a fusion may reorder them: it is read whole)."""
 
 
 def _flat(value: Value) -> Flow:
     """One flow for a whole value (a tuple's elements together)."""
     if isinstance(value, Flow):
         return value
+    if isinstance(value, _Started):
+        return UNTRACED_FLOW
     return Flow.through("tuple", (_flat(v) for v in value), True)
 
 

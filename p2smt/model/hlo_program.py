@@ -24,8 +24,9 @@ from p2smt.errors import P2Error
 from p2smt.model.collectives import Collective, Group
 from p2smt.model.replica_groups import DeviceSpace, GroupMode
 
-SUM_OPS = frozenset({"add", "parameter", "tuple", "convert", "copy", "bitcast", "return"})
-"""Ops a reduction computation may hold and still be a sum (the last four move or widen values)."""
+SUM_OPS = frozenset({"add", "parameter", "tuple", "convert", "copy", "bitcast", "return", "sdy.sharding_constraint"})
+"""Ops a reduction computation may hold and still be a sum (all but the first move or widen values); the readers
+also check that the add takes each argument once."""
 
 
 @dataclass(frozen=True)

@@ -50,6 +50,7 @@ class _Statement:
     text: str
     regions: list[list[_Statement]] = field(default_factory=list)
     args: list[str] = field(default_factory=list)  # the arguments its (first) region declares
+    block: list[str] = field(default_factory=list)  # the arguments of its region's block (``^bb0(%a, %b)``)
 
     @property
     def kind(self) -> str:
@@ -109,6 +110,8 @@ def _tree(text: str, where: str) -> tuple[list[_Statement], str, DeviceSpace]:
         clean = _STRING.sub('""', line).split("//", 1)[0]  # strings blanked first: a "//" in one is no comment
         quoted = quoted.split("//", 1)[0]
         stripped = clean.strip()
+        if stripped.startswith("^") and stack and not stack[-1][0].block:  # the block's arguments
+            stack[-1][0].block = _names(clean.split(":", 1)[0] if ")" not in clean else clean.split(")")[0])
         if not stripped or stripped.startswith("^"):  # a comment-only line is empty once cut
             continue
         opens, closes = clean.count("{"), clean.count("}")
@@ -166,8 +169,35 @@ def _collective(stmt: _Statement, where: str) -> HloCollective:
     if collective is not Collective.ALL_GATHER:
         ops = [s.kind for region in stmt.regions for s in region]
         require_sum(ops, "its reduction region", where, stmt.line, stmt.kind)
+        if not _adds_its_arguments(stmt):
+            raise P2Error(f"{where}:{stmt.line}: {stmt.kind} reduces with an add that is not of its region's two "
+                          "arguments; p2smt proves sums only")
     return HloCollective(stmt.line, stmt.kind, collective, _dense_groups(text, stmt.line, where), mode,
                          int(dim.group(1)) if dim else None)
+
+
+def _adds_its_arguments(stmt: _Statement) -> bool:
+    """Whether a collective's reduction region returns ``add`` of its block's arguments, each once (through
+    converts and sharding constraints): an add of one argument twice passes a check of op names alone."""
+    region = stmt.regions[0] if stmt.regions else []
+    defined = {r: s for s in region for r in s.results}
+
+    def source(name: str) -> str:
+        s = defined.get(name)
+        while s is not None and (s.kind == "convert" or s.op == "sdy.sharding_constraint") and len(s.operands) == 1:
+            name, s = s.operands[0], defined.get(s.operands[0])
+        return name
+
+    ret = next((s for s in region if s.kind == "return"), None)
+    if ret is None or not ret.operands:
+        return False
+    used = []
+    for value in ret.operands:
+        add = defined.get(source(value))
+        if add is None or add.kind != "add" or len(add.operands) != 2:
+            return False
+        used += [source(o) for o in add.operands]
+    return sorted(used) == sorted(stmt.block) and len(set(used)) == len(used)
 
 
 def _symbol(stmt: _Statement) -> str | None:
@@ -216,7 +246,7 @@ KEEPS = frozenset({"reshape", "optimization_barrier", "constant", "iota"})
 
 def _keeps(stmt: _Statement) -> bool:
     if stmt.kind == "custom_call":  # JAX's sharding annotation only
-        return bool(re.search(r"custom_call\s+@Sharding\b", stmt.text))
+        return bool(re.search(r"custom_call\s+@Sharding(?![\w.\-$])", stmt.text))
     return stmt.kind in KEEPS or stmt.op in ("sdy.sharding_constraint",)
 
 

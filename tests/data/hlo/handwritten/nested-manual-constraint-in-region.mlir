@@ -1,0 +1,23 @@
+module @jit_outer2 attributes {mhlo.num_partitions = 16 : i32, mhlo.num_replicas = 1 : i32} {
+  sdy.mesh @mesh = <["node"=4, "gpu"=4]> {stablehlo.mesh = {axes = [{name = "node", size = 4 : i64}, {name = "gpu", size = 4 : i64}]}}
+  func.func public @main(%arg0: tensor<1024xf32>) -> (tensor<1024xf32> {jax.result_info = "result[0]"}) {
+    %0 = sdy.manual_computation(%arg0) in_shardings=[<@mesh, [{"gpu", ?}]>] out_shardings=[<@mesh, [{"gpu", ?}]>] manual_axes={"gpu"} (%arg1: tensor<256xf32>) {
+      %1 = sdy.manual_computation(%arg1) in_shardings=[<@mesh, [{"node", ?}]>] out_shardings=[<@mesh, [{"node", ?}]>] manual_axes={"node"} (%arg2: tensor<64xf32>) {
+        %3 = "stablehlo.all_reduce"(%arg2) <{channel_handle = #stablehlo.channel_handle<handle = 1, type = 1>, replica_groups = dense<[[0, 4, 8, 12], [1, 5, 9, 13], [2, 6, 10, 14], [3, 7, 11, 15]]> : tensor<4x4xi64>, use_global_device_ids}> ({
+        ^bb0(%arg3: tensor<f32>, %arg4: tensor<f32>):
+          %4 = stablehlo.add %arg3, %arg4 : tensor<f32>
+          stablehlo.return %4 : tensor<f32>
+        }) : (tensor<64xf32>) -> tensor<64xf32>
+        sdy.return %3 : tensor<64xf32>
+      } : (tensor<256xf32>) -> tensor<256xf32>
+      %2 = "stablehlo.all_reduce"(%1) <{channel_handle = #stablehlo.channel_handle<handle = 1, type = 1>, replica_groups = dense<[[0, 1, 2, 3], [4, 5, 6, 7], [8, 9, 10, 11], [12, 13, 14, 15]]> : tensor<4x4xi64>, use_global_device_ids}> ({
+      ^bb0(%arg2: tensor<f32>, %arg3: tensor<f32>):
+        %3 = stablehlo.add %arg2, %arg3 : tensor<f32>
+        %4 = sdy.sharding_constraint %3 <@mesh, []> : tensor<f32>
+        stablehlo.return %4 : tensor<f32>
+      }) : (tensor<256xf32>) -> tensor<256xf32>
+      sdy.return %2 : tensor<256xf32>
+    } : (tensor<1024xf32>) -> tensor<1024xf32>
+    return %0 : tensor<1024xf32>
+  }
+}
