@@ -252,6 +252,13 @@ def test_values_the_readers_cannot_trace_are_refused_not_taken_for_input():
     assert len(parse_module(dollar).collectives) == 2  # MLIR names may hold '$'
     with pytest.raises(P2Error, match=":10: a statement p2smt cannot read"):
         parse_module(mlir.replace(second, '%v = (%1)\n      %2 = "stablehlo.all_reduce"(%v)'))
+    # an optimization barrier over both buffers between the steps gives each its own operand back
+    pytree = (HLO / "pytree-two-steps.mlir").read_text()
+    step2 = ('%5 = "stablehlo.all_reduce"(%3)', '%6 = "stablehlo.all_reduce"(%4)')
+    assert all(text in pytree for text in step2)
+    barrier = pytree.replace(step2[0], '%b:2 = stablehlo.optimization_barrier %3, %4 : tensor<16xf32>, tensor<16xf32>\n'
+                                       '      %5 = "stablehlo.all_reduce"(%b#0)').replace(step2[1], '%6 = "stablehlo.all_reduce"(%b#1)')
+    assert parse_module(barrier).buffers == 2  # was refused: the barrier's results read as both buffers combined
     twice = (HLO / "call-twice.mlir").read_text()
     call = "%2 = func.call @psum_all(%1)"
     assert call in twice

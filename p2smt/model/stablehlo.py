@@ -353,6 +353,8 @@ def parse_stablehlo(text: str, where: str = "<stablehlo>") -> HloProgram:
                 used = [flow_of(scope, o) for r in _nested([r for region in s.regions for r in region])
                         for o in r.operands if o in scope]
                 results = [Flow.through(s.kind, flows + used, False)]
+            elif s.kind == "optimization_barrier":  # each result is its operand
+                results = flows
             else:
                 results = [Flow.through(s.kind, flows, _keeps(s), s.kind == "reshape")]
             for i, r in enumerate(s.results):
