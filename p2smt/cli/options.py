@@ -11,10 +11,9 @@ from pathlib import Path
 from typing import Any
 
 from p2smt.errors import P2Error
+from p2smt.model.limits import MAX_DEVICES, MAX_SECONDS
 from p2smt.smt.budget import DEFAULT_PROOF_BUDGET
 
-MAX_DEVICES = 1 << 16
-"""Devices of the largest system a command builds (the placement limit; larger grows memory unbounded)."""
 MAX_MATRIX_CHARS = 10_000
 MAX_NAME_CHARS = 4096
 
@@ -91,8 +90,6 @@ def name_ints(items: list[str], flag: str = "--level", value: str = "SIZE") -> d
     return out
 
 
-MAX_SECONDS = 1e6
-"""Longest timeout or deadline (11.6 days): Z3's millisecond timeouts and Python's waits overflow far above."""
 def seconds(text: str) -> float:
     """A positive, finite number of seconds up to ``MAX_SECONDS`` (``--timeout``, ``--deadline``)."""
     return _positive(text, "seconds", MAX_SECONDS)

@@ -12,12 +12,10 @@ import numpy as np
 
 from p2smt.errors import P2Error
 from p2smt.model.collectives import Group
+from p2smt.model.limits import MAX_DEVICES
 
 Matrix = tuple[tuple[int, ...], ...]
 """``x[i][j]``: into how many parts axis ``i`` is split at level ``j`` (rows = axes, columns = levels)."""
-
-MAX_DEVICES = 1 << 16
-
 
 def _prime_exponents(n: int) -> dict[int, int]:
     out: dict[int, int] = {}

@@ -18,6 +18,7 @@ from typing import Annotated, Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, StrictInt, ValidationError, field_validator
 
 from p2smt.errors import P2Error
+from p2smt.model.limits import MAX_SECONDS
 from p2smt.model.yamlfile import read_yaml
 from p2smt.smt.budget import DEFAULT_PROOF_BUDGET
 
@@ -87,7 +88,7 @@ class Grid(BaseModel):
     engine: str = "certified"
     encoding: str | None = None
     max_len: int = Field(default=5, ge=1)
-    timeout_s: float = Field(default=120.0, gt=0, le=1e6, allow_inf_nan=False)
+    timeout_s: float = Field(default=120.0, gt=0, le=MAX_SECONDS, allow_inf_nan=False)
     proof_budget: int = Field(default=DEFAULT_PROOF_BUDGET, ge=0, strict=True)
 
     @field_validator("engine")
