@@ -240,7 +240,7 @@ def test_values_the_readers_cannot_trace_are_refused_not_taken_for_input():
     text = module("  %a = f32[8]{0} all-reduce(%p), replica_groups={{0,1},{2,3}}, to_apply=%add\n"
                   "  %n = f32[8]{0} copy(f32[8]{0} %a)\n"
                   "  ROOT %b = f32[8]{0} all-reduce(%n), replica_groups={{0,2},{1,3}}, to_apply=%add")
-    with pytest.raises(P2Error, match="<hlo>:10: an instruction p2smt cannot read"):
+    with pytest.raises(P2Error, match="<hlo>:10: a line p2smt cannot read as an instruction"):
         parse_hlo_text(text.replace("copy(f32[8]{0} %a)", "copy f32[8]{0} %a"))
     mlir = (HLO / "two-allreduce.mlir").read_text()
     second = '%2 = "stablehlo.all_reduce"(%1)'
@@ -274,11 +274,19 @@ HANDWRITTEN = {
     "nested-operand.hlo": "an operand written as an instruction (negate(…))",
     "fusion-swaps-tuple.hlo": "combined with the module's input",
     "all-gather-start-operand.hlo": "reads a value p2smt cannot trace",
+    "operands-on-next-line.hlo": "an instruction whose operands go on past its line",
+    "quote-in-comment.hlo": "(step 1 of 2 of its chain) reaches the module's output",
+    "async-start-operand-returned.hlo": "the module's output holds a value p2smt cannot trace",
+    "copy-start-source.hlo": "(step 1 of 2 of its chain) reaches the module's output",
+    "statement-on-two-lines.mlir": "a statement that goes on past its line",
+    "two-statements-a-line.mlir": "two statements on one line",
 }
 """Modules written by hand (XLA parses them) that a second review found PROVED while wrong: a combiner adding one
 argument twice, an async computation computing beside its collective, a use before its definition, an operand
 written as an instruction, a fusion that swaps a tuple's partial sum and input, and the operand element of an
-all-gather-start taken for its result."""
+all-gather-start taken for its result; then (a third review) operands on the next line, a quote inside a
+comment read before the comment, the operand of an async start returned, a copy-start's source element, a
+statement on two lines and two on one."""
 
 
 def test_handwritten_modules_a_review_found_proved_wrongly_are_refused(tmp_path, capsys):
@@ -287,6 +295,8 @@ def test_handwritten_modules_a_review_found_proved_wrongly_are_refused(tmp_path,
         with pytest.raises(P2Error) as err:
             parse_module((folder / name).read_text(), name)
         assert words in str(err.value), (name, str(err.value))
+    # a step inside a /* … */ comment over several lines does not run: one step, which misses the goal
+    assert len(parse_module((folder / "step-in-block-comment.hlo").read_text()).collectives) == 1
     # a sharding constraint inside the reduction region (a nested shard_map) is still a sum: proved
     order = mesh_order(tmp_path, capsys, "16", "[[4,4]]")
     rc, out = verify([*ALL, "--hlo", str(folder / "nested-manual-constraint-in-region.mlir"), "--device-order",

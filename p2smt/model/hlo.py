@@ -44,7 +44,6 @@ them (a constant or an iota brings no contribution). Not ``convert`` (a narrower
 ``bitcast-convert`` (it reinterprets the bits); a ``bitcast`` only between row-major layouts; a reshape
 keeps positions along dimension 0 only, which ``Chain`` checks."""
 _OTHERS = ("collective-permute", "all-to-all", "ragged-all-to-all", "collective-broadcast", "send", "recv")
-_STRING = re.compile(r'"(?:[^"\\]|\\.)*"')
 _HLO_OP = re.compile(r"^\s*(?:ROOT\s+)?%?(?P<name>[\w.\-]+)\s*=\s*(?P<shape>.+?)\s+(?P<op>[a-z][a-z0-9\-]*)\(")
 _DEFINES = re.compile(r"^\s*(?:ROOT\s+)?%?[\w.\-]+\s*=")
 _COMPUTATION = re.compile(r"^\s*(?P<entry>ENTRY\s+)?%?(?P<name>[\w.\-]+)\s*(?:\(.*\)\s*->\s*.*)?\{\s*$")
@@ -139,11 +138,14 @@ def _operands(text: str, start: int, known: dict[str, _Instruction], where: str,
     """The names of earlier instructions among the operands in the parentheses opened at ``start``; an
     instruction written inside them (``negate(f32[8] %a)``) or a ``%name`` not defined before is refused:
     the value it stands for would go untraced."""
-    depth = 0
+    depth, i = 0, start
     for i in range(start, len(text)):
         depth += {"(": 1, ")": -1}.get(text[i], 0)
         if depth == 0:
             break
+    if depth:
+        raise P2Error(f"{where}:{lineno}: an instruction whose operands go on past its line; p2smt reads one "
+                      "instruction a line")
     inside = text[start + 1:i]
     nested = re.search(r"(?<![\w.\-%])([a-z][a-z0-9\-]*)\(", inside)
     if nested:
@@ -155,23 +157,43 @@ def _operands(text: str, start: int, known: dict[str, _Instruction], where: str,
     return [t for t in re.findall(r"%?([\w.\-]+)", inside) if t in known]
 
 
+_TOKENS = re.compile(r'"(?:[^"\\]|\\.)*"|/\*.*?\*/|//[^\n]*', re.DOTALL)
+
+
+def _lexed(text: str, where: str) -> str:
+    """The text as XLA's lexer reads it, in one pass from the left: each string blanked to ``""`` and each
+    comment (``/* … */``, also across lines, and ``// …``) removed, newlines kept. Whichever starts first
+    wins, so a quote inside a comment opens no string and a comment marker inside a string is text."""
+    def blank(m: re.Match) -> str:
+        token = m.group(0)
+        return ('""' if token.startswith('"') else " ") + "\n" * token.count("\n")
+
+    out = _TOKENS.sub(blank, text)
+    stray = re.search(r'/\*|(?<!")"(?!")', out)
+    if stray:
+        raise P2Error(f"{where}:{out.count(chr(10), 0, stray.start()) + 1}: a comment or a string that does not end")
+    return out
+
+
 def _computations(text: str, where: str) -> list[_Computation]:
     """Every computation with its instructions (their operands among the computation's own)."""
     out: list[_Computation] = []
     current: _Computation | None = None
     known: dict[str, _Instruction] = {}
-    for lineno, line in enumerate(text.splitlines(), start=1):
-        line = re.sub(r"/\*.*?\*/", "", _STRING.sub('""', line))  # ``/*index=5*/`` in a long signature
+    for lineno, line in enumerate(_lexed(text, where).splitlines(), start=1):
         comp = _COMPUTATION.match(line)
         if comp and "=" not in line.split("{")[0]:
             current = _Computation(comp.group("name"), bool(comp.group("entry")))
             out.append(current)
             known = {}
             continue
+        if line.strip() == "}":
+            current = None
+            continue
         m = _HLO_OP.match(line)
         if m is None:
-            if current is not None and _DEFINES.match(line):  # an instruction in a form the reader does not know
-                raise P2Error(f"{where}:{lineno}: an instruction p2smt cannot read")
+            if current is not None and line.strip():  # an instruction in a form the reader does not know
+                raise P2Error(f"{where}:{lineno}: a line p2smt cannot read as an instruction")
             continue
         op = m.group("op")
         if op.removesuffix("-start").removesuffix("-done") in _OTHERS:
@@ -280,6 +302,11 @@ def parse_hlo_text(text: str, where: str = "<hlo>") -> HloProgram:
                 int(index.group(1)) < len(whole) else _flat(whole)
         elif ins.op in _PASSES and len(operands) == 1:  # a copy, a barrier: its operand's buffers as they are
             flows[ins.name] = operands[0]
+        elif ins.op == "copy-start" and len(operands) == 1:  # (destination, source, context)
+            flows[ins.name] = (operands[0], operands[0], Flow())
+        elif ins.op == "copy-done" and len(operands) == 1:
+            started = operands[0]
+            flows[ins.name] = started[0] if isinstance(started, tuple) and len(started) == 3 else _flat(started)
         else:
             flows[ins.name] = Flow.through(ins.op, (_flat(v) for v in operands), keeps(ins), reshapes(ins))
     for comp in comps:
@@ -325,7 +352,7 @@ Value = Flow | tuple | _Started
 """What an HLO value is computed from: a flow, a tuple of values (a tuple, a variadic collective's results), or
 an async collective under way."""
 _DONE = frozenset({"all-reduce-done", "all-gather-done", "reduce-scatter-done", "async-done", "async-update"})
-_PASSES = frozenset({"copy", "copy-start", "copy-done", "opt-barrier", "optimization-barrier"})
+_PASSES = frozenset({"copy", "opt-barrier", "optimization-barrier"})
 """Ops whose result is their operand, tuple elements in place (a fusion may reorder them: it is read whole)."""
 
 

@@ -169,7 +169,10 @@ class Chain:
         if not self.chains:
             return ()
         for flow in outputs:
-            for i in sorted(flow.sources - {INPUT, UNTRACED}):
+            if UNTRACED in flow.sources:
+                raise P2Error(f"{self.where}: the module's output holds a value p2smt cannot trace (an async "
+                              "collective's start read other than by its done op, or a name never defined)")
+            for i in sorted(flow.sources - {INPUT}):
                 steps = self.chains[self._chain_of[i]]
                 if steps[-1] != i:
                     c, last = self.collectives[i], self.collectives[steps[-1]]

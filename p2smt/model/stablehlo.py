@@ -34,6 +34,7 @@ _STRING = re.compile(r'"(?:[^"\\]|\\.)*"')
 _SYMBOL = re.compile(r'@"((?:[^"\\]|\\.)*)"')
 _STATEMENT = re.compile(r"^\s*(?:(?P<results>%[\w.\-#:$]+(?:\s*,\s*%[\w.\-#:$]+)*)\s*=\s*)?"
                         r"\"?(?P<op>(?:[a-z_]+\.)+[a-z_0-9]+|return|call|module)\b")
+_DEFINITION = re.compile(r"(?:^|[\s;])%[\w.\-$]+(?::\d+)?\s*=(?!=)")
 _REDUCTIONS = {"all_reduce": Collective.ALL_REDUCE, "reduce_scatter": Collective.REDUCE_SCATTER,
                "all_gather": Collective.ALL_GATHER}
 _OTHERS = ("collective_permute", "all_to_all", "collective_broadcast", "send", "recv")
@@ -69,6 +70,15 @@ def _results(text: str) -> list[str]:
     for name, count in re.findall(r"%([\w.\-$]+)(?::(\d+))?", text):
         out += [f"{name}#{k}" for k in range(int(count))] if count else [name]
     return out
+
+
+def _outside_parentheses(text: str) -> str:
+    """The text with what every balanced ``(…)`` holds left out."""
+    while True:
+        inner = re.sub(r"\([^()]*\)", "", text)
+        if inner == text:
+            return text
+        text = inner
 
 
 def _paren_groups(text: str) -> list[str]:
@@ -126,9 +136,14 @@ def _tree(text: str, where: str) -> tuple[list[_Statement], str, DeviceSpace]:
         if m is None:  # ``cond {``: the next region of the statement before
             if opens > closes and body:
                 body = open_region(body[-1])
-            elif re.match(r"%[^=]*=", stripped):  # a value defined in a form the reader does not know
+            elif not stripped.startswith("#"):  # only attribute and location aliases stand alone
                 raise P2Error(f"{where}:{lineno}: a statement p2smt cannot read")
             continue
+        if _DEFINITION.search(_outside_parentheses(quoted[m.end():])):  # ``while(%i = %c)`` binds, in parentheses
+            raise P2Error(f"{where}:{lineno}: two statements on one line; p2smt reads one statement a line")
+        if m.group("results") and opens <= closes and " : " not in clean:  # every op's type closes its line
+            raise P2Error(f"{where}:{lineno}: a statement that goes on past its line; p2smt reads one statement "
+                          "a line")
         head = quoted[m.end():]
         groups = _paren_groups(head)
         # generic form and calls: ``op(%a, %b)``; custom form: ``op %a, %b : type`` (values before the colon)
