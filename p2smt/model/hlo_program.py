@@ -7,7 +7,7 @@ same two rules before a collective joins the program:
   maximum or a product would be proved as if it were one);
 * **one program, on one buffer or the same on several**: every collective reads the module's input (it
   starts a chain) or the last result of one chain and nothing else, through ops that keep every value and
-  its position (a copy, a convert, a reshape, …), and every chain runs the same collectives (a psum of a
+  its position (a copy, a reshape, tuple plumbing, …), and every chain runs the same collectives (a psum of a
   pytree runs one chain per leaf). Two different reductions of one input (``psum(x, 'a') + psum(x, 'b')``),
   a chain that forks, a result mixed with the input (``psum(psum(x, 'a') + x, 'b')``) or moved between the
   collectives (reversed, sliced, scaled) are not a program of P²'s semantics, and reading them as one would
@@ -25,8 +25,8 @@ from p2smt.model.collectives import Collective, Group
 from p2smt.model.replica_groups import DeviceSpace, GroupMode
 
 SUM_OPS = frozenset({"add", "parameter", "tuple", "convert", "copy", "bitcast", "return", "sdy.sharding_constraint"})
-"""Ops a reduction computation may hold and still be a sum (all but the first move or widen values); the readers
-also check that the add takes each argument once."""
+"""Ops a reduction computation may hold and still be a sum (besides the add, ops that pass values on or widen
+them); the readers also check that the add takes each of its two arguments once."""
 
 
 @dataclass(frozen=True)
