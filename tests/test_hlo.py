@@ -47,6 +47,9 @@ def verify(argv: list[str], capsys) -> tuple[int, dict]:
 
 def check_fixtures(folder: Path, tmp_path: Path, capsys, suffixes=(".hlo", ".mlir")) -> None:
     order = mesh_order(tmp_path, capsys, "16", "[[4,4]]")
+    if ".mlir" in suffixes:  # StableHLO printed with debug information
+        rc, out = verify([*ALL, "--hlo", str(folder / "blueconnect-debug.mlir"), "--device-order", order], capsys)
+        assert (rc, out["status"], out["steps"]) == (0, "proved", 4)
     for name in PROVED:
         for suffix in suffixes:
             rc, out = verify([*ALL, "--hlo", str(folder / f"{name}{suffix}"), "--device-order", order], capsys)

@@ -121,7 +121,7 @@ def _tree(text: str, where: str) -> tuple[list[_Statement], str, DeviceSpace]:
         quoted = quoted.split("//", 1)[0]
         stripped = clean.strip()
         if stripped.startswith("^") and stack and not stack[-1][0].block:  # the block's arguments
-            stack[-1][0].block = _names(clean.split(":", 1)[0] if ")" not in clean else clean.split(")")[0])
+            stack[-1][0].block = _names(clean)  # ``^bb0(%a: tensor<f32> loc(…), %b: …):`` names only its arguments
         if not stripped or stripped.startswith("^"):  # a comment-only line is empty once cut
             continue
         opens, closes = clean.count("{"), clean.count("}")
