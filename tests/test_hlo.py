@@ -50,6 +50,11 @@ def check_fixtures(folder: Path, tmp_path: Path, capsys, suffixes=(".hlo", ".mli
     if ".mlir" in suffixes:  # StableHLO printed with debug information
         rc, out = verify([*ALL, "--hlo", str(folder / "blueconnect-debug.mlir"), "--device-order", order], capsys)
         assert (rc, out["status"], out["steps"]) == (0, "proved", 4)
+    if ".hlo" in suffixes:  # HLO printed before partitioning: a call runs the body, the mesh gives the devices
+        for name, steps, buffers in (("blueconnect", 4, 1), ("pytree-psum", 1, 2)):
+            rc, out = verify([*ALL, "--hlo", str(folder / f"{name}-unpartitioned.hlo"), "--device-order", order],
+                             capsys)
+            assert (rc, out["status"], out["steps"], out["buffers"]) == (0, "proved", steps, buffers), name
     for name in PROVED:
         for suffix in suffixes:
             rc, out = verify([*ALL, "--hlo", str(folder / f"{name}{suffix}"), "--device-order", order], capsys)
@@ -283,13 +288,20 @@ HANDWRITTEN = {
     "copy-start-source.hlo": "(step 1 of 2 of its chain) reaches the module's output",
     "statement-on-two-lines.mlir": "a statement that goes on past its line",
     "two-statements-a-line.mlir": "two statements on one line",
+    "decoy-to-apply-in-backend-config.hlo": "reduces with maximum (to_apply=%mx)",
+    "decoy-calls-in-backend-config.hlo": "through fusion, which changes values",
+    "decoy-index-in-backend-config.hlo": "reaches the module's output",
+    "decoy-decomposition-in-attributes.mlir": "through negate, which changes values",
+    "unreachable-block.mlir": "a second block in a region",
+    "nested-module-main.mlir": "a module inside the module",
 }
 """Modules written by hand (XLA parses them) that a second review found PROVED while wrong: a combiner adding one
 argument twice, an async computation computing beside its collective, a use before its definition, an operand
 written as an instruction, a fusion that swaps a tuple's partial sum and input, and the operand element of an
 all-gather-start taken for its result; then (a third review) operands on the next line, a quote inside a
 comment read before the comment, the operand of an async start returned, a copy-start's source element, a
-statement on two lines and two on one."""
+statement on two lines and two on one; then (a fourth) attributes read inside backend_config={…} or a
+nested attribute dictionary instead of at the top level, an unreachable block, a module inside the module."""
 
 
 def test_handwritten_modules_a_review_found_proved_wrongly_are_refused(tmp_path, capsys):
@@ -300,6 +312,9 @@ def test_handwritten_modules_a_review_found_proved_wrongly_are_refused(tmp_path,
         assert words in str(err.value), (name, str(err.value))
     # a step inside a /* … */ comment over several lines does not run: one step, which misses the goal
     assert len(parse_module((folder / "step-in-block-comment.hlo").read_text()).collectives) == 1
+    # groups read at the top level, not from a decoy in backend_config or in a longer property's name
+    for name in ("decoy-groups-in-backend-config.hlo", "decoy-groups-property.mlir"):
+        assert [len(g) for g in parse_module((folder / name).read_text()).collectives[0].groups] == [4] * 4, name
     # a sharding constraint inside the reduction region (a nested shard_map) is still a sum: proved
     order = mesh_order(tmp_path, capsys, "16", "[[4,4]]")
     rc, out = verify([*ALL, "--hlo", str(folder / "nested-manual-constraint-in-region.mlir"), "--device-order",

@@ -16,6 +16,7 @@ import json
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from math import prod
 from pathlib import Path
 
 from p2smt.errors import P2Error
@@ -59,11 +60,36 @@ def _braced(text: str, start: int) -> str:
     raise P2Error(f"unbalanced braces in {text[start:start + 60]!r}")
 
 
+def _top_level(attrs: str, key: str, where: str = "") -> int | None:
+    """Where the value of ``key=`` starts in an instruction's attributes, read at the top level only: a
+    ``key=`` inside ``backend_config={…}`` or ``frontend_attributes={…}`` is no attribute of the
+    instruction (XLA ignores it there, so a reader that found it first would read a decoy). A key given
+    twice is refused."""
+    found, depth = [], 0
+    for m in re.finditer(rf"(?<![\w.\-]){re.escape(key)}=|[{{\[(]|[}}\])]", attrs):
+        token = m.group(0)
+        if token in "{[(":
+            depth += 1
+        elif token in "}])":
+            depth -= 1
+        elif depth == 0:
+            found.append(m.end())
+    if len(found) > 1:
+        raise P2Error(f"{where}{key}= given twice")
+    return found[0] if found else None
+
+
+def _attribute_token(attrs: str, key: str, where: str = "") -> str | None:
+    """A top-level attribute's plain value (``to_apply=%add`` -> ``add``, ``index=1`` -> ``1``)."""
+    start = _top_level(attrs, key, where)
+    return None if start is None else re.match(r"%?([\w.\-]*)", attrs[start:]).group(1)
+
+
 def _hlo_attribute(attrs: str, key: str) -> str | None:
-    m = re.search(rf"\b{key}=", attrs)
-    if m is None:
+    start = _top_level(attrs, key)
+    if start is None:
         return None
-    rest = attrs[m.end():]
+    rest = attrs[start:]
     if rest.startswith("{"):
         return _braced(rest, 0)
     mesh = re.match(r"mesh\[[^\]]*\]\s*(?:,\s*device_ids=\([^()]*(?:\([^()]*\))?\)\s*)?\{[^}]*\}", rest)
@@ -104,6 +130,8 @@ class _Instruction:
     shape: str = ""
     operand_shapes: tuple[str, ...] = ()
     root: bool = False  # the computation's result (``ROOT``)
+    args: str = ""  # the text between the operand list's parentheses
+    attrs: str = ""  # the text after them: the attributes
 
     @property
     def keeps(self) -> bool:
@@ -134,6 +162,16 @@ class _Computation:
     body: list[_Instruction] = field(default_factory=list)
 
 
+def _split(text: str, start: int) -> tuple[str, str]:
+    """(what the parentheses opened at ``start`` hold, the text after them); ``_operands`` checked they close."""
+    depth = 0
+    for i in range(start, len(text)):
+        depth += {"(": 1, ")": -1}.get(text[i], 0)
+        if depth == 0:
+            return text[start + 1:i], text[i + 1:]
+    return text[start + 1:], ""
+
+
 def _operands(text: str, start: int, known: dict[str, _Instruction], where: str, lineno: int) -> list[str]:
     """The names of earlier instructions among the operands in the parentheses opened at ``start``; an
     instruction written inside them (``negate(f32[8] %a)``) or a ``%name`` not defined before is refused:
@@ -146,15 +184,18 @@ def _operands(text: str, start: int, known: dict[str, _Instruction], where: str,
     if depth:
         raise P2Error(f"{where}:{lineno}: an instruction whose operands go on past its line; p2smt reads one "
                       "instruction a line")
-    inside = text[start + 1:i]
+    inside = text[start + 1:i]  # the operand list (``_tail`` gives the attributes after it)
     nested = re.search(r"(?<![\w.\-%])([a-z][a-z0-9\-]*)\(", inside)
     if nested:
         raise P2Error(f"{where}:{lineno}: an operand written as an instruction ({nested.group(1)}(…)); p2smt reads "
                       "operands by name only")
-    unknown = next((t for t in re.findall(r"%([\w.\-]+)", inside) if t not in known), None)
+    # what is left once layouts and shapes (``f32[8]{0}``, ``(f32[8], s32[])``) are cut are operand names
+    names = re.sub(r"\b[a-z]+\d*\[[^\]]*\]", " ", re.sub(r"\{[^{}]*\}", " ", inside))
+    tokens = re.findall(r"%?([A-Za-z_][\w.\-]*)", names)
+    unknown = next((t for t in tokens if t not in known), None)
     if unknown is not None:
         raise P2Error(f"{where}:{lineno}: operand %{unknown} is not defined before it")
-    return [t for t in re.findall(r"%?([\w.\-]+)", inside) if t in known]
+    return [t for t in tokens if t in known]
 
 
 _TOKENS = re.compile(r'"(?:[^"\\]|\\.)*"|/\*.*?\*/|//[^\n]*', re.DOTALL)
@@ -201,10 +242,21 @@ def _computations(text: str, where: str) -> list[_Computation]:
         if current is None:
             raise P2Error(f"{where}:{lineno}: an instruction outside any computation")
         operands = _operands(line, m.end() - 1, known, where, lineno)
+        args, attrs = _split(line, m.end() - 1)
         ins = _Instruction(lineno, m.group("name"), op, operands, line, m.group("shape"),
-                           tuple(known[o].shape for o in operands), line.lstrip().startswith("ROOT"))
+                           tuple(known[o].shape for o in operands), line.lstrip().startswith("ROOT"), args, attrs)
         known[ins.name] = ins
         current.body.append(ins)
+    return out
+
+
+def _sdy_mesh_sizes(header: str) -> list[int]:
+    """The device count of each Shardy mesh the header's frontend attributes declare
+    (``#sdy.mesh<["node"=4, "gpu"=4]>``: 16), as JAX prints HLO before SPMD partitioning."""
+    out = []
+    for axes in re.findall(r"#sdy\.mesh<\[([^\]]*)\]", header):
+        sizes = [int(v) for v in re.findall(r'=\s*(\d+)', axes)]
+        out.append(prod(sizes) if sizes else 1)
     return out
 
 
@@ -214,12 +266,17 @@ def _is_collective(ins: _Instruction) -> bool:
 
 def parse_hlo_text(text: str, where: str = "<hlo>") -> HloProgram:
     """The reduction collectives of an HLO text module: the entry computation's, in program order."""
-    header = next((ln for ln in text.splitlines() if ln.startswith("HloModule")), None)
+    header = next((ln for ln in _lexed(text, where).splitlines() if ln.startswith("HloModule")), None)
     if header is None:
         raise P2Error(f"{where}: not an HLO text module (no 'HloModule' line)")
     name = header.split()[1].rstrip(",")
-    ints = {k: int(m.group(1)) for k in ("replica_count", "num_partitions")
-            if (m := re.search(rf"\b{k}=(\d+)", header))}
+    ints = {k: int(v) for k in ("replica_count", "num_partitions")
+            if (v := _attribute_token(header, k, f"{where}: HloModule: ")) and v.isdigit()}
+    if "num_partitions" not in ints and (meshes := _sdy_mesh_sizes(header)):  # HLO before partitioning
+        if len(set(meshes)) > 1:
+            raise P2Error(f"{where}: Shardy meshes of {sorted(set(meshes))} devices and no num_partitions: how many "
+                          "devices the module runs on is not known")
+        ints["num_partitions"] = meshes[0]
     space = DeviceSpace(ints.get("replica_count", 1), ints.get("num_partitions", 1))
     comps = _computations(text, where)
     by_name = {c.name: c for c in comps}
@@ -228,10 +285,13 @@ def parse_hlo_text(text: str, where: str = "<hlo>") -> HloProgram:
         raise P2Error(f"{where}: {len(entries)} ENTRY computations; an HLO module has one")
     chain, wrapped = Chain(where), set()
 
+    def here(ins: _Instruction) -> str:
+        return f"{where}:{ins.line}: {ins.op}: "
+
     def called(ins: _Instruction) -> _Computation | None:
         """The computation a fusion or an ``async-start`` runs (``calls=``), if the module has it."""
-        name = re.search(r"\bcalls=%?([\w.\-]+)", ins.text) if ins.op in ("fusion", "async-start") else None
-        return by_name.get(name.group(1)) if name else None
+        name = _attribute_token(ins.attrs, "calls", here(ins)) if ins.op in ("fusion", "async-start") else None
+        return by_name.get(name) if name else None
 
     def keeps(ins: _Instruction) -> bool:
         """Whether the op keeps every value and its position (a fusion: every op of its computation does)."""
@@ -246,12 +306,12 @@ def parse_hlo_text(text: str, where: str = "<hlo>") -> HloProgram:
 
     def collective(ins: _Instruction, operands: list[Value]) -> Value:
         """The collective's result: one per operand (a variadic collective runs a step on each buffer)."""
-        found = _hlo_collective(ins.text, ins.line, ins.op, where)
+        found = _hlo_collective(ins.attrs, ins.line, ins.op, where)
         if found.collective is not Collective.ALL_GATHER:
-            apply = re.search(r"\bto_apply=%?([\w.\-]+)", ins.text)
-            if apply is None or apply.group(1) not in by_name:
+            apply = _attribute_token(ins.attrs, "to_apply", here(ins))
+            if apply is None or apply not in by_name:
                 raise P2Error(f"{where}:{ins.line}: {ins.op} names no reduction computation (to_apply)")
-            comp = by_name[apply.group(1)]
+            comp = by_name[apply]
             require_sum((i.op for i in comp.body), f"to_apply=%{comp.name}", where, ins.line, ins.op)
             if not _adds_its_parameters(comp):
                 raise P2Error(f"{where}:{ins.line}: {ins.op} reduces with an add that is not of its two parameters "
@@ -267,17 +327,32 @@ def parse_hlo_text(text: str, where: str = "<hlo>") -> HloProgram:
         if other is not None:
             raise P2Error(f"{where}:{other.line}: {other.op} in the async computation %{wrapper.name} beside its "
                           "collective; p2smt reads async computations of parameters and one collective only")
-        index = {i.name: int(m.group(1)) for i in wrapper.body
-                 if i.op == "parameter" and (m := re.search(r"parameter\((\d+)\)", i.text))}
+        index = {i.name: int(i.args) for i in wrapper.body if i.op == "parameter" and i.args.strip().isdigit()}
         if any(index.get(o, len(operands)) >= len(operands) for o in inner.operands):
             raise P2Error(f"{where}:{ins.line}: {ins.op} does not pass what its collective reads")
         return [operands[index[o]] for o in inner.operands]
 
-    flows: dict[str, Value] = {}
-    for ins in entries[0].body:
-        if ins.op == "parameter":
-            flows[ins.name] = INPUT_FLOW
-            continue
+    inlined: set[str] = set()
+    budget = [MAX_RUN]
+
+    def run(comp: _Computation, args: list[Value], stack: tuple[str, ...]) -> Value:
+        """Run ``comp`` in line on its arguments' values (the entry's parameters are the module's input); its
+        root's value. A ``call`` runs its callee here, each time it is called."""
+        flows: dict[str, Value] = {}
+        for ins in comp.body:
+            budget[0] -= 1
+            if budget[0] < 0:
+                raise P2Error(f"{where}: more than {MAX_RUN:,} instructions once calls are expanded")
+            if ins.op == "parameter":
+                k = int(ins.args) if ins.args.strip().isdigit() else -1
+                flows[ins.name] = INPUT_FLOW if comp.entry else args[k] if 0 <= k < len(args) else UNTRACED_FLOW
+                continue
+            flows[ins.name] = step(ins, [flows[o] for o in ins.operands], stack)
+        root = next((ins for ins in comp.body if ins.root), comp.body[-1] if comp.body else None)
+        return flows[root.name] if root is not None else Flow()
+
+    def step(ins: _Instruction, operands: list[Value], stack: tuple[str, ...]) -> Value:
+        """The value of one instruction from its operands' values."""
         wrapper = called(ins) if ins.op == "async-start" else None
         inner = [i for i in wrapper.body if _is_collective(i)] if wrapper is not None else []
         if len(inner) > 1:
@@ -285,39 +360,44 @@ def parse_hlo_text(text: str, where: str = "<hlo>") -> HloProgram:
         if wrapper is not None:
             wrapped.add(wrapper.name)
         found = ins if _is_collective(ins) else inner[0] if inner else None  # a -done op is no collective
-        operands = [flows[o] for o in ins.operands]
         if found is not None:  # its operands meet only at the collective, which the chain checks
             if inner:
                 operands = wrapped_operands(ins, wrapper, inner[0], operands)
             result = collective(found, operands)
-            flows[ins.name] = _Started(result) if ins.op.endswith("-start") else result
-        elif ins.op in _DONE and len(operands) == 1 and isinstance(operands[0], _Started):
-            flows[ins.name] = operands[0] if ins.op == "async-update" else operands[0].result
-        elif ins.op == "tuple":
-            flows[ins.name] = tuple(operands)
-        elif ins.op == "get-tuple-element" and len(operands) == 1:
-            index = re.search(r"\bindex=(\d+)", ins.text)
+            return _Started(result) if ins.op.endswith("-start") else result
+        if ins.op == "call":
+            callee = _attribute_token(ins.attrs, "to_apply", here(ins))
+            if callee is None or callee not in by_name:
+                raise P2Error(f"{where}:{ins.line}: a call whose computation p2smt cannot find")
+            if callee in stack:
+                raise P2Error(f"{where}:{ins.line}: %{callee} calls itself; p2smt reads straight-line code")
+            inlined.add(callee)
+            return run(by_name[callee], operands, (*stack, callee))
+        if ins.op in _DONE and len(operands) == 1 and isinstance(operands[0], _Started):
+            return operands[0] if ins.op == "async-update" else operands[0].result
+        if ins.op == "tuple":
+            return tuple(operands)
+        if ins.op == "get-tuple-element" and len(operands) == 1:
+            index = _attribute_token(ins.attrs, "index", here(ins))
             whole = operands[0]
-            flows[ins.name] = whole[int(index.group(1))] if isinstance(whole, tuple) and index and \
-                int(index.group(1)) < len(whole) else _flat(whole)
-        elif ins.op in _PASSES and len(operands) == 1:  # a copy, a barrier: its operand's buffers as they are
-            flows[ins.name] = operands[0]
-        elif ins.op == "copy-start" and len(operands) == 1:  # (destination, source, context)
-            flows[ins.name] = (operands[0], operands[0], Flow())
-        elif ins.op == "copy-done" and len(operands) == 1:
+            return whole[int(index)] if isinstance(whole, tuple) and index and index.isdigit() and \
+                int(index) < len(whole) else _flat(whole)
+        if ins.op in _PASSES and len(operands) == 1:  # a copy, a barrier: its operand's buffers as they are
+            return operands[0]
+        if ins.op == "copy-start" and len(operands) == 1:  # (destination, source, context)
+            return operands[0], operands[0], Flow()
+        if ins.op == "copy-done" and len(operands) == 1:
             started = operands[0]
-            flows[ins.name] = started[0] if isinstance(started, tuple) and len(started) == 3 else _flat(started)
-        else:
-            flows[ins.name] = Flow.through(ins.op, (_flat(v) for v in operands), keeps(ins), reshapes(ins))
+            return started[0] if isinstance(started, tuple) and len(started) == 3 else _flat(started)
+        return Flow.through(ins.op, (_flat(v) for v in operands), keeps(ins), reshapes(ins))
+
+    output = run(entries[0], [], (entries[0].name,))
     for comp in comps:
         stray = [i for i in comp.body if _is_collective(i)]
-        if stray and not comp.entry and comp.name not in wrapped:
+        if stray and not comp.entry and comp.name not in wrapped and comp.name not in inlined:
             raise P2Error(f"{where}:{stray[0].line}: {stray[0].op} lies in computation %{comp.name}, not in the "
                           "entry computation; p2smt reads straight-line entry code only")
-    body = entries[0].body
-    root = next((ins for ins in body if ins.root), body[-1] if body else None)
-    return HloProgram(name, "hlo", space, chain.program([_flat(flows[root.name])] if root else []),
-                      len(chain.chains))
+    return HloProgram(name, "hlo", space, chain.program([_flat(output)]), len(chain.chains))
 
 
 def _adds_its_parameters(comp: _Computation) -> bool:
@@ -335,9 +415,9 @@ def _adds_its_parameters(comp: _Computation) -> bool:
     if root is None or root.op != "add" or len(root.operands) != 2:
         return False
     found = [source(o) for o in root.operands]
-    numbers = [re.search(r"\bparameter\((\d+)\)", i.text) if i is not None and i.op == "parameter" else None
+    numbers = [int(i.args) if i is not None and i.op == "parameter" and i.args.strip().isdigit() else -1
                for i in found]
-    return sorted(int(m.group(1)) if m else -1 for m in numbers) == [0, 1]
+    return sorted(numbers) == [0, 1]
 
 
 @dataclass(frozen=True)
@@ -351,6 +431,7 @@ class _Started:
 Value = Flow | tuple | _Started
 """What an HLO value is computed from: a flow, a tuple of values (a tuple, a variadic collective's results), or
 an async collective under way."""
+MAX_RUN = 1_000_000  # instructions run once calls are expanded: a bound on time for call trees that multiply
 _DONE = frozenset({"all-reduce-done", "all-gather-done", "reduce-scatter-done", "async-done", "async-update"})
 _PASSES = frozenset({"copy", "opt-barrier", "optimization-barrier"})
 """Ops whose result is their operand, tuple elements in place (a fusion may reorder them: it is read whole)."""

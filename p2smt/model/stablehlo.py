@@ -120,8 +120,10 @@ def _tree(text: str, where: str) -> tuple[list[_Statement], str, DeviceSpace]:
         clean = _STRING.sub('""', line).split("//", 1)[0]  # strings blanked first: a "//" in one is no comment
         quoted = quoted.split("//", 1)[0]
         stripped = clean.strip()
-        if stripped.startswith("^") and stack and not stack[-1][0].block:  # the block's arguments
-            stack[-1][0].block = _names(clean)  # ``^bb0(%a: tensor<f32> loc(…), %b: …):`` names only its arguments
+        if stripped.startswith("^"):  # a block: the region's first, with its arguments
+            if not stack or stack[-1][1] or stack[-1][0].block:
+                raise P2Error(f"{where}:{lineno}: a second block in a region; p2smt reads straight-line code")
+            stack[-1][0].block = _names(clean) or ["^"]  # ``^bb0(%a: tensor<f32> loc(…), %b: …):`` names them
         if not stripped or stripped.startswith("^"):  # a comment-only line is empty once cut
             continue
         opens, closes = clean.count("{"), clean.count("}")
@@ -163,8 +165,35 @@ def _tree(text: str, where: str) -> tuple[list[_Statement], str, DeviceSpace]:
                                                                      ints.get("num_partitions", 1))
 
 
+def _properties(text: str) -> str:
+    """A statement's text with what nested dictionaries hold left out: its own properties and attributes
+    (``<{…}>``, ``{…}``) stay, a key inside a value such as ``composite_attributes = {…}`` is no property."""
+    out, depth = [], 0
+    for ch in text:
+        if ch == "{":
+            depth += 1
+            if depth >= 2:
+                continue
+        elif ch == "}":
+            depth -= 1
+            if depth >= 1:
+                continue
+        elif depth >= 2:
+            continue
+        out.append(ch)
+    return "".join(out)
+
+
+def _key(name: str) -> str:
+    """A pattern for property ``name`` itself, not a longer name ending in it (``areplica_groups``, ``x.name``)."""
+    return rf"(?<![\w.$]){name}"
+
+
 def _dense_groups(attrs: str, lineno: int, where: str) -> tuple[Group, ...]:
-    m = re.search(r"replica_groups\s*=\s*dense<([^>]*)>\s*:\s*tensor<(\d+)x(\d+)xi64>", attrs)
+    found = re.findall(_key("replica_groups") + r"\s*=", attrs)
+    if len(found) > 1:
+        raise P2Error(f"{where}:{lineno}: replica_groups given twice")
+    m = re.search(_key("replica_groups") + r"\s*=\s*dense<([^>]*)>\s*:\s*tensor<(\d+)x(\d+)xi64>", attrs)
     if m is None:
         raise P2Error(f"{where}:{lineno}: replica_groups not in the dense<…> : tensor<GxSxi64> form")
     body, g, s = m.group(1).strip(), int(m.group(2)), int(m.group(3))
@@ -175,11 +204,12 @@ def _dense_groups(attrs: str, lineno: int, where: str) -> tuple[Group, ...]:
 
 
 def _collective(stmt: _Statement, where: str) -> HloCollective:
-    text = stmt.text
-    handle = re.search(r"channel_handle\s*=\s*#(?:stablehlo|mhlo)\.channel_handle<handle\s*=\s*(\d+)", text)
+    text = _properties(stmt.text)
+    handle = re.search(_key("channel_handle") + r"\s*=\s*#(?:stablehlo|mhlo)\.channel_handle<handle\s*=\s*(\d+)",
+                       text)
     mode = GroupMode.of(handle is not None and int(handle.group(1)) > 0,
-                        bool(re.search(r"\buse_global_device_ids\b", text)))
-    dim = re.search(r"\b(?:scatter_dimension|all_gather_dim)\s*=\s*(\d+)", text)
+                        bool(re.search(_key("use_global_device_ids") + r"(?![\w.$])", text)))
+    dim = re.search(_key("(?:scatter_dimension|all_gather_dim)") + r"\s*=\s*(\d+)", text)
     collective = _REDUCTIONS[stmt.kind]
     if collective is not Collective.ALL_GATHER:
         ops = [s.kind for region in stmt.regions for s in region]
@@ -221,11 +251,15 @@ def _symbol(stmt: _Statement) -> str | None:
     return m.group(1) if m else None
 
 
-def _functions(top: list[_Statement]) -> dict[str, _Statement]:
+def _functions(top: list[_Statement], where: str, inside: bool = False) -> dict[str, _Statement]:
+    """The functions of the module by name; a module inside the module is refused (which ``@main`` runs, and
+    which functions a call sees, would be guessed)."""
     out = {}
     for stmt in top:
         if stmt.op == "module":
-            out |= _functions([s for region in stmt.regions for s in region])
+            if inside:
+                raise P2Error(f"{where}:{stmt.line}: a module inside the module; p2smt reads one module")
+            out |= _functions([s for region in stmt.regions for s in region], where, True)
         elif stmt.op == "func.func" and (name := _symbol(stmt)):
             out[name] = stmt
     return out
@@ -268,7 +302,7 @@ def _keeps(stmt: _Statement) -> bool:
 def _callee(stmt: _Statement, where: str) -> str | None:
     """The function a call runs, or a composite's decomposition (what XLA runs for it)."""
     if stmt.kind == "composite":
-        m = re.search(r"\bdecomposition\s*=\s*@([\w.\-$]+)", stmt.text)
+        m = re.search(_key("decomposition") + r"\s*=\s*@([\w.\-$]+)", _properties(stmt.text))
         if m is None:
             raise P2Error(f"{where}:{stmt.line}: a composite whose decomposition p2smt cannot read")
         return m.group(1)
@@ -283,7 +317,7 @@ def _callee(stmt: _Statement, where: str) -> str | None:
 def parse_stablehlo(text: str, where: str = "<stablehlo>") -> HloProgram:
     """The reduction collectives of a StableHLO module, run from ``@main`` as straight-line code."""
     top, name, space = _tree(text, where)
-    funcs = _functions(top)
+    funcs = _functions(top, where)
     if not funcs:
         raise P2Error(f"{where}: no func.func in the module")
     public = [n for n, f in funcs.items() if re.search(r"func\.func\s+public\b", f.text)]

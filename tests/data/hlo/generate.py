@@ -162,6 +162,8 @@ def main(out: Path) -> None:
         write(out, name, jax.jit(f).lower(x))
         if name == "blueconnect":  # with locations: ``loc(…)`` trailers, ``#loc`` aliases, in block arguments too
             (out / f"{name}-debug.mlir").write_text(jax.jit(f).lower(x).as_text(debug_info=True))
+        if name in ("blueconnect", "pytree-psum"):  # HLO before partitioning: the body a call, no num_partitions
+            (out / f"{name}-unpartitioned.hlo").write_text(jax.jit(f).lower(x).as_text(dialect="hlo"))
     cube = jax.device_put(jnp.zeros((4, 4, 16), jnp.float32), NamedSharding(mesh, P("node", "gpu")))
     for name, axis, keep in (("sum-gpu", 1, P("node")), ("sum-node", 0, P("gpu"))):
         f = jax.jit(lambda c, a=axis: jnp.sum(c, axis=a), out_shardings=NamedSharding(mesh, keep))
