@@ -258,6 +258,9 @@ def test_values_the_readers_cannot_trace_are_refused_not_taken_for_input():
     dollar = mlir.replace(second, '%v$1 = stablehlo.reshape %1 : (tensor<16xf32>) -> tensor<16xf32>\n'
                                   '      %2 = "stablehlo.all_reduce"(%v$1)')
     assert len(parse_module(dollar).collectives) == 2  # MLIR names may hold '$'
+    # a value named like a property is no property: without the flag, the groups are not global ids
+    named = mlir.replace("%arg1", "%use_global_device_ids").replace("use_global_device_ids}>", "}>")
+    assert {c.mode.value for c in parse_module(named).collectives} == {"cross_replica_and_partition"}
     with pytest.raises(P2Error, match=":10: a statement p2smt cannot read"):
         parse_module(mlir.replace(second, '%v = (%1)\n      %2 = "stablehlo.all_reduce"(%v)'))
     # an optimization barrier over both buffers between the steps gives each its own operand back

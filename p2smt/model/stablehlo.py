@@ -185,8 +185,9 @@ def _properties(text: str) -> str:
 
 
 def _key(name: str) -> str:
-    """A pattern for property ``name`` itself, not a longer name ending in it (``areplica_groups``, ``x.name``)."""
-    return rf"(?<![\w.$]){name}"
+    """A pattern for property ``name`` itself, not a longer name ending in it (``areplica_groups``, ``x.name``)
+    nor a value so named (``%use_global_device_ids``)."""
+    return rf"(?<![\w.$%]){name}"
 
 
 def _dense_groups(attrs: str, lineno: int, where: str) -> tuple[Group, ...]:
