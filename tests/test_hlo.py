@@ -248,6 +248,8 @@ def test_values_the_readers_cannot_trace_are_refused_not_taken_for_input():
     text = module("  %a = f32[8]{0} all-reduce(%p), replica_groups={{0,1},{2,3}}, to_apply=%add\n"
                   "  %n = f32[8]{0} copy(f32[8]{0} %a)\n"
                   "  ROOT %b = f32[8]{0} all-reduce(%n), replica_groups={{0,2},{1,3}}, to_apply=%add")
+    literals = text.replace("  %n = ", "  %k = pred[] constant(false)\n  %m = f32[] constant(-inf)\n  %n = ")
+    assert len(parse_hlo_text(literals).collectives) == 2  # a constant's literal names no operand
     with pytest.raises(P2Error, match="<hlo>:10: a line p2smt cannot read as an instruction"):
         parse_hlo_text(text.replace("copy(f32[8]{0} %a)", "copy f32[8]{0} %a"))
     mlir = (HLO / "two-allreduce.mlir").read_text()
@@ -297,6 +299,7 @@ HANDWRITTEN = {
     "decoy-decomposition-in-attributes.mlir": "through negate, which changes values",
     "unreachable-block.mlir": "a second block in a region",
     "nested-module-main.mlir": "a module inside the module",
+    "while-runs-a-called-collective.hlo": "while runs %wbody, which runs a collective",
 }
 """Modules written by hand (XLA parses them) that a second review found PROVED while wrong: a combiner adding one
 argument twice, an async computation computing beside its collective, a use before its definition, an operand

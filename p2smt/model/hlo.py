@@ -241,7 +241,8 @@ def _computations(text: str, where: str) -> list[_Computation]:
             raise _unsupported(op, lineno, where)
         if current is None:
             raise P2Error(f"{where}:{lineno}: an instruction outside any computation")
-        operands = _operands(line, m.end() - 1, known, where, lineno)
+        # a constant's or a parameter's parentheses hold a literal (``constant(-inf)``, ``parameter(0)``)
+        operands = [] if op in _LITERALS else _operands(line, m.end() - 1, known, where, lineno)
         args, attrs = _split(line, m.end() - 1)
         ins = _Instruction(lineno, m.group("name"), op, operands, line, m.group("shape"),
                            tuple(known[o].shape for o in operands), line.lstrip().startswith("ROOT"), args, attrs)
@@ -397,7 +398,38 @@ def parse_hlo_text(text: str, where: str = "<hlo>") -> HloProgram:
         if stray and not comp.entry and comp.name not in wrapped and comp.name not in inlined:
             raise P2Error(f"{where}:{stray[0].line}: {stray[0].op} lies in computation %{comp.name}, not in the "
                           "entry computation; p2smt reads straight-line entry code only")
+    _follows_every_collective(comps, by_name, {entries[0].name} | inlined | wrapped, where)
     return HloProgram(name, "hlo", space, chain.program([_flat(output)]), len(chain.chains))
+
+
+def _follows_every_collective(comps: list[_Computation], by_name: dict[str, _Computation], ran: set[str],
+                              where: str) -> None:
+    """Refuse a computation that runs a collective, also through the computations it names, when a computation
+    the reader ran names it other than as a ``call`` or an ``async-start`` it ran in line (a while body, a
+    branch, a fusion's): how often that collective runs is not in the text."""
+    holds: dict[str, bool] = {}
+
+    def named(ins: _Instruction) -> list[str]:
+        # values only: a name after '=', '{' or ',' that no '=' follows (``body=%b``, not the key ``body``)
+        return [t for t in re.findall(r"[={,]\s*%?([\w.\-]+)(?![\w.\-])(?!\s*=)", ins.attrs) if t in by_name]
+
+    def collective_in(name: str) -> bool:
+        if name not in holds:
+            holds[name] = False  # a cycle adds nothing
+            comp = by_name[name]
+            holds[name] = any(_is_collective(i) or any(collective_in(n) for n in named(i)) for i in comp.body)
+        return holds[name]
+
+    for comp in comps:
+        if comp.name not in ran:
+            continue
+        for ins in comp.body:
+            inline = _attribute_token(ins.attrs, "to_apply" if ins.op == "call" else "calls") \
+                if ins.op in ("call", "async-start") else None
+            for ref in named(ins):
+                if ref != inline and collective_in(ref):
+                    raise P2Error(f"{where}:{ins.line}: {ins.op} runs %{ref}, which runs a collective, in a way "
+                                  "p2smt does not follow; it reads straight-line code only (calls run in line)")
 
 
 def _adds_its_parameters(comp: _Computation) -> bool:
@@ -431,6 +463,7 @@ class _Started:
 Value = Flow | tuple | _Started
 """What an HLO value is computed from: a flow, a tuple of values (a tuple, a variadic collective's results), or
 an async collective under way."""
+_LITERALS = frozenset({"constant", "parameter"})
 MAX_RUN = 1_000_000  # instructions run once calls are expanded: a bound on time for call trees that multiply
 _DONE = frozenset({"all-reduce-done", "all-gather-done", "reduce-scatter-done", "async-done", "async-update"})
 _PASSES = frozenset({"copy", "opt-barrier", "optimization-barrier"})
