@@ -46,7 +46,6 @@ them (a constant or an iota brings no contribution). Not ``convert`` (a narrower
 keeps positions along dimension 0 only, which ``Chain`` checks."""
 _OTHERS = ("collective-permute", "all-to-all", "ragged-all-to-all", "collective-broadcast", "send", "recv")
 _HLO_OP = re.compile(r"^\s*(?:ROOT\s+)?%?(?P<name>[\w.\-]+)\s*=\s*(?P<shape>.+?)\s+(?P<op>[a-z][a-z0-9\-]*)\(")
-_DEFINES = re.compile(r"^\s*(?:ROOT\s+)?%?[\w.\-]+\s*=")
 _COMPUTATION = re.compile(r"^\s*(?P<entry>ENTRY\s+)?%?(?P<name>[\w.\-]+)\s*(?:\(.*\)\s*->\s*.*)?\{\s*$")
 
 
@@ -100,7 +99,7 @@ def _hlo_attribute(attrs: str, key: str) -> str | None:
 
 
 def _hlo_collective(attrs: str, lineno: int, op: str, where: str) -> HloCollective:
-    """One collective from its line (strings already blanked)."""
+    """One collective from its attributes (the line after its operand list, lexed)."""
     base = op.removesuffix("-start")
     try:
         groups_text = _hlo_attribute(attrs, "replica_groups")
@@ -162,29 +161,21 @@ class _Computation:
     body: list[_Instruction] = field(default_factory=list)
 
 
-def _split(text: str, start: int) -> tuple[str, str]:
-    """(what the parentheses opened at ``start`` hold, the text after them); ``_operands`` checked they close."""
+def _split(text: str, start: int) -> tuple[str, str] | None:
+    """(what the parentheses opened at ``start`` hold, the text after them: the attributes), or None when
+    they do not close on the line."""
     depth = 0
     for i in range(start, len(text)):
         depth += {"(": 1, ")": -1}.get(text[i], 0)
         if depth == 0:
             return text[start + 1:i], text[i + 1:]
-    return text[start + 1:], ""
+    return None
 
 
-def _operands(text: str, start: int, known: dict[str, _Instruction], where: str, lineno: int) -> list[str]:
-    """The names of earlier instructions among the operands in the parentheses opened at ``start``; an
-    instruction written inside them (``negate(f32[8] %a)``) or a ``%name`` not defined before is refused:
-    the value it stands for would go untraced."""
-    depth, i = 0, start
-    for i in range(start, len(text)):
-        depth += {"(": 1, ")": -1}.get(text[i], 0)
-        if depth == 0:
-            break
-    if depth:
-        raise P2Error(f"{where}:{lineno}: an instruction whose operands go on past its line; p2smt reads one "
-                      "instruction a line")
-    inside = text[start + 1:i]  # the operand list (``_tail`` gives the attributes after it)
+def _operands(inside: str, known: dict[str, _Instruction], where: str, lineno: int) -> list[str]:
+    """The names of earlier instructions in an operand list; an instruction written inside it
+    (``negate(f32[8] %a)``) or a ``%name`` not defined before is refused: the value it stands for would go
+    untraced."""
     nested = re.search(r"(?<![\w.\-%])([a-z][a-z0-9\-]*)\(", inside)
     if nested:
         raise P2Error(f"{where}:{lineno}: an operand written as an instruction ({nested.group(1)}(…)); p2smt reads "
@@ -216,12 +207,12 @@ def _lexed(text: str, where: str) -> str:
     return out
 
 
-def _computations(text: str, where: str) -> list[_Computation]:
-    """Every computation with its instructions (their operands among the computation's own)."""
+def _computations(lexed: str, where: str) -> list[_Computation]:
+    """Every computation of the lexed text with its instructions (their operands among the computation's own)."""
     out: list[_Computation] = []
     current: _Computation | None = None
     known: dict[str, _Instruction] = {}
-    for lineno, line in enumerate(_lexed(text, where).splitlines(), start=1):
+    for lineno, line in enumerate(lexed.splitlines(), start=1):
         comp = _COMPUTATION.match(line)
         if comp and "=" not in line.split("{")[0]:
             current = _Computation(comp.group("name"), bool(comp.group("entry")))
@@ -241,9 +232,13 @@ def _computations(text: str, where: str) -> list[_Computation]:
             raise _unsupported(op, lineno, where)
         if current is None:
             raise P2Error(f"{where}:{lineno}: an instruction outside any computation")
+        split = _split(line, m.end() - 1)
+        if split is None and op not in _LITERALS:
+            raise P2Error(f"{where}:{lineno}: an instruction whose operands go on past its line; p2smt reads one "
+                          "instruction a line")
+        args, attrs = split or (line[m.end():], "")
         # a constant's or a parameter's parentheses hold a literal (``constant(-inf)``, ``parameter(0)``)
-        operands = [] if op in _LITERALS else _operands(line, m.end() - 1, known, where, lineno)
-        args, attrs = _split(line, m.end() - 1)
+        operands = [] if op in _LITERALS else _operands(args, known, where, lineno)
         ins = _Instruction(lineno, m.group("name"), op, operands, line, m.group("shape"),
                            tuple(known[o].shape for o in operands), line.lstrip().startswith("ROOT"), args, attrs)
         known[ins.name] = ins
@@ -267,7 +262,8 @@ def _is_collective(ins: _Instruction) -> bool:
 
 def parse_hlo_text(text: str, where: str = "<hlo>") -> HloProgram:
     """The reduction collectives of an HLO text module: the entry computation's, in program order."""
-    header = next((ln for ln in _lexed(text, where).splitlines() if ln.startswith("HloModule")), None)
+    lexed = _lexed(text, where)
+    header = next((ln for ln in lexed.splitlines() if ln.startswith("HloModule")), None)
     if header is None:
         raise P2Error(f"{where}: not an HLO text module (no 'HloModule' line)")
     name = header.split()[1].rstrip(",")
@@ -279,7 +275,7 @@ def parse_hlo_text(text: str, where: str = "<hlo>") -> HloProgram:
                           "devices the module runs on is not known")
         ints["num_partitions"] = meshes[0]
     space = DeviceSpace(ints.get("replica_count", 1), ints.get("num_partitions", 1))
-    comps = _computations(text, where)
+    comps = _computations(lexed, where)
     by_name = {c.name: c for c in comps}
     entries = [c for c in comps if c.entry]
     if len(entries) != 1:

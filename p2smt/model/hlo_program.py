@@ -111,7 +111,7 @@ class Chain:
         self.collectives: list[HloCollective] = []  # every collective, in program order
         self.chains: list[list[int]] = []  # the indices of each chain's collectives
         self._chain_of: list[int] = []
-        self.reshaped_at: list[HloCollective | None] = []  # per chain: the first that read through a reshape
+        self.reshaped_at: HloCollective | None = None  # the first collective that read through a reshape
         self.off_zero: HloCollective | None = None  # the first working along a dimension other than 0
 
     def add(self, found: HloCollective, flow: Flow) -> Flow:
@@ -125,7 +125,6 @@ class Chain:
         if not read:  # the input (or constants) only: a new chain
             chain = len(self.chains)
             self.chains.append([])
-            self.reshaped_at.append(None)
         else:
             prev = self.collectives[read[0]]
             after = f"the {prev.op} at line {prev.line}"
@@ -147,15 +146,14 @@ class Chain:
             if flow.op is not None:
                 raise P2Error(f"{here} reads the result of {after} through {flow.op}, which changes values or "
                               "their positions: p2smt verifies collectives applied one after another to one buffer")
-            if flow.reshaped and self.reshaped_at[chain] is None:
-                self.reshaped_at[chain] = found
+            if flow.reshaped and self.reshaped_at is None:
+                self.reshaped_at = found
         self.collectives.append(found)
         self._chain_of.append(chain)
         self.chains[chain].append(index)
         if self.off_zero is None and found.dimension not in (None, 0):
             self.off_zero = found
-        reshaped = next((r for r in self.reshaped_at if r is not None), None)
-        off = self.off_zero
+        reshaped, off = self.reshaped_at, self.off_zero
         if off is not None and reshaped is not None:
             raise P2Error(f"{self.where}:{reshaped.line}: {reshaped.op} reads its predecessor's "
                           f"result through a reshape, and the {off.op} at line {off.line} works along dimension "
