@@ -12,8 +12,8 @@ import pytest
 
 from p2smt.cli.main import main
 from p2smt.errors import P2Error
+from p2smt.frontend.hlo import hlo_plan, parse_hlo_text, parse_module
 from p2smt.model.collectives import Collective
-from p2smt.model.hlo import hlo_plan, parse_hlo_text, parse_module
 
 HLO = Path(__file__).parent / "data" / "hlo"
 SYSTEM = ["--system", "a100-4x16", "--level", "gpu=4"]

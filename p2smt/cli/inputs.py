@@ -75,8 +75,8 @@ def plan_from_args(args: argparse.Namespace, h, num_devices: int):
 def hlo_plan(args: argparse.Namespace, num_devices: int):
     """The explicit plan of an HLO/StableHLO file, XLA ids mapped through --device-order (default: identity),
     and the number of buffers the module runs it on."""
-    from p2smt.model.hlo import hlo_plan as plan_of
-    from p2smt.model.hlo import parse_module, read_device_order
+    from p2smt.frontend.hlo import hlo_plan as plan_of
+    from p2smt.frontend.hlo import parse_module, read_device_order
 
     text = read_text(Path(args.hlo))
     order = read_device_order(args.device_order) if args.device_order else None

@@ -16,8 +16,7 @@ import re
 from dataclasses import dataclass, field
 
 from p2smt.errors import P2Error
-from p2smt.model.collectives import Collective, Group
-from p2smt.model.hlo_program import (
+from p2smt.frontend.hlo_program import (
     INPUT_FLOW,
     UNTRACED_FLOW,
     Chain,
@@ -25,10 +24,14 @@ from p2smt.model.hlo_program import (
     HloCollective,
     HloProgram,
     require_sum,
+    unsupported,
 )
+from p2smt.frontend.reading import ModuleReading, ReadCollective
+from p2smt.frontend.sdy_text import sdy_meshes
+from p2smt.model.collectives import Collective, Group
 from p2smt.model.replica_groups import DeviceSpace, GroupMode
 
-__all__ = ["parse_stablehlo"]
+__all__ = ["parse_stablehlo", "read_stablehlo"]
 
 _STRING = re.compile(r'"(?:[^"\\]|\\.)*"')
 _SYMBOL = re.compile(r'@"((?:[^"\\]|\\.)*)"')
@@ -52,6 +55,7 @@ class _Statement:
     regions: list[list[_Statement]] = field(default_factory=list)
     args: list[str] = field(default_factory=list)  # the arguments its (first) region declares
     block: list[str] = field(default_factory=list)  # the arguments of its region's block (``^bb0(%a, %b)``)
+    tail: str = ""  # the line that closes its last region (``}) : (tensor<8xf32>) -> tensor<8xf32>``)
 
     @property
     def kind(self) -> str:
@@ -131,6 +135,7 @@ def _tree(text: str, where: str) -> tuple[list[_Statement], str, DeviceSpace]:
             if not stack:
                 raise P2Error(f"{where}:{lineno}: '}}' closes no region")
             owner, body = close_region()
+            owner.tail = clean
             if opens > closes - 1:
                 body = open_region(owner)
             continue
@@ -202,6 +207,39 @@ def _dense_groups(attrs: str, lineno: int, where: str) -> tuple[Group, ...]:
         return ()
     rows = json.loads(body) if body.startswith("[") else [[int(body)] * s for _ in range(g)]
     return tuple(tuple(int(d) for d in r if d >= 0) for r in rows)
+
+
+def _tensor(text: str) -> tuple[str, tuple[int, ...]]:
+    """``8x16xf32`` (what ``tensor<…>`` holds, an encoding after a comma left out): (element type, shape)."""
+    rest, dims = text.split(",")[0].strip(), []
+    while (cut := rest.partition("x"))[1] and cut[0].isdigit():
+        dims.append(int(cut[0]))
+        rest = cut[2]
+    return rest, tuple(dims)
+
+
+def _types(signature: str) -> list[tuple[str, tuple[int, ...]]]:
+    """Every ``tensor<…>`` of a type signature, in order."""
+    out, at = [], signature.find("tensor<")
+    while at >= 0:
+        depth, end = 0, at + len("tensor")
+        for end in range(at + len("tensor"), len(signature)):
+            depth += {"<": 1, ">": -1}.get(signature[end], 0)
+            if depth == 0:
+                break
+        out.append(_tensor(signature[at + len("tensor<"):end]))
+        at = signature.find("tensor<", end)
+    return out
+
+
+def _sized(found: HloCollective, stmt: _Statement, where: str) -> ReadCollective:
+    """``found`` with its operand's and its result's sizes, from the op's type signature."""
+    signature = (stmt.tail or stmt.text).rsplit(" : ", 1)[-1]
+    operands, _, results = signature.partition("->")
+    ins, outs = _types(operands), _types(results)
+    if not ins or not outs:
+        raise P2Error(f"{where}:{stmt.line}: {stmt.kind} whose operand and result types p2smt cannot read")
+    return ReadCollective.of(found, ins[0], outs[0], where)
 
 
 def _collective(stmt: _Statement, where: str) -> HloCollective:
@@ -317,6 +355,11 @@ def _callee(stmt: _Statement, where: str) -> str | None:
 
 def parse_stablehlo(text: str, where: str = "<stablehlo>") -> HloProgram:
     """The reduction collectives of a StableHLO module, run from ``@main`` as straight-line code."""
+    return read_stablehlo(text, where).program()
+
+
+def read_stablehlo(text: str, where: str = "<stablehlo>", split: bool = False) -> ModuleReading:
+    """A StableHLO module run from ``@main``: read to verify (``split`` False) or split into chains."""
     top, name, space = _tree(text, where)
     funcs = _functions(top, where)
     if not funcs:
@@ -326,16 +369,15 @@ def parse_stablehlo(text: str, where: str = "<stablehlo>") -> HloProgram:
         else None
     if entry is None:
         raise P2Error(f"{where}: no @main and {len(public)} public functions: which one runs is not known")
-    chain = Chain(where)
+    chain = Chain(where, split)
     holds: dict[str, _Statement | None] = {}  # function -> its first collective, through calls (None: none)
     memo: dict[tuple[str, tuple[Flow, ...]], list[Flow]] = {}  # calls of functions without collectives
 
     def first_collective(stmts: list[_Statement], seen: tuple[str, ...]) -> _Statement | None:
         for s in stmts:
-            if s.kind in _OTHERS:
-                raise P2Error(f"{where}:{s.line}: {s.kind} is not a reduction collective; p2smt does not support it "
-                              "(only all_reduce, reduce_scatter and all_gather)")
-            if s.kind in _REDUCTIONS:
+            if s.kind in _OTHERS and not split:
+                raise unsupported(s.kind, s.line, where)
+            if s.kind in _REDUCTIONS or s.kind in _OTHERS:
                 return s
             callee = _callee(s, where)
             if callee is not None and callee in funcs and callee not in seen and \
@@ -381,7 +423,7 @@ def parse_stablehlo(text: str, where: str = "<stablehlo>") -> HloProgram:
                     if sym in funcs and (held := holding(sym, stack)) is not None:
                         raise P2Error(f"{where}:{s.line}: {s.op} names @{sym}, which runs the {held.kind} at line "
                                       f"{held.line}, in a way p2smt does not follow (only calls and composites)")
-            if s.kind in _OTHERS:
+            if s.kind in _OTHERS and not split:
                 first_collective([s], stack)  # raises naming it
             if s.op in ("return", "func.return", "sdy.return"):
                 returned = flows
@@ -389,7 +431,11 @@ def parse_stablehlo(text: str, where: str = "<stablehlo>") -> HloProgram:
             if s.kind in _REDUCTIONS:
                 if len(chain.collectives) >= MAX_STEPS:
                     raise P2Error(f"{where}: more than {MAX_STEPS:,} collectives once calls are expanded")
-                results = [chain.add(_collective(s, where), Flow.through(s.kind, flows, True))]
+                found = _collective(s, where)
+                results = [chain.add(_sized(found, s, where) if split else ReadCollective.of(found),
+                                     Flow.through(s.kind, flows, True))]
+            elif s.kind in _OTHERS:  # read split: recorded, what it gives is its own
+                results = [chain.communicate(s.line, s.kind, Flow.through(s.kind, flows, True))]
             elif callee is not None:
                 results = call(s, callee, flows, stack)
             elif s.regions and s.op in _IN_LINE:
@@ -414,4 +460,4 @@ def parse_stablehlo(text: str, where: str = "<stablehlo>") -> HloProgram:
         return returned
 
     outputs = run(_body(funcs[entry]), _bind(_params(funcs[entry]), [], INPUT_FLOW), (entry,))
-    return HloProgram(name, "stablehlo", space, chain.program(outputs), len(chain.chains))
+    return ModuleReading.of(name, "stablehlo", space, sdy_meshes(text, where) if split else (), chain, outputs)

@@ -20,8 +20,7 @@ from math import prod
 from pathlib import Path
 
 from p2smt.errors import P2Error
-from p2smt.model.collectives import Collective, ExplicitPlan, ExplicitStep
-from p2smt.model.hlo_program import (
+from p2smt.frontend.hlo_program import (
     INPUT_FLOW,
     UNTRACED_FLOW,
     Chain,
@@ -29,11 +28,16 @@ from p2smt.model.hlo_program import (
     HloCollective,
     HloProgram,
     require_sum,
+    unsupported,
 )
+from p2smt.frontend.reading import ModuleReading, ReadCollective
+from p2smt.frontend.sdy_text import sdy_meshes
+from p2smt.frontend.stablehlo import read_stablehlo
+from p2smt.model.collectives import Collective, ExplicitPlan, ExplicitStep
 from p2smt.model.replica_groups import DeviceSpace, GroupMode, global_groups, normalize, parse_groups_text
-from p2smt.model.stablehlo import parse_stablehlo
 
-__all__ = ["HloCollective", "HloProgram", "hlo_plan", "parse_hlo_text", "parse_module", "read_device_order"]
+__all__ = ["HloCollective", "HloProgram", "ModuleReading", "hlo_plan", "parse_hlo_text", "parse_module",
+           "read_device_order", "read_hlo_text", "read_module"]
 
 _REDUCTIONS = {"all-reduce": Collective.ALL_REDUCE, "reduce-scatter": Collective.REDUCE_SCATTER,
                "all-gather": Collective.ALL_GATHER}
@@ -112,11 +116,6 @@ def _hlo_collective(attrs: str, lineno: int, op: str, where: str) -> HloCollecti
     dims = _hlo_attribute(attrs, "dimensions")
     dim = int(dims.strip("{}").split(",")[0]) if dims and base != "all-reduce" else None
     return HloCollective(lineno, op, _REDUCTIONS[base], groups, mode, dim)
-
-
-def _unsupported(op: str, lineno: int, where: str) -> P2Error:
-    return P2Error(f"{where}:{lineno}: {op} is not a reduction collective; p2smt does not support it "
-                   "(only all-reduce, reduce-scatter and all-gather)")
 
 
 @dataclass
@@ -207,8 +206,9 @@ def _lexed(text: str, where: str) -> str:
     return out
 
 
-def _computations(lexed: str, where: str) -> list[_Computation]:
-    """Every computation of the lexed text with its instructions (their operands among the computation's own)."""
+def _computations(lexed: str, where: str, split: bool = False) -> list[_Computation]:
+    """Every computation of the lexed text with its instructions (their operands among the computation's own);
+    a communication op that is not a reduction is refused unless the reading is ``split``."""
     out: list[_Computation] = []
     current: _Computation | None = None
     known: dict[str, _Instruction] = {}
@@ -228,8 +228,8 @@ def _computations(lexed: str, where: str) -> list[_Computation]:
                 raise P2Error(f"{where}:{lineno}: a line p2smt cannot read as an instruction")
             continue
         op = m.group("op")
-        if op.removesuffix("-start").removesuffix("-done") in _OTHERS:
-            raise _unsupported(op, lineno, where)
+        if _opaque(op) and not split:
+            raise unsupported(op, lineno, where)
         if current is None:
             raise P2Error(f"{where}:{lineno}: an instruction outside any computation")
         split = _split(line, m.end() - 1)
@@ -260,8 +260,43 @@ def _is_collective(ins: _Instruction) -> bool:
     return ins.op.removesuffix("-start") in _REDUCTIONS
 
 
+def _opaque(op: str) -> bool:
+    """Whether ``op`` communicates but is no reduction (a collective-permute, an all-to-all, …)."""
+    return op.removesuffix("-start").removesuffix("-done") in _OTHERS
+
+
+def _communicates(ins: _Instruction) -> bool:
+    return _is_collective(ins) or _opaque(ins.op)
+
+
+_LEAF = re.compile(r"\b(?P<type>[a-z][a-z0-9]*)\[(?P<dims>[^\]]*)\]")
+
+
+def _leaves(shape: str) -> list[tuple[str, tuple[int, ...]]]:
+    """The arrays of an HLO shape, in order (``(f32[8]{0}, bf16[2,4])``); a bounded dynamic dim at its bound."""
+    return [(m.group("type"), tuple(int(d.strip().removeprefix("<=")) for d in m.group("dims").split(",")
+                                    if d.strip())) for m in _LEAF.finditer(shape)]
+
+
+def _sized(found: HloCollective, ins: _Instruction, k: int, buffers: int, where: str) -> ReadCollective:
+    """``found`` on its ``k``-th of ``buffers`` buffers, with the operand's and the result's sizes (an async
+    start's shape holds its operands before its results)."""
+    operand = (_leaves(ins.operand_shapes[k]) if k < len(ins.operand_shapes) else []) or [None]
+    results = _leaves(ins.shape)
+    if ins.op.endswith("-start") and len(results) == 2 * buffers:
+        results = results[buffers:]
+    result = results[k] if len(results) == buffers else results[-1] if results else operand[0]
+    return ReadCollective.of(found, operand[0] or result, result, where)
+
+
 def parse_hlo_text(text: str, where: str = "<hlo>") -> HloProgram:
     """The reduction collectives of an HLO text module: the entry computation's, in program order."""
+    return read_hlo_text(text, where).program()
+
+
+def read_hlo_text(text: str, where: str = "<hlo>", split: bool = False) -> ModuleReading:
+    """An HLO text module read from its entry computation: to verify (``split`` False: one reduction program,
+    refused where it is not) or split into chains (``reading.py``)."""
     lexed = _lexed(text, where)
     header = next((ln for ln in lexed.splitlines() if ln.startswith("HloModule")), None)
     if header is None:
@@ -275,12 +310,12 @@ def parse_hlo_text(text: str, where: str = "<hlo>") -> HloProgram:
                           "devices the module runs on is not known")
         ints["num_partitions"] = meshes[0]
     space = DeviceSpace(ints.get("replica_count", 1), ints.get("num_partitions", 1))
-    comps = _computations(lexed, where)
+    comps = _computations(lexed, where, split)
     by_name = {c.name: c for c in comps}
     entries = [c for c in comps if c.entry]
     if len(entries) != 1:
         raise P2Error(f"{where}: {len(entries)} ENTRY computations; an HLO module has one")
-    chain, wrapped = Chain(where), set()
+    chain, wrapped = Chain(where, split), set()
 
     def here(ins: _Instruction) -> str:
         return f"{where}:{ins.line}: {ins.op}: "
@@ -313,7 +348,10 @@ def parse_hlo_text(text: str, where: str = "<hlo>") -> HloProgram:
             if not _adds_its_parameters(comp):
                 raise P2Error(f"{where}:{ins.line}: {ins.op} reduces with an add that is not of its two parameters "
                               f"(to_apply=%{comp.name}); p2smt proves sums only")
-        results = tuple(chain.add(found, _flat(v)) for v in operands) or (chain.add(found, Flow()),)
+        count = max(len(operands), 1)
+        sized = (lambda k: _sized(found, ins, k, count, where)) if split else (lambda k: ReadCollective.of(found))
+        results = tuple(chain.add(sized(k), _flat(v)) for k, v in enumerate(operands)) or \
+            (chain.add(sized(0), Flow()),)
         return results[0] if len(results) == 1 else results
 
     def wrapped_operands(ins: _Instruction, wrapper: _Computation, inner: _Instruction,
@@ -351,6 +389,12 @@ def parse_hlo_text(text: str, where: str = "<hlo>") -> HloProgram:
     def step(ins: _Instruction, operands: list[Value], stack: tuple[str, ...]) -> Value:
         """The value of one instruction from its operands' values."""
         wrapper = called(ins) if ins.op == "async-start" else None
+        if wrapper is not None and (talks := [i for i in wrapper.body if _opaque(i.op)]):
+            wrapped.add(wrapper.name)
+            return _Started(chain.communicate(talks[0].line, talks[0].op, _flat(tuple(operands))))
+        if _opaque(ins.op):  # read split: recorded; its -done passes on what its start gives
+            flow = _flat(tuple(operands))
+            return flow if ins.op.endswith("-done") else chain.communicate(ins.line, ins.op, flow)
         inner = [i for i in wrapper.body if _is_collective(i)] if wrapper is not None else []
         if len(inner) > 1:
             raise P2Error(f"{where}:{inner[1].line}: two collectives in one async computation %{wrapper.name}")
@@ -390,12 +434,14 @@ def parse_hlo_text(text: str, where: str = "<hlo>") -> HloProgram:
 
     output = run(entries[0], [], (entries[0].name,))
     for comp in comps:
-        stray = [i for i in comp.body if _is_collective(i)]
+        stray = [i for i in comp.body if _communicates(i)]
         if stray and not comp.entry and comp.name not in wrapped and comp.name not in inlined:
             raise P2Error(f"{where}:{stray[0].line}: {stray[0].op} lies in computation %{comp.name}, not in the "
                           "entry computation; p2smt reads straight-line entry code only")
     _follows_every_collective(comps, by_name, {entries[0].name} | inlined | wrapped, where)
-    return HloProgram(name, "hlo", space, chain.program([_flat(output)]), len(chain.chains))
+    outputs = [_flat(v) for v in output] if isinstance(output, tuple) else [_flat(output)]
+    meshes = sdy_meshes(text.splitlines()[lexed.splitlines().index(header)], where) if split else ()
+    return ModuleReading.of(name, "hlo", space, meshes, chain, outputs, [_flat(output)])
 
 
 def _follows_every_collective(comps: list[_Computation], by_name: dict[str, _Computation], ran: set[str],
@@ -413,7 +459,7 @@ def _follows_every_collective(comps: list[_Computation], by_name: dict[str, _Com
         if name not in holds:
             holds[name] = False  # a cycle adds nothing
             comp = by_name[name]
-            holds[name] = any(_is_collective(i) or any(collective_in(n) for n in named(i)) for i in comp.body)
+            holds[name] = any(_communicates(i) or any(collective_in(n) for n in named(i)) for i in comp.body)
         return holds[name]
 
     for comp in comps:
@@ -476,11 +522,16 @@ def _flat(value: Value) -> Flow:
 
 
 def parse_module(text: str, where: str = "<hlo>") -> HloProgram:
-    """HLO text or StableHLO, told apart by the header."""
+    """HLO text or StableHLO, told apart by the header: its one reduction program (the verify reading)."""
+    return read_module(text, where).program()
+
+
+def read_module(text: str, where: str = "<hlo>", split: bool = False) -> ModuleReading:
+    """HLO text or StableHLO, told apart by the header, read to verify or ``split`` (``reading.py``)."""
     if re.search(r"^HloModule\b", text, re.MULTILINE):
-        return parse_hlo_text(text, where)
+        return read_hlo_text(text, where, split)
     if re.search(r"^\s*module\b", text, re.MULTILINE):
-        return parse_stablehlo(text, where)
+        return read_stablehlo(text, where, split)
     raise P2Error(f"{where}: neither an HLO text module ('HloModule …') nor StableHLO ('module @… {{')")
 
 

@@ -1,0 +1,303 @@
+"""What p2smt reads from an XLA module: its reduction collectives in program order, checked to be one program.
+
+Both readers (``hlo.py`` for HLO text, ``stablehlo.py`` for StableHLO) produce these values and apply the
+same two rules before a collective joins the program:
+
+* **sums only**: the collective's reduction computation adds (p2smt's rules are those of a sum; a
+  maximum or a product would be proved as if it were one);
+* **one program, on one buffer or the same on several**: every collective reads the module's input (it
+  starts a chain) or the last result of one chain and nothing else, through ops that keep every value and
+  its position (a copy, a reshape, tuple plumbing, …), and every chain runs the same collectives (a psum of a
+  pytree runs one chain per leaf). Two different reductions of one input (``psum(x, 'a') + psum(x, 'b')``),
+  a chain that forks, a result mixed with the input (``psum(psum(x, 'a') + x, 'b')``) or moved between the
+  collectives (reversed, sliced, scaled) are not a program of P²'s semantics, and reading them as one would
+  prove what is not a sum. Each value's ``Flow`` says which collectives (and whether the module's input) it
+  is computed from, and whether an op on the way changed values or positions.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass
+from enum import Enum
+
+from p2smt.errors import P2Error
+from p2smt.model.collectives import Collective, Group
+from p2smt.model.replica_groups import DeviceSpace, GroupMode
+
+SUM_OPS = frozenset({"add", "parameter", "tuple", "convert", "copy", "bitcast", "return", "sdy.sharding_constraint"})
+"""Ops a reduction computation may hold and still be a sum (besides the add, ops that pass values on or widen
+them); the readers also check that the add takes each of its two arguments once."""
+
+
+@dataclass(frozen=True)
+class HloCollective:
+    """One reduction collective as written: line, op, collective, groups (module ids), mode, dimension."""
+
+    line: int
+    op: str
+    collective: Collective
+    groups: tuple[Group, ...]
+    mode: GroupMode
+    dimension: int | None
+
+
+@dataclass(frozen=True)
+class HloProgram:
+    """The reduction program of a module (one chain's collectives in program order), the replicas ×
+    partitions it runs on, and on how many buffers the module runs it (``buffers`` chains)."""
+
+    name: str
+    dialect: str
+    space: DeviceSpace
+    collectives: tuple[HloCollective, ...]
+    buffers: int = 1
+
+    def to_json(self) -> dict:
+        return {"module": self.name, "dialect": self.dialect, "replicas": self.space.replicas,
+                "partitions": self.space.partitions,
+                "buffers": self.buffers, "collectives": [{"line": c.line, "op": c.op, "collective": c.collective.value,
+                                 "replica_groups": [list(g) for g in c.groups], "mode": c.mode.value,
+                                 "dimension": c.dimension} for c in self.collectives]}
+
+
+def require_sum(ops: Iterable[str], what: str, where: str, line: int, op: str) -> None:
+    """Refuse a reduction computation (``what`` names it) whose ops are not a sum."""
+    ops = list(ops)
+    other = next((o for o in ops if o not in SUM_OPS), None)
+    if other is not None or "add" not in ops:
+        found = other or "no add"
+        raise P2Error(f"{where}:{line}: {op} reduces with {found} ({what}); p2smt proves sums only")
+
+
+INPUT = -1
+"""The module's input (its parameters) among a value's sources."""
+
+
+@dataclass(frozen=True)
+class Flow:
+    """Where a value comes from: the collectives (indices) and ``INPUT`` it is computed from, and ``op``, the
+    first op on the way since the last collective that changes values or positions (None: none did);
+    ``opaque``: the communication ops p2smt does not verify (indices among a split reading's ``opaque``) on the way."""
+
+    sources: frozenset[int] = frozenset()
+    op: str | None = None
+    reshaped: bool = False  # a reshape on the way since the last collective (it keeps positions along dim 0 only)
+    opaque: frozenset[int] = frozenset()
+
+    @staticmethod
+    def through(op: str, flows: Iterable[Flow], keeps: bool, reshapes: bool = False) -> Flow:
+        """The flow of ``op``'s result from its operands' (``keeps``: the op keeps values and positions;
+        ``reshapes``: it keeps them in row-major order under another shape)."""
+        flows = list(flows)
+        sources = frozenset().union(*(f.sources for f in flows))
+        opaque = frozenset().union(*(f.opaque for f in flows))
+        if not sources and not opaque:  # constants only: nothing of any device's data
+            return Flow()
+        moved = next((f.op for f in flows if f.op is not None), None)
+        reshaped = reshapes or any(f.reshaped for f in flows)
+        return Flow(sources, moved if moved is not None or keeps else op, reshaped, opaque)
+
+
+INPUT_FLOW = Flow(frozenset({INPUT}))
+UNTRACED = -2
+"""A value the reader cannot trace (a name it never saw defined): a collective that reads one is refused."""
+UNTRACED_FLOW = Flow(frozenset({UNTRACED}))
+
+
+class ChainStart(str, Enum):
+    """What a split reading's chain starts from: the module's input only, or earlier collectives' results."""
+
+    INPUT = "input"
+    COMPUTED = "computed"
+
+
+@dataclass(frozen=True)
+class ReadChain:
+    """One chain of a split reading: its collectives (indices, in order), what its first step reads
+    (``sources``: the collectives, ``opaque``: the unverified communication ops it is computed from,
+    ``with_input``: the module's input too) and the steps whose result reaches the module's output before
+    the last (``escapes``)."""
+
+    steps: tuple[int, ...]
+    start: ChainStart
+    sources: tuple[int, ...] = ()
+    opaque: tuple[int, ...] = ()
+    with_input: bool = False
+    escapes: tuple[int, ...] = ()
+
+
+def unsupported(op: str, line: int, where: str) -> P2Error:
+    """The refusal of a collective that is not a reduction (the verify reading's; a split one records it)."""
+    names = "all_reduce, reduce_scatter and all_gather" if "_" in op or "." in op else \
+        "all-reduce, reduce-scatter and all-gather"
+    return P2Error(f"{where}:{line}: {op} is not a reduction collective; p2smt does not support it (only {names})")
+
+
+class Chain:
+    """The collectives read so far, in chains (one per buffer): each collective starts a chain by reading the
+    module's input, or extends one by reading its last result alone, unmoved. Read to verify (``split``
+    False), every chain must be the same program (``program``; a psum of a pytree emits one chain per leaf) and
+    anything else is refused where it is read. Read ``split``, a collective that cannot extend a chain starts
+    one that records what it is computed from, and ``program`` replays the verify reading's refusals."""
+
+    def __init__(self, where: str, split: bool = False):
+        self.where = where
+        self.split = split
+        self.collectives: list[HloCollective] = []  # every collective, in program order
+        self.chains: list[list[int]] = []  # the indices of each chain's collectives
+        self.starts: list[tuple[ChainStart, tuple[int, ...], tuple[int, ...], bool]] = []
+        self.reads: list[Flow] = []  # the flow each collective read
+        self.opaque: list[tuple[int, str]] = []  # (line, op) of each unverified communication op
+        self._order: list[tuple[bool, int]] = []  # (opaque?, index) in program order: what ``program`` replays
+        self._chain_of: list[int] = []
+        self._through_reshape: set[int] = set()
+        self.reshaped_at: HloCollective | None = None  # the first collective that read through a reshape
+        self.off_zero: HloCollective | None = None  # the first working along a dimension other than 0
+
+    def communicate(self, line: int, op: str, flow: Flow) -> Flow:
+        """A communication op p2smt does not verify (a collective_permute, an all_to_all, …): refused, or,
+        read split, recorded; the flow of its result."""
+        if not self.split:
+            raise unsupported(op, line, self.where)
+        if UNTRACED in flow.sources:  # nothing may be said of what it sends
+            raise P2Error(f"{self.where}:{line}: {op} reads a value p2smt cannot trace to the module's input or "
+                          "to a collective; it refuses rather than guess where the value comes from")
+        self._order.append((True, len(self.opaque)))
+        self.opaque.append((line, op))
+        return Flow(flow.sources, op, flow.reshaped, flow.opaque | {len(self.opaque) - 1})
+
+    def add(self, found: HloCollective, flow: Flow) -> Flow:
+        """Append ``found`` (its operand's ``flow``); the flow of its result."""
+        index = len(self.collectives)
+        if UNTRACED in flow.sources:
+            raise P2Error(f"{self.where}:{found.line}: {found.op} reads a value p2smt cannot trace to the module's "
+                          "input or to a collective; it refuses rather than guess where the value comes from")
+        read = sorted(flow.sources - {INPUT})
+        if not read and not flow.opaque:  # the input (or constants) only: a new chain
+            chain = self._start(ChainStart.INPUT, (), (), True)
+        elif (why := self._refusal(found, flow, read)) is None:
+            chain = self._chain_of[read[0]]
+            if flow.reshaped:
+                self._through_reshape.add(index)
+                if self.reshaped_at is None:
+                    self.reshaped_at = found
+        elif self.split:
+            chain = self._start(ChainStart.COMPUTED, tuple(read), tuple(sorted(flow.opaque)), INPUT in flow.sources)
+        else:
+            raise why
+        self.collectives.append(found)
+        self.reads.append(flow)
+        self._order.append((False, index))
+        self._chain_of.append(chain)
+        self.chains[chain].append(index)
+        if self.off_zero is None and found.dimension not in (None, 0):
+            self.off_zero = found
+        reshaped, off = self.reshaped_at, self.off_zero
+        if off is not None and reshaped is not None and not self.split:
+            raise P2Error(f"{self.where}:{reshaped.line}: {reshaped.op} reads its predecessor's "
+                          f"result through a reshape, and the {off.op} at line {off.line} works along dimension "
+                          f"{off.dimension}: a reshape keeps positions along dimension 0 only")
+        return Flow(frozenset({index}))
+
+    def _start(self, start: ChainStart, sources: tuple[int, ...], opaque: tuple[int, ...], with_input: bool) -> int:
+        self.chains.append([])
+        self.starts.append((start, sources, opaque, with_input and start is ChainStart.COMPUTED))
+        return len(self.chains) - 1
+
+    def _refusal(self, found: HloCollective, flow: Flow, read: list[int]) -> P2Error | None:
+        """Why ``found`` cannot extend the chain whose result it reads (None: it extends it)."""
+        here = f"{self.where}:{found.line}: {found.op}"
+        if flow.opaque:
+            line, op = self.opaque[min(flow.opaque)]
+            return P2Error(f"{here} reads the result of the {op} at line {line}, which p2smt does not verify")
+        prev = self.collectives[read[0]]
+        after = f"the {prev.op} at line {prev.line}"
+        others = read[1:] or sorted(flow.sources & {INPUT})
+        if others:
+            other = self.collectives[others[0]] if others[0] != INPUT else None
+            what = "the module's input" if other is None else (
+                f"another buffer of the {other.op} at line {other.line}" if other.line == prev.line
+                else f"the {other.op} at line {other.line}")
+            return P2Error(f"{here} reads the result of {after} combined with {what}: p2smt verifies "
+                           "collectives applied one after another to one buffer")
+        steps = self.chains[self._chain_of[read[0]]]
+        if steps[-1] != read[0]:
+            took = self.collectives[steps[steps.index(read[0]) + 1]]
+            return P2Error(f"{here} reads the result of {after}, which the {took.op} at line {took.line} "
+                           "reads too: p2smt verifies collectives applied one after another to one buffer, "
+                           "not a chain that forks")
+        if flow.op is not None:
+            return P2Error(f"{here} reads the result of {after} through {flow.op}, which changes values or "
+                           "their positions: p2smt verifies collectives applied one after another to one buffer")
+        return None
+
+    def program(self, outputs: Iterable[Flow]) -> tuple[HloCollective, ...]:
+        """The one program every chain runs (its first chain's collectives), or a refusal naming where two
+        chains part (independent reductions that differ would be proved as one program) or an intermediate
+        result that reaches the module's ``outputs`` (a partial reduction the verdict would not cover). Read
+        split, the verify reading is replayed first (its refusals raised)."""
+        if self.split:
+            strict = Chain(self.where)
+            for is_opaque, i in self._order:
+                if is_opaque:
+                    strict.communicate(*self.opaque[i], Flow())
+                else:
+                    strict.add(self.collectives[i], self.reads[i])
+            return strict.program(outputs)
+        if not self.chains:
+            return ()
+        for flow in outputs:
+            self._traced(flow)
+            for i in sorted(flow.sources - {INPUT}):
+                steps = self.chains[self._chain_of[i]]
+                if steps[-1] != i:
+                    c, last = self.collectives[i], self.collectives[steps[-1]]
+                    raise P2Error(f"{self.where}:{c.line}: the result of the {c.op} at line {c.line} (step "
+                                  f"{steps.index(i) + 1} of {len(steps)} of its chain) reaches the module's output "
+                                  f"without the later steps (the last is the {last.op} at line {last.line}): a "
+                                  "partial reduction escapes, which a verdict on the program would not cover")
+        first = [self.collectives[i] for i in self.chains[0]]
+        for chain in self.chains[1:]:
+            other = [self.collectives[i] for i in chain]
+            for t in range(max(len(first), len(other))):
+                a = first[t] if t < len(first) else None
+                b = other[t] if t < len(other) else None
+                if a is None or b is None or _step(a) != _step(b):
+                    shown = b if b is not None else other[-1]
+                    base = a if a is not None else first[-1]
+                    raise P2Error(f"{self.where}:{shown.line}: the chain of collectives through the {shown.op} at "
+                                  f"line {shown.line} differs from the chain through the {base.op} at line "
+                                  f"{base.line} (step {t + 1}): p2smt verifies one reduction program per module, "
+                                  "run on one buffer or the same on several; give each program its own module")
+        return tuple(first)
+
+    def _traced(self, flow: Flow) -> None:
+        if UNTRACED in flow.sources:
+            raise P2Error(f"{self.where}: the module's output holds a value p2smt cannot trace (an async "
+                          "collective's start read other than by its done op, or a name never defined)")
+
+    def read(self, outputs: Iterable[Flow]) -> tuple[ReadChain, ...]:
+        """The chains of a split reading: a chain that reads through a reshape and works along a dimension other
+        than 0 is cut at the reshape (it keeps positions along dimension 0 only); each with its escapes."""
+        outputs = list(outputs)
+        for flow in outputs:
+            self._traced(flow)
+        out = set().union(*(f.sources - {INPUT} for f in outputs))
+        chains = []
+        for steps, (start, sources, opaque, with_input) in zip(self.chains, self.starts, strict=True):
+            pieces, cut = [[steps[0]]], any(self.collectives[i].dimension not in (None, 0) for i in steps)
+            for i in steps[1:]:
+                if cut and i in self._through_reshape:
+                    pieces.append([])
+                pieces[-1].append(i)
+            for k, piece in enumerate(pieces):
+                head = (start, sources, opaque, with_input) if k == 0 else \
+                    (ChainStart.COMPUTED, (pieces[k - 1][-1],), (), False)
+                chains.append(ReadChain(tuple(piece), *head, tuple(i for i in piece[:-1] if i in out)))
+        return tuple(sorted(chains, key=lambda c: c.steps[0]))
+
+
+def _step(c: HloCollective) -> tuple:
+    """What a chain's step does, whatever its op's name (``all-reduce`` or ``all-reduce-start``)."""
+    return c.collective, c.groups, c.mode, c.dimension

@@ -1,0 +1,132 @@
+"""The split reading of XLA modules (for the audit): every chain kept with what it starts from, unverified
+communication recorded, sizes and the Shardy mesh read; the verify reading's refusals replayed by program()."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from p2smt.errors import P2Error
+from p2smt.frontend.hlo import parse_module, read_module
+from p2smt.frontend.hlo_program import ChainStart
+
+HLO = Path(__file__).parent / "data" / "hlo"
+FILES = sorted(p for p in HLO.rglob("*") if p.suffix in (".hlo", ".mlir"))
+
+
+def chains(path: Path):
+    reading = read_module(path.read_text(), path.name, split=True)
+    return [(c.steps, c.start, c.sources, c.with_input, c.escapes) for c in reading.chains]
+
+
+@pytest.mark.parametrize("path", FILES, ids=lambda p: p.name)
+def test_program_of_a_split_reading_is_the_verify_reading(path):
+    text = path.read_text()
+    try:
+        expected = parse_module(text, path.name).to_json()
+    except P2Error as err:
+        expected = str(err)
+    try:
+        reading = read_module(text, path.name, split=True)
+    except P2Error as err:  # a refusal about reading: the verify path refuses it in the same words
+        assert str(err) == expected
+        return
+    try:
+        got = reading.program().to_json()
+    except P2Error as err:
+        got = str(err)
+    assert got == expected
+
+
+@pytest.mark.parametrize("suffix", [".hlo", ".mlir"])
+def test_modules_verify_refuses_for_their_shape_are_split_into_chains(suffix):
+    one = (ChainStart.INPUT, (), False, ())
+    assert chains(HLO / f"independent{suffix}") == [((0,), *one), ((1,), *one)]
+    assert chains(HLO / f"mixed-with-input{suffix}") == [((0,), *one), ((1,), ChainStart.COMPUTED, (0,), True, ())]
+    assert chains(HLO / f"reversed-between{suffix}") == [((0, 1), *one), ((2,), ChainStart.COMPUTED, (1,), False, ())]
+    assert chains(HLO / f"return-intermediate{suffix}") == [((0, 1), ChainStart.INPUT, (), False, (0,))]
+    assert chains(HLO / f"tuple-partial{suffix}") == [((0, 2), *one), ((1,), *one)]
+
+
+@pytest.mark.parametrize("name", ["loop-psum.hlo", "loop-psum.mlir", "cond-psum.hlo", "psum-pmax.mlir",
+                                  "handwritten/unreachable-block.mlir", "handwritten/nested-module-main.mlir",
+                                  "handwritten/use-before-definition.hlo", "handwritten/async-start-operand-returned.hlo",
+                                  "handwritten/while-runs-a-called-collective.hlo"])
+def test_refusals_about_reading_stay_refusals(name):
+    with pytest.raises(P2Error):
+        read_module((HLO / name).read_text(), name, split=True)
+
+
+def test_sizes_and_mesh_are_read():
+    for suffix in (".hlo", ".mlir"):
+        reading = read_module((HLO / f"rs-ar-ag{suffix}").read_text(), "m", split=True)
+        assert [(c.shape, c.element_type, c.bytes, c.result_bytes) for c in reading.collectives] == [
+            ((16,), "f32", 64, 16), ((4,), "f32", 16, 16), ((4,), "f32", 16, 64)]
+    for name in ("rs-ar-ag.mlir", "blueconnect-unpartitioned.hlo"):
+        mesh = read_module((HLO / name).read_text(), name, split=True).mesh
+        assert (mesh.name, mesh.axes, mesh.device_ids) == ("mesh", (("node", 4), ("gpu", 4)), tuple(range(16)))
+    assert read_module((HLO / "rs-ar-ag.hlo").read_text(), "m", split=True).mesh is None
+
+
+HLO_PERMUTE = """HloModule m, num_partitions=4
+%add (a: bf16[], b: bf16[]) -> bf16[] {
+  %a = bf16[] parameter(0)
+  %b = bf16[] parameter(1)
+  ROOT %s = bf16[] add(bf16[] %a, bf16[] %b)
+}
+ENTRY %main (p: bf16[8]) -> (bf16[8], bf16[8]) {
+  %p = bf16[8]{0} parameter(0)
+  %ar = bf16[8]{0} all-reduce(%p), channel_id=1, replica_groups={{0,1},{2,3}}, use_global_device_ids=true, to_apply=%add
+  %cp = bf16[8]{0} collective-permute(%ar), channel_id=2, source_target_pairs={{0,1},{1,0},{2,3},{3,2}}
+  %ar2 = bf16[8]{0} all-reduce(%cp), channel_id=3, replica_groups={{0,2},{1,3}}, use_global_device_ids=true, to_apply=%add
+  %ar3 = bf16[8]{0} all-reduce(%ar), channel_id=4, replica_groups={{0,2},{1,3}}, use_global_device_ids=true, to_apply=%add
+  ROOT %t = (bf16[8]{0}, bf16[8]{0}) tuple(%ar2, %ar3)
+}
+"""
+
+_AR = """"stablehlo.all_reduce"(ARG) <{channel_handle = #stablehlo.channel_handle<handle = 1, type = 1>, replica_groups = dense<GROUPS> : tensor<2x2xi64>, use_global_device_ids}> ({
+    ^bb0(%a: tensor<bf16>, %b: tensor<bf16>):
+      %s = stablehlo.add %a, %b : tensor<bf16>
+      stablehlo.return %s : tensor<bf16>
+    }) : (tensor<8xbf16>) -> tensor<8xbf16>"""
+MLIR_PERMUTE = """module @m attributes {mhlo.num_partitions = 4 : i32, mhlo.num_replicas = 1 : i32} {
+  sdy.mesh @mesh = <["a"=2, "b"=2], device_ids=[0, 2, 1, 3]>
+  func.func public @main(%arg0: tensor<8xbf16>) -> (tensor<8xbf16>, tensor<8xbf16>) {
+    %0 = AR0
+    %1 = "stablehlo.collective_permute"(%0) <{channel_handle = #stablehlo.channel_handle<handle = 2, type = 1>, source_target_pairs = dense<[[0, 1], [1, 0], [2, 3], [3, 2]]> : tensor<4x2xi64>}> : (tensor<8xbf16>) -> tensor<8xbf16>
+    %2 = AR1
+    %3 = AR2
+    return %2, %3 : tensor<8xbf16>, tensor<8xbf16>
+  }
+}
+""".replace("AR0", _AR.replace("ARG", "%arg0").replace("GROUPS", "[[0, 1], [2, 3]]")).replace(
+    "AR1", _AR.replace("ARG", "%1").replace("GROUPS", "[[0, 2], [1, 3]]")).replace(
+    "AR2", _AR.replace("ARG", "%0").replace("GROUPS", "[[0, 2], [1, 3]]"))
+
+
+@pytest.mark.parametrize(("text", "op"), [(HLO_PERMUTE, "collective-permute"),
+                                          (MLIR_PERMUTE, "collective_permute")])
+def test_unverified_communication_is_recorded_and_what_it_gives_starts_a_chain(text, op):
+    with pytest.raises(P2Error, match=f"{op} is not a reduction collective"):
+        parse_module(text, "m")
+    reading = read_module(text, "m", split=True)
+    assert [o.op for o in reading.opaque] == [op]
+    # the permute is no step: the all-reduce that reads the first one's result directly extends its chain
+    assert [(c.steps, c.start, c.sources, c.opaque) for c in reading.chains] == [
+        ((0, 2), ChainStart.INPUT, (), ()), ((1,), ChainStart.COMPUTED, (0,), (0,))]
+    assert [(c.bytes, c.element_type) for c in reading.collectives] == [(16, "bf16")] * 3
+    with pytest.raises(P2Error, match=f"{op} is not a reduction collective"):
+        reading.program()
+    if op.startswith("collective_"):
+        assert reading.mesh.device_ids == (0, 2, 1, 3)
+
+
+def test_a_fork_starts_a_chain_computed_from_its_branch_point():
+    text = HLO_PERMUTE.replace("all-reduce(%cp)", "all-reduce(%ar)")
+    with pytest.raises(P2Error, match="not a chain that forks"):
+        parse_module(text.replace("  %cp = bf16[8]{0} collective-permute(%ar), channel_id=2, "
+                                  "source_target_pairs={{0,1},{1,0},{2,3},{3,2}}\n", ""), "m")
+    reading = read_module(text, "m", split=True)
+    assert [(c.steps, c.start, c.sources) for c in reading.chains] == [
+        ((0, 1), ChainStart.INPUT, ()), ((2,), ChainStart.COMPUTED, (0,))]
