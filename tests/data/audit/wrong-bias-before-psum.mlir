@@ -1,0 +1,18 @@
+module @jit__lambda attributes {mhlo.num_partitions = 16 : i32, mhlo.num_replicas = 1 : i32} {
+  sdy.mesh @mesh = <["data"=4, "tensor"=4]> {stablehlo.mesh = {axes = [{name = "data", size = 4 : i64}, {name = "tensor", size = 4 : i64}]}}
+  func.func public @main(%arg0: tensor<8x16xf32> {sdy.sharding = #sdy.sharding<@mesh, [{"data"}, {"tensor"}]>}, %arg1: tensor<16x8xf32> {sdy.sharding = #sdy.sharding<@mesh, [{"tensor"}, {}]>}, %arg2: tensor<8xf32> {sdy.sharding = #sdy.sharding<@mesh, [{}]>}) -> (tensor<8x8xf32> {jax.result_info = "result"}) {
+    %0 = sdy.manual_computation(%arg0, %arg1, %arg2) in_shardings=[<@mesh, [{"data"}, {"tensor"}]>, <@mesh, [{"tensor"}, {}]>, <@mesh, [{}]>] out_shardings=[<@mesh, [{"data"}, {}]>] manual_axes={"data", "tensor"} (%arg3: tensor<2x4xf32>, %arg4: tensor<4x8xf32>, %arg5: tensor<8xf32>) {
+      %1 = stablehlo.dot_general %arg3, %arg4, contracting_dims = [1] x [0], precision = [DEFAULT, DEFAULT] : (tensor<2x4xf32>, tensor<4x8xf32>) -> tensor<2x8xf32>
+      %2 = stablehlo.broadcast_in_dim %arg5, dims = [1] : (tensor<8xf32>) -> tensor<1x8xf32>
+      %3 = stablehlo.broadcast_in_dim %2, dims = [0, 1] : (tensor<1x8xf32>) -> tensor<2x8xf32>
+      %4 = stablehlo.add %1, %3 : tensor<2x8xf32>
+      %5 = "stablehlo.all_reduce"(%4) <{channel_handle = #stablehlo.channel_handle<handle = 1, type = 1>, replica_groups = dense<[[0, 1, 2, 3], [4, 5, 6, 7], [8, 9, 10, 11], [12, 13, 14, 15]]> : tensor<4x4xi64>, use_global_device_ids}> ({
+      ^bb0(%arg6: tensor<f32>, %arg7: tensor<f32>):
+        %6 = stablehlo.add %arg6, %arg7 : tensor<f32>
+        stablehlo.return %6 : tensor<f32>
+      }) : (tensor<2x8xf32>) -> tensor<2x8xf32>
+      sdy.return %5 : tensor<2x8xf32>
+    } : (tensor<8x16xf32>, tensor<16x8xf32>, tensor<8xf32>) -> tensor<8x8xf32>
+    return %0 : tensor<8x8xf32>
+  }
+}
