@@ -32,6 +32,10 @@ def register(sub) -> None:
     p.add_argument("--emit-smt2", metavar="DIR", help="write each solver query as SMT-LIB2 into DIR")
     p.add_argument("--certificate", metavar="DIR",
                    help="certified engine: write Z3's validity and completeness queries as SMT-LIB2 into DIR")
+    p.add_argument("--proof", default="auto", metavar="KIND",
+                   help="certified engine: certificate (a state graph closed by an independent checker, each step "
+                        "proved by one ground Z3 query), bmc (Z3 searches the whole program space), or auto (the "
+                        "certificate up to 32 devices; default)")
     p.add_argument("--prune", default="none", help="named pruning of the complete set (see docs); default none")
     add_allow_noop(p)
     p.add_argument("--show", type=shown, default=20, help="programs shown per matrix (human output)")
@@ -42,6 +46,14 @@ def register(sub) -> None:
 
 LEGEND = ("matrix: rows = parallelism axes, columns = system levels (outermost first); an entry is how many "
           "parts of that axis lie at that level")
+
+
+def synth_config(args: argparse.Namespace):
+    """The engine configuration of the shared options, with ``--proof``."""
+    from dataclasses import replace
+
+    config = engine_config(args)
+    return replace(config, proof=args.proof) if args.proof != "auto" else config
 
 
 def bounded_synthesis(args: argparse.Namespace, req, config, label: str, keep_partial: bool = False):
@@ -119,7 +131,7 @@ def hierarchy_words(m) -> str:
 def run(args: argparse.Namespace) -> int:
     from p2smt.synth.partial import partial_placements
 
-    bounded, result = bounded_synthesis(args, request_of(args), engine_config(args), "synth: placements",
+    bounded, result = bounded_synthesis(args, request_of(args), synth_config(args), "synth: placements",
                                         keep_partial=True)
     payload = result.to_json()
     partial = partial_placements(bounded.partial, (m.matrix for m in result.matrices)) if bounded.expired else ()

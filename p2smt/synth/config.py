@@ -32,6 +32,16 @@ class Engine(StrEnum):
             raise P2Error(f"unknown engine {value!r}; engines: {', '.join(e.value for e in cls)}") from None
 
 
+class Proof(StrEnum):
+    """How the certified engine proves its set (``--proof``): a state-graph certificate checked by the
+    independent checker and one ground Z3 query, or bounded model checking of the whole program space
+    (validity and completeness queries); ``auto`` takes the faster for the problem's size (driver)."""
+
+    AUTO = "auto"
+    CERTIFICATE = "certificate"
+    BMC = "bmc"
+
+
 PROPOSERS = (Engine.ENUMERATIVE, Engine.PIECES)
 """The explicit engines whose program sets the certified engine has Z3 prove valid and complete."""
 
@@ -71,9 +81,13 @@ class EngineConfig:
     proof_budget: int = DEFAULT_PROOF_BUDGET  # the certified engine's Z3 work per placement, millions of units (0: none)
     proof_store: str | None = None  # the certified engine's folder of proofs to reuse and add to (proofstore.py)
     inclusion_pairs: int | None = None  # the symmetric engine's completeness proof: its bound (0: never)
+    proof: Proof = Proof.AUTO  # the certified engine's proof: state-graph certificate, BMC, or by size
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "engine", Engine.parse(self.engine))
+        if self.proof not in set(Proof):
+            raise P2Error(f"--proof: one of {', '.join(p.value for p in Proof)} (got {self.proof!r})")
+        object.__setattr__(self, "proof", Proof(self.proof))
         if self.proposer is not None:
             names, name = [p.value for p in PROPOSERS], str(self.proposer)
             if name not in names:
@@ -88,7 +102,8 @@ class EngineConfig:
         cert_only = [flag for flag, value in (("--proposer", self.proposer), ("--certificate", self.certificate),
                                               ("--jobs", self.jobs != 1),
                                               ("--proof-budget", self.proof_budget != DEFAULT_PROOF_BUDGET),
-                                              ("--proof-store", self.proof_store)) if value]
+                                              ("--proof-store", self.proof_store),
+                                              ("--proof", self.proof != Proof.AUTO)) if value]
         if cert_only and self.engine != Engine.CERTIFIED:
             raise P2Error(f"{', '.join(cert_only)}: only with --engine certified (got --engine {self.engine})")
         if isinstance(self.max_len, bool) or not isinstance(self.max_len, int):
@@ -107,7 +122,7 @@ class EngineConfig:
         """This configuration for the certified engine's proposer ``engine``: the certified-only settings (those
         ``__post_init__`` refuses with another engine) back at their defaults."""
         return replace(self, engine=engine, proposer=None, certificate=None, jobs=1,
-                       proof_budget=DEFAULT_PROOF_BUDGET, proof_store=None)
+                       proof_budget=DEFAULT_PROOF_BUDGET, proof_store=None, proof=Proof.AUTO)
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -124,6 +139,7 @@ class EngineConfig:
             "proof_budget": self.proof_budget,
             "proof_store": self.proof_store,
             "inclusion_pairs": self.inclusion_pairs,
+            "proof": self.proof.value,
         }
 
     @classmethod

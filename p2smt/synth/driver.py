@@ -16,7 +16,7 @@ from p2smt.model.request import Request
 from p2smt.model.status import SolveStatus
 from p2smt.model.system import System
 from p2smt.semantics.dense import execute_all
-from p2smt.synth.config import Engine, EngineConfig
+from p2smt.synth.config import Engine, EngineConfig, Proof
 from p2smt.synth.partial import FirstStepPrograms
 from p2smt.synth.proofstore import ProofStore, Spent
 from p2smt.synth.recheck import INTERPRETERS, PIECES_ABOVE, RECHECK_LIMIT, checker, dropped_stats, recheck
@@ -160,6 +160,8 @@ def _certified(prob: SynthesisProblem, max_len: int, opts: EngineOptions,
     from p2smt.smt.parallel import threads
 
     proposer = proposer_of(opts)
+    if proof_of(opts, prob) is Proof.CERTIFICATE:
+        return _state_graph(prob, max_len, opts, on_first_step)
     start = time.perf_counter()
     proposed = run_engine(prob, opts.proposing(proposer), h, on_first_step=on_first_step)
     stats: dict[str, Any] = {"proposer": proposer.value, "proposer_seconds": round(time.perf_counter() - start, 6)}
@@ -195,6 +197,43 @@ def _certified(prob: SynthesisProblem, max_len: int, opts: EngineOptions,
             if entry is not None and entry.fits(budget):  # another set (edited by hand?), now replaced
                 stats["certificate"] = cert.stats | {"replaced": entry.key}
     return EngineOutcome(proposed.status, proposed.programs, stats)
+
+
+CERTIFICATE_UP_TO = 32
+"""Most synthesis devices for which ``--proof auto`` takes the state-graph certificate: its Z3 query
+grows with the k²-bit device states, the BMC proof's per-cell counts do not (docs/certified.md, crossover)."""
+
+
+def proof_of(opts: EngineOptions, prob: SynthesisProblem) -> Proof:
+    """The certified engine's proof for ``prob``: ``--proof``, else (auto) the state-graph certificate up to
+    ``CERTIFICATE_UP_TO`` devices with the pieces proposer, the progress rule and no proof store (the store
+    keeps BMC proofs), BMC otherwise."""
+    if opts.proof is not Proof.AUTO:
+        return opts.proof
+    fits = prob.num_devices <= CERTIFICATE_UP_TO and prob.require_progress
+    return Proof.CERTIFICATE if fits and proposer_of(opts) is Engine.PIECES and not opts.proof_store else Proof.BMC
+
+
+def _state_graph(prob: SynthesisProblem, max_len: int, opts: EngineOptions,
+                 on_first_step: FirstStepReport | None) -> EngineOutcome:
+    """The certified engine on the state-graph proof (``synth.certproof``)."""
+    from p2smt.smt.budget import UNITS
+    from p2smt.synth.certproof import certificate_proof, certificate_words
+    from p2smt.synth.pieces import SEARCH_LIMIT
+
+    if not prob.require_progress:
+        raise P2Error("--proof certificate: not with --allow-noop (the checker states the progress rule); "
+                      "use --proof bmc")
+    if prob.num_devices > SEARCH_LIMIT:
+        raise P2Error(f"--proof certificate: {prob.num_devices:,} devices, more than the search takes on "
+                      f"({SEARCH_LIMIT:,})")
+    units = opts.proof_budget * UNITS if opts.proof_budget else None
+    programs, stats = certificate_proof(prob, max_len, units=units, folder=opts.certificate,
+                                        on_first_step=on_first_step)
+    stats = {"proposer": Engine.PIECES.value, "proposer_seconds": stats["certificate"]["search_seconds"]} | stats
+    if stats["certified"]:
+        stats["rests_on"] = certificate_words(prob.num_devices, max_len, stats["certificate"])
+    return EngineOutcome(SolveStatus.COMPLETE, programs, stats)
 
 
 def certified_words(k: int, max_len: int, stats: dict[str, Any]) -> str:

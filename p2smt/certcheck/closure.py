@@ -1,0 +1,146 @@
+"""The closure check of a state-graph certificate (trusted; format in docs/certified.md).
+
+From the problem alone it builds §4's initial and goal states, then walks the certificate from the
+initial state: every state reached in fewer than ``max_len`` steps must account for every candidate, by
+a successor (devices outside the candidate's groups unchanged; each group a *step lemma*) or by a group
+and a failed rule (a *fact lemma* on the members the rule names). It returns the goal paths of length
+≤ ``max_len`` and the lemmas; Z3 proves the lemmas (``smt2``), and the paths must be the claimed programs.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+FORMAT, VERSION = "p2smt-state-graph", 1
+COLLECTIVES = ("AllReduce", "ReduceScatter", "AllGather", "Reduce", "Broadcast")
+REDUCING = ("AllReduce", "ReduceScatter", "Reduce")
+RULES: dict[str, tuple[tuple[str, ...], str]] = {
+    **{f"{c}.same_chunks": ((c,), "same_chunks") for c in REDUCING},
+    **{f"{c}.disjoint": ((c,), "disjoint") for c in REDUCING},
+    "ReduceScatter.divisible": (("ReduceScatter",), "divisible"),
+    "AllGather.disjoint_chunks": (("AllGather",), "disjoint_chunks"),
+    "AllGather.equal_sizes": (("AllGather",), "equal_sizes"),
+    "Broadcast.below_root": (("Broadcast",), "below_root"),
+    "Broadcast.information_increase": (("Broadcast",), "information_increase"),
+    "progress": (COLLECTIVES, "progress"),
+}
+"""Each rule a certificate may name: the collectives it belongs to, and the kind of fact it states."""
+PAIRED = ("same_chunks", "disjoint", "disjoint_chunks", "equal_sizes", "below_root")
+"""Kinds whose fact names a member ``a`` ≥ 1 (against member 0, or against members 0..a-1)."""
+
+
+class Rejected(Exception):
+    """The certificate does not prove the program set (the message says where)."""
+
+
+@dataclass(frozen=True)
+class Problem:
+    """What the certificate must be about: devices, goal groups, candidates (collective name, groups)."""
+
+    devices: int
+    goal_groups: tuple[tuple[int, ...], ...]
+    candidates: tuple[tuple[str, tuple[tuple[int, ...], ...]], ...]
+    require_progress: bool
+
+
+@dataclass(frozen=True)
+class Checked:
+    """A closed certificate: its goal paths, the lemmas Z3 must prove, and what was walked."""
+
+    programs: frozenset[tuple[int, ...]]
+    lemmas: frozenset[tuple]
+    states: int
+    steps: int
+
+
+def _need(cond: bool, why: str) -> None:
+    if not cond:
+        raise Rejected(why)
+
+
+def check(doc: dict, problem: Problem, max_len: int) -> Checked:
+    """The certificate's goal paths and lemmas, or ``Rejected``."""
+    k, cands = problem.devices, problem.candidates
+    try:
+        _need(doc["format"] == FORMAT and doc["version"] == VERSION, "not a version-1 state-graph certificate")
+        _need(doc["devices"] == k and doc["max_len"] == max_len and doc["require_progress"] is True
+              and problem.require_progress, "another problem (devices, length or progress rule)")
+        _need([list(g) for g in problem.goal_groups] == doc["goal_groups"]
+              and [[c, [list(g) for g in gs]] for c, gs in cands] == doc["candidates"], "another problem")
+        mats = [int(h, 16) for h in doc["device_states"]]
+        _need(all(0 <= m < 1 << (k * k) for m in mats), "a device state wider than k×k")
+        states = [tuple(mats[i] for i in s) for s in doc["states"]]
+        edges, claimed = doc["edges"], {tuple(p) for p in doc["programs"]}
+    except (KeyError, TypeError, ValueError, IndexError) as err:
+        raise Rejected(f"malformed certificate ({err!r})") from None
+    _need(all(len(s) == k for s in states) and len(set(states)) == len(states), "states not distinct k-tuples")
+    for coll, groups in cands:
+        flat = [d for g in groups for d in g]
+        _need(coll in COLLECTIVES and len(set(flat)) == len(flat) and all(0 <= d < k for d in flat),
+              f"a candidate whose groups are not disjoint devices: {coll} {groups}")
+    _need(states[0] == tuple(sum(1 << (r * k + d) for r in range(k)) for d in range(k)), "state 0 is not initial")
+    goal = [0] * k
+    for g in problem.goal_groups:
+        row = sum(1 << c for c in g)
+        for d in g:
+            goal[d] = sum(row << (r * k) for r in range(k))
+    goals = {i for i, s in enumerate(states) if s == tuple(goal)}
+    _need(goals == ({doc["goal"]} if doc["goal"] is not None else set()), "the goal is not the state the goal accepts")
+    depth, order, lemmas = {0: 0}, [0], set()
+    for sid in order:  # breadth first: depth is the fewest steps from the initial state
+        if depth[sid] >= max_len:
+            continue
+        row = edges[sid] if 0 <= sid < len(edges) else None
+        _need(isinstance(row, list) and len(row) == len(cands), f"state {sid} does not account for every candidate")
+        for i, edge in enumerate(row):
+            coll, groups = cands[i]
+            src = states[sid]
+            if type(edge) is int:
+                _need(0 <= edge < len(states), f"state {sid}, candidate {i}: no state {edge}")
+                dst = states[edge]
+                covered = {d for g in groups for d in g}
+                _need(all(src[d] == dst[d] for d in range(k) if d not in covered),
+                      f"state {sid}, candidate {i}: a device outside the groups changes")
+                for g in groups:
+                    lemmas.add(("step", coll, tuple(src[d] for d in g), tuple(dst[d] for d in g)))
+                if edge not in depth:
+                    depth[edge] = depth[sid] + 1
+                    order.append(edge)
+            else:
+                lemmas.add(_fact(sid, i, coll, groups, src, edge))
+    programs: dict[tuple[int, int], list[tuple[int, ...]]] = {}
+
+    def ends(sid: int, left: int) -> list[tuple[int, ...]]:  # paths of 1..left steps from sid to the goal
+        if (sid, left) not in programs:
+            out = []
+            for i, t in enumerate(edges[sid]):
+                if type(t) is int:
+                    out += [(i,)] * (t in goals) + ([(i, *p) for p in ends(t, left - 1)] if left > 1 else [])
+            programs[sid, left] = out
+        return programs[sid, left]
+
+    found = frozenset(ends(0, max_len))
+    _need(found == claimed, f"the claimed programs are not the goal paths ({len(claimed - found)} extra, "
+          f"{len(found - claimed)} missing)")
+    return Checked(found, frozenset(lemmas), len(order), sum(len(edges[s]) for s in order if depth[s] < max_len))
+
+
+def _fact(sid: int, i: int, coll: str, groups, src: tuple[int, ...], edge) -> tuple:
+    """The fact lemma of a failure ``[group, rule, member]``: the one precondition it breaks, on its members."""
+    where = f"state {sid}, candidate {i}"
+    _need(isinstance(edge, list) and len(edge) == 3 and type(edge[0]) is int and type(edge[2]) is int
+          and 0 <= edge[0] < len(groups) and edge[1] in RULES, f"{where}: a malformed failure {edge!r}")
+    g, rule, a = edge
+    owners, kind = RULES[rule]
+    members = tuple(src[d] for d in groups[g])
+    _need(coll in owners, f"{where}: {rule} is no rule of {coll}")
+    if kind in PAIRED:
+        _need(1 <= a < len(members), f"{where}: member {a} of a group of {len(members)}")
+        if kind in ("disjoint", "disjoint_chunks"):
+            return (kind, members[a], tuple(sorted(set(members[:a]))))
+        return (kind, members[0], members[a])
+    if kind == "divisible":
+        return (kind, len(members), members[0])
+    if kind == "information_increase":
+        return (kind, members[0], tuple(sorted(set(members[1:]))))
+    return (kind, coll, members)
