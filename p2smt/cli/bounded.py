@@ -19,6 +19,7 @@ from typing import Any, Generic, TypeVar
 from p2smt.cli.options import seconds
 from p2smt.cli.output import counted
 from p2smt.errors import InternalError, P2Error
+from p2smt.interrupts import noting
 
 T = TypeVar("T")
 Report = Callable[[Any], None]
@@ -104,8 +105,9 @@ def run_bounded(args: argparse.Namespace, label: str, work: Callable[[Report], T
             pieces.append(piece)
             show(piece)
 
+    done = lambda: f"{label}: {len(pieces)}{'' if total is None else f'/{total}'} done"
     if deadline is None:
-        with progress_display(args, label, total) as show:
+        with progress_display(args, label, total) as show, noting(done):
             return Bounded(work(lambda piece: take(piece, show)), pieces, partial=partial)
     ctx = multiprocessing.get_context("fork")
     recv, send = ctx.Pipe(duplex=False)
@@ -115,7 +117,7 @@ def run_bounded(args: argparse.Namespace, label: str, work: Callable[[Report], T
     child.start()
     send.close()
     try:
-        with progress_display(args, label, total) as show:
+        with progress_display(args, label, total) as show, noting(done):
             while (left := end - time.monotonic()) > 0:
                 if not recv.poll(min(left, 0.1)):
                     continue

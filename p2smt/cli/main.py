@@ -27,8 +27,9 @@ from p2smt.cli import (
     verify,
 )
 from p2smt.cli.options import ArgumentParser
-from p2smt.cli.output import ExitCode
+from p2smt.cli.output import ExitCode, OutputError, OutputGone, guarded_stdout
 from p2smt.errors import InternalError, P2Error
+from p2smt.interrupts import Interrupted, install, received
 
 # In ``p2smt --help`` order; each module declares its parser(s) beside its handler.
 COMMANDS = (topologies, placements, groups, synth, check, lower, rank, cost, draw, sweep, verify, encodings,
@@ -71,34 +72,74 @@ def beyond_limits(err: Exception) -> str | None:
 
 
 def main(argv: list[str] | None = None) -> int:
+    """Run one command: its exit code, every failure one line on stderr. The command line proper (``argv``
+    None) also takes SIGINT and SIGTERM (``p2smt.interrupts``); an in-process call leaves the caller's
+    handlers alone."""
     started = time.monotonic()
+    if argv is None:
+        install()
+    try:
+        with guarded_stdout():
+            return _run(argv, started)
+    except OutputGone:
+        # The reader went away (``| head`` had what it wanted): stop quietly with exit 0, stdout pointed
+        # at /dev/null so that the interpreter's final flush does not complain either.
+        _drop_stdout(argv)
+        return ExitCode.OK
+    except OutputError as err:
+        _drop_stdout(argv)
+        print(f"p2smt: error: {err}", file=sys.stderr)
+        return ExitCode.BAD_INPUT
+    except Interrupted as err:
+        print(err.message(), file=sys.stderr)
+        return err.exit_code
+    except KeyboardInterrupt:
+        print("p2smt: interrupted (Ctrl-C): stopped before the command finished", file=sys.stderr)
+        return ExitCode.INTERRUPTED
+
+
+def _drop_stdout(argv: list[str] | None) -> None:
+    """Point file descriptor 1 at /dev/null (command line only): what is left in its buffer is dropped."""
+    if argv is None:
+        try:
+            os.dup2(os.open(os.devnull, os.O_WRONLY), 1)
+        except OSError:
+            pass
+
+
+def _run(argv: list[str] | None, started: float) -> int:
+    """Parse and run the command; an error becomes its one line, unless a stop signal came first (the error
+    may be its consequence: a worker killed by the same Ctrl-C)."""
     try:
         args = build_parser().parse_args(argv)
         args.started = started
-        return int(args.func(args))
-    except P2Error as err:
+        code = int(args.func(args))
+    except (OutputError, KeyboardInterrupt):
+        raise
+    except Exception as err:  # noqa: BLE001  (each known kind is one line; the rest re-raised)
+        if (signum := received()) is not None:
+            raise Interrupted(signum) from None
+        return _failure(err)
+    if (signum := received()) is not None:  # the signal came as the work ended: still a stop
+        raise Interrupted(signum)
+    return code
+
+
+def _failure(err: Exception) -> int:
+    """The one line and exit code of a failed command (re-raises an error that is no known kind)."""
+    if isinstance(err, P2Error):
         print(f"p2smt: error: {one_line(str(err))}", file=sys.stderr)
         return ExitCode.BAD_INPUT
-    except RecursionError:
+    if isinstance(err, RecursionError):
         print("p2smt: error: input nested too deeply", file=sys.stderr)
         return ExitCode.BAD_INPUT
-    except BrokenPipeError:
-        # The reader went away (``| head``): stop quietly; stdout is pointed at /dev/null so the
-        # interpreter's final flush does not complain either.
-        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
-        return ExitCode.OK
-    except (OSError, OverflowError, ValueError) as err:
-        message = beyond_limits(err)
-        if message is None:
-            raise
+    if isinstance(err, (OSError, OverflowError, ValueError)) and (message := beyond_limits(err)) is not None:
         print(f"p2smt: error: {message}", file=sys.stderr)
         return ExitCode.BAD_INPUT
-    except InternalError as err:
+    if isinstance(err, InternalError):
         print(f"p2smt: INTERNAL ERROR (please report): {one_line(str(err))}", file=sys.stderr)
         return ExitCode.INTERNAL
-    except KeyboardInterrupt:
-        print("p2smt: interrupted", file=sys.stderr)
-        return ExitCode.INTERRUPTED
+    raise err
 
 
 if __name__ == "__main__":

@@ -26,7 +26,61 @@ class ExitCode(IntEnum):
     BAD_INPUT = 2
     INTERNAL = 3  # a broken invariant (e.g. an engine and the interpreter disagree)
     UNKNOWN = 4  # a solver or time limit: neither proved nor refuted
-    INTERRUPTED = 130
+    INTERRUPTED = 130  # Ctrl-C (SIGINT); SIGTERM gives 143: 128 + the signal's number, as a shell reports it
+    TERMINATED = 143
+
+
+class OutputError(Exception):
+    """Standard output cannot take the result: closed, a full disk, an encoding without one of its characters."""
+
+
+class OutputGone(OutputError):
+    """The reader of standard output went away (a broken pipe)."""
+
+
+class GuardedStream:
+    """A text stream whose write failures become ``OutputError`` (one line, exit 2) or ``OutputGone``; rich
+    and print write through it (rich would turn a broken pipe into its own silent exit 1)."""
+
+    def __init__(self, stream):
+        self.stream = stream
+
+    def write(self, text: str) -> int:
+        return self._guarded(self.stream.write, text)
+
+    def flush(self) -> None:
+        self._guarded(self.stream.flush)
+
+    def __getattr__(self, name: str):
+        return getattr(self.stream, name)
+
+    def _guarded(self, call, *args):
+        try:
+            return call(*args)
+        except BrokenPipeError:
+            raise OutputGone("the reader of standard output went away") from None
+        except UnicodeEncodeError as err:
+            char = err.object[err.start:err.end]
+            raise OutputError(f"cannot write output: the output encoding {err.encoding!r} has no {char!r} "
+                              "(set PYTHONIOENCODING=utf-8, or use --json)") from None
+        except (OSError, ValueError) as err:  # ValueError: a closed file
+            raise OutputError(f"cannot write output: {getattr(err, 'strerror', None) or err}") from None
+
+
+@contextmanager
+def guarded_stdout() -> Iterator[None]:
+    """``sys.stdout`` behind a ``GuardedStream`` for the block; refused up front when it is closed (``>&-``)."""
+    import sys
+
+    if sys.stdout is None:
+        raise OutputError("cannot write output: standard output is closed")
+    saved = sys.stdout
+    sys.stdout = GuardedStream(saved)
+    try:
+        yield
+        sys.stdout.flush()  # here, not at exit, where a failure is only a warning
+    finally:
+        sys.stdout = saved
 
 
 def console() -> Console:

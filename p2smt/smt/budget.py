@@ -10,6 +10,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from p2smt.interrupts import received
+
 if TYPE_CHECKING:  # the CLI reads the default without importing Z3
     import z3
 
@@ -37,9 +39,13 @@ class ResourceBudget:
         self.units = units
         self._start: int | None = None
         self._last = 0
+        self.reason: str | None = None  # Z3's reason_unknown after the last check that gave no answer
 
     def arm(self, solver: z3.Solver) -> bool:
-        """Before a check: let ``solver`` spend at most what is left (True), or report nothing left (False)."""
+        """Before a check: let ``solver`` spend at most what is left (True), or report nothing left (False);
+        nothing is left once a stop signal came (a worker thread's proof then ends at its next check)."""
+        if received() is not None:
+            return False
         now = spent(solver)
         if self._start is None:
             self._start = now
@@ -51,8 +57,11 @@ class ResourceBudget:
         return True
 
     def note(self, solver: z3.Solver) -> None:
-        """After a check: record what the context has spent (``used`` and ``exhausted`` read it)."""
+        """After a check: record what the context has spent (``used`` and ``exhausted`` read it) and why Z3
+        gave no answer, if it did not."""
         self._last = spent(solver)
+        reason = solver.reason_unknown()
+        self.reason = reason if reason and reason != "unknown" else self.reason
 
     @property
     def used(self) -> int:

@@ -21,6 +21,7 @@ from typing import Any
 import z3
 
 from p2smt.errors import InternalError, P2Error
+from p2smt.interrupts import interrupted_reason, stop_if_received
 from p2smt.model.problem import SynthesisProblem, canonical_order
 from p2smt.model.status import SolveStatus
 from p2smt.smt.base import Encoding, Program
@@ -290,7 +291,11 @@ def certify(
 
 
 def unfinished(proof: str, spend: ResourceBudget) -> str:
-    """Why a proof gave no answer: its resource budget spent, or a query's timeout."""
+    """Why a proof gave no answer: its resource budget spent, or a query's timeout; a check cancelled by a
+    stop signal (Ctrl-C, SIGTERM) is neither: ``Interrupted`` is raised instead."""
+    stop_if_received()
+    if spend.reason is not None and interrupted_reason(spend.reason):
+        raise KeyboardInterrupt(f"a {proof} query was interrupted ({spend.reason})")
     if spend.exhausted:
         return (f"the {proof} proof spent its budget of {spend.units:,} Z3 resource units before it finished "
                 "(--proof-budget raises it; 0: no limit)")
