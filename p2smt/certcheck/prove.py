@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import threading
 import time
 from dataclasses import dataclass
 
@@ -11,6 +12,24 @@ from p2smt.certcheck.smt2 import query
 
 BATCH = 4096
 """Lemmas per query: one query for every placement of P²'s grid and for BlueConnect at length 6."""
+
+
+_LOCAL = threading.local()
+
+
+def _context() -> z3.Context:
+    """This thread's Z3 context, made once: a context costs several milliseconds, a placement's whole
+    query on P²'s smallest problems about one."""
+    ctx = getattr(_LOCAL, "ctx", None)
+    if ctx is None:
+        ctx = _LOCAL.ctx = z3.Context()
+    return ctx
+
+
+def _units(ctx: z3.Context) -> int:
+    """The context's resource units spent so far (Z3 counts per context)."""
+    figures = z3.SimpleSolver(ctx=ctx).statistics()
+    return int(figures.get_key_value("rlimit count")) if "rlimit count" in figures.keys() else 0  # noqa: SIM118
 
 
 @dataclass(frozen=True)
@@ -31,31 +50,30 @@ def prove(lemmas: frozenset[tuple], k: int, units: int | None = None) -> Proved:
     """Every lemma by Z3, ``BATCH`` to a ground query, within ``units`` resource units (None: no limit)."""
     start = time.perf_counter()
     ordered = sorted(lemmas, key=repr)
-    texts, refuted, spent, status, why = [], [], 0, "unsat", None
+    texts, refuted, status, why = [], [], "unsat", None
+    ctx = _context()
+    begun = _units(ctx)
     for i in range(0, max(len(ordered), 1), BATCH):
         text, terms = query(ordered[i : i + BATCH], k)
         texts.append(text)
-        ctx = z3.Context()
-        solver = z3.Solver(ctx=ctx)
+        solver = z3.SimpleSolver(ctx=ctx)
         if units is not None:
-            solver.set("rlimit", max(units - spent, 1))
+            solver.set("rlimit", max(units - (_units(ctx) - begun), 1))
         solver.from_string(text)
         answer = solver.check()
-        figures = solver.statistics()
-        names = figures.keys()
-        spent += int(figures.get_key_value("rlimit count")) if "rlimit count" in names else 0
         if answer == z3.unknown:
             status, why = "unknown", solver.reason_unknown()
             break
         if answer == z3.sat:
             status = "sat"
             refuted += [t for t in terms if not _holds(text, t)]
-    return Proved(status, tuple(refuted), tuple(texts), len(texts), spent, time.perf_counter() - start, why)
+    return Proved(status, tuple(refuted), tuple(texts), len(texts), _units(ctx) - begun,
+                  time.perf_counter() - start, why)
 
 
 def _holds(text: str, term: str) -> bool:
     """Whether one lemma is true: the query's definitions with only its negation asserted."""
     head = text[: text.index("(define-fun lemma0 ")] if "(define-fun lemma0 " in text else text
-    solver = z3.Solver(ctx=z3.Context())
+    solver = z3.SimpleSolver(ctx=_context())
     solver.from_string(head + f"(assert (not {term}))\n")
     return solver.check() == z3.unsat
