@@ -34,6 +34,8 @@ _EXPORTS = {
     "cost": "p2smt.api",
     "groups": "p2smt.api",
     "topologies": "p2smt.api",
+    "audit": "p2smt.api",
+    "audit_text": "p2smt.api",
     "synthesize": "p2smt.synth.driver",
     "rank": "p2smt.cost.rank",
     "best": "p2smt.cost.best",
@@ -42,6 +44,8 @@ _EXPORTS = {
 }
 
 __all__ = [
+    "audit",
+    "audit_text",
     "Engine",
     "EngineConfig",
     "HierarchyKind",

@@ -18,7 +18,7 @@ from p2smt.model.request import Request
 from p2smt.model.system import System
 from p2smt.model.system import load_system as _load_system
 
-__all__ = ["check", "cost", "groups", "hierarchy_of", "load_system", "lower", "placements", "run", "topologies",
+__all__ = ["audit", "audit_text", "check", "cost", "groups", "hierarchy_of", "load_system", "lower", "placements", "run", "topologies",
            "verify"]
 
 
@@ -209,3 +209,44 @@ def _lowering(request: Request, program: str, axis_names: list[str] | None, allo
     target = placement_target(placement, placement.check_axes(request.reduce), system.level_names, axis_names,
                               system.name)
     return prog, plan, target
+
+
+def audit(fn: Any, *args: Any, system: System | str, mesh: Any = None, nodes: int | None = None,
+          levels: Mapping[str, int] | None = None, device_order: Any = None, expect: Any = None,
+          algo: str = "auto", max_len: int = 6, **kwargs: Any) -> Any:
+    """Audit a JAX training step (``p2smt audit`` on a function): lowered in-process, its StableHLO checked
+    output by output against the declared shardings, its compiled HLO's chains proved, priced and improved.
+
+    ``expect`` maps an output's index to an ``auditing.Expected`` (or ``'data,-'`` text) overriding its
+    declared sharding; the result is an ``auditing.AuditReport`` (``.verdict``, ``.chains``, ``.to_json()``).
+    """
+    from p2smt.auditing import audit_function
+
+    return audit_function(fn, *args, system=system, mesh=mesh, nodes=nodes, levels=levels,
+                          device_order=device_order, expect=_expectations(expect), algo=algo, best_len=max_len,
+                          **kwargs)
+
+
+def audit_text(text: str, *, system: System | str, nodes: int | None = None,
+               levels: Mapping[str, int] | None = None, device_order: Any = None, mesh: Any = None,
+               expect: Any = None, algo: str = "auto", max_len: int = 6, where: str = "<module>") -> Any:
+    """Audit a printed module, compiled HLO, HLO before partitioning or StableHLO (``p2smt audit STEP``).
+
+    >>> from pathlib import Path
+    >>> text = Path("tests/data/audit/row-parallel-mlp.mlir").read_text()  # doctest: +SKIP
+    >>> audit_text(text, system="v100-2x8").verdict.value  # doctest: +SKIP
+    'PROVED'
+    """
+    from p2smt.auditing import audit_text as run
+
+    return run(text, system=system, nodes=nodes, levels=levels, device_order=device_order, mesh=mesh,
+               expect=_expectations(expect), algo=algo, best_len=max_len, where=where)
+
+
+def _expectations(expect: Any) -> Any:
+    """``{index: Expected | 'SPEC'}`` as ``Expected`` values (``--expect``'s text form)."""
+    from p2smt.auditing import Expected, parse_expect
+
+    if not expect:
+        return None
+    return {int(k): v if isinstance(v, Expected) else parse_expect(f"{k}={v}")[1] for k, v in expect.items()}

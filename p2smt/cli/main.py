@@ -10,6 +10,7 @@ import time
 
 from p2smt import __version__
 from p2smt.cli import (
+    audit,
     best,
     check,
     cost,
@@ -33,7 +34,7 @@ from p2smt.interrupts import Interrupted, install, received
 
 # In ``p2smt --help`` order; each module declares its parser(s) beside its handler.
 COMMANDS = (topologies, placements, groups, synth, check, lower, rank, cost, draw, sweep, verify, encodings,
-            plan, experiment, best)
+            plan, experiment, best, audit)
 
 
 def build_parser() -> argparse.ArgumentParser:

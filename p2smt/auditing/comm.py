@@ -1,0 +1,133 @@
+"""How collectives move a value's layout, once their device groups are named as mesh axes (``meshaxes.py``).
+
+``reduced`` is the ordered tuple of mesh axes whose devices form each group (major first, as the group lists
+its members), or None when the groups are no union of mesh axes: then nothing is claimed.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from p2smt.auditing.layout import AxisState, FindingKind, Layout
+from p2smt.auditing.rules import Op, Outcome, _finding
+
+__all__ = ["all_gather", "all_reduce", "opaque", "reduce_scatter"]
+
+R, S, P, V, U = (AxisState.REPLICATED, AxisState.SHARDED, AxisState.PARTIAL, AxisState.VARYING,
+                 AxisState.UNKNOWN)
+
+
+def _not_mesh(op: Op, ins: Sequence[Layout]) -> Outcome:
+    out = []
+    for x in ins:
+        for a in op.axes:
+            x = x.lost(a, f"{op.short} at {op.location} over groups that are no union of mesh axes")
+        out.append(x)
+    return Outcome(out)
+
+
+def all_reduce(op: Op, ins: Sequence[Layout], reduced: tuple[str, ...] | None, is_sum: bool,
+               constant: bool = False) -> Outcome:
+    """A sum over ``reduced`` turns a partial sum into the value, replicated (and a shard into the sum of the
+    value's blocks); summing a replicated value scales it by the axis's size, a finding unless it is a
+    constant (``constant``: ``psum(1, axis)`` counts devices)."""
+    if reduced is None:
+        return _not_mesh(op, ins)
+    out, findings = [], []
+    for x in ins:
+        for a in reduced:
+            s = x.state(a)
+            if s is U:
+                continue
+            if not is_sum:
+                if s is P:
+                    findings.append(_finding(op, FindingKind.NONLINEAR_ON_PARTIAL, a,
+                                             f"{op.short} at {op.location} takes a maximum (not a sum) of a "
+                                             f"partial sum over {a}"))
+                    x = x.lost(a, f"the finding at {op.location}")
+                else:
+                    x = _replicated_along(x, a)
+                continue
+            if s in (P, V, S):  # a shard's sum over a is the sum of the value's blocks: the same on every device
+                x = _replicated_along(x, a)
+            elif s is R and constant:  # psum(1, a): the axis's size
+                continue
+            elif s is R:
+                findings.append(_finding(op, FindingKind.SUM_OF_REPLICATED, a,
+                                         f"{op.short} at {op.location} sums over {a} a value already replicated "
+                                         f"over {a}: the result is the value times the size of {a} (a reduction "
+                                         "done twice, or over the wrong axis?)"))
+                x = x.lost(a, f"the finding at {op.location}")
+        out.append(x)
+    return Outcome(out, findings)
+
+
+def _replicated_along(x: Layout, axis: str) -> Layout:
+    return Layout(tuple(tuple(a for a in axes if a != axis) for axes in x.dims), x.partial - {axis},
+                  tuple(v for v in x.varying if v[0] != axis), x.unknown)
+
+
+def reduce_scatter(op: Op, ins: Sequence[Layout], reduced: tuple[str, ...] | None, dim: int) -> Outcome:
+    """A reduce-scatter over ``reduced`` along ``dim`` turns a partial sum into the value sharded along
+    ``dim`` (the group's order is the shards' order)."""
+    if reduced is None:
+        return _not_mesh(op, ins)
+    out, findings = [], []
+    for x in ins:
+        ok = all(x.state(a) is P for a in reduced)
+        if ok:
+            dims = list(x.dims)
+            dims[dim] = dims[dim] + reduced
+            x = Layout(tuple(dims), x.partial - set(reduced), x.varying, x.unknown)
+        else:
+            for a in reduced:
+                s = x.state(a)
+                if s is R:
+                    findings.append(_finding(op, FindingKind.SUM_OF_REPLICATED, a,
+                                             f"{op.short} at {op.location} sums over {a} a value already "
+                                             f"replicated over {a}: each shard is the value's times the size of "
+                                             f"{a}"))
+                    x = x.lost(a, f"the finding at {op.location}")
+                elif s is not U:
+                    x = x.lost(a, f"{op.short} at {op.location} scatters a value that is not a partial sum over {a}")
+        out.append(x)
+    return Outcome(out, findings)
+
+
+def all_gather(op: Op, ins: Sequence[Layout], reduced: tuple[str, ...] | None, dim: int) -> Outcome:
+    """An all-gather over ``reduced`` along ``dim`` turns a value sharded along ``dim`` over those axes (as its
+    minor-most shard axes, in the group's order) into the value, replicated over them."""
+    if reduced is None:
+        return _not_mesh(op, ins)
+    out, findings = [], []
+    for x in ins:
+        axes = x.dims[dim] if dim < len(x.dims) else ()
+        k = len(reduced)
+        if axes[len(axes) - k:] == reduced and all(x.state(a) is S for a in reduced):
+            dims = list(x.dims)
+            dims[dim] = axes[:len(axes) - k]
+            x = Layout(tuple(dims), x.partial, x.varying, x.unknown)
+        else:
+            for a in reduced:
+                s = x.state(a)
+                if s is R:
+                    findings.append(_finding(op, FindingKind.GATHER_OF_REPLICATED, a,
+                                             f"{op.short} at {op.location} gathers over {a} a value replicated "
+                                             f"over {a}: the result is copies of it, not a whole value"))
+                    x = x.lost(a, f"the finding at {op.location}")
+                elif s is not U:
+                    x = x.lost(a, f"{op.short} at {op.location} gathers along dimension {dim} a value that is "
+                                  f"not sharded there over {a} in the group's order")
+        out.append(x)
+    return Outcome(out, findings)
+
+
+def opaque(op: Op, ins: Sequence[Layout]) -> Outcome:
+    """A collective the audit does not follow (all-to-all, collective-permute, …): every axis unknown."""
+    out = []
+    for shape in op.result_shapes:
+        lay = Layout(((),) * len(shape))
+        for a in op.axes:
+            lay = lay.lost(a, f"{op.short} at {op.location} (a collective the audit does not follow)")
+        out.append(lay)
+    return Outcome(out)

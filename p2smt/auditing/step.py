@@ -1,0 +1,171 @@
+"""Audit a whole training step: read the module(s), walk the step, audit every chain, and assemble the report.
+
+Two entries that give the same report: ``audit_text`` for a printed module (StableHLO, HLO before
+partitioning, compiled HLO) and ``audit_function`` for a jitted JAX function, lowered in-process: its StableHLO
+gives the step-level check and its compiled HLO the chains XLA will run (those the partitioner adds included).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from p2smt.auditing.chains import audit_chains, mesh_placement
+from p2smt.auditing.meshaxes import Mesh
+from p2smt.auditing.report import AuditReport
+from p2smt.auditing.walk import Expected, OutputStatus, StepOutput, StepWalk, walk_module
+from p2smt.errors import P2Error
+from p2smt.frontend.reading import ModuleReading
+from p2smt.model.system import System, load_system
+
+__all__ = ["audit_function", "audit_text", "parse_expect"]
+
+
+def parse_expect(text: str) -> tuple[int, Expected]:
+    """``OUTPUT=SPEC``: SPEC lists per dimension ``-`` or mesh axes joined by ``+`` (``0=data,-``; ``1=`` is
+    replicated), optionally ``;unreduced=a+b``."""
+    key, sep, spec = text.partition("=")
+    if not sep or not key.strip().isdigit():
+        raise P2Error(f"--expect {text!r}: expected OUTPUT=SPEC, e.g. 0=data,- (dims: '-' or axes joined by '+')")
+    dims_text, _, extra = spec.partition(";")
+    dims = tuple(() if d.strip() in ("-", "") else tuple(a.strip() for a in d.split("+"))
+                 for d in dims_text.split(",")) if dims_text.strip() else ()
+    unreduced: frozenset[str] = frozenset()
+    if extra:
+        name, eq, axes = extra.partition("=")
+        if name.strip() != "unreduced" or not eq:
+            raise P2Error(f"--expect {text!r}: after ';' only unreduced=AXES")
+        unreduced = frozenset(a.strip() for a in axes.split("+") if a.strip())
+    return int(key), Expected(dims, unreduced)
+
+
+def _mesh(reading: ModuleReading, given: Sequence[tuple[str, int]] | None) -> Mesh | None:
+    if given is not None:
+        sizes = [s for _, s in given]
+        total = 1
+        for s in sizes:
+            total *= s
+        return Mesh(tuple((str(n), int(s)) for n, s in given), tuple(range(total)))
+    if reading.mesh is None:
+        return None
+    return Mesh(reading.mesh.axes, reading.mesh.device_ids)
+
+
+def _order(device_order: Sequence[int] | None, n: int) -> tuple[int, ...]:
+    order = tuple(range(n)) if device_order is None else tuple(device_order)
+    if sorted(order) != list(range(n)):
+        raise P2Error(f"the device order must list each of the {n} system devices once")
+    return order
+
+
+def _check_expect(expect: Mapping[int, Expected], mesh: Mesh | None) -> None:
+    names = set(mesh.names) if mesh else set()
+    for k, e in expect.items():
+        bad = sorted({a for d in e.dims for a in d} | set(e.unreduced) - names) if mesh else []
+        bad = [a for a in bad if a not in names]
+        if bad:
+            raise P2Error(f"--expect {k}: unknown mesh axes {bad}; the mesh has {sorted(names)}")
+
+
+def _assemble(chains_from: ModuleReading, sources: tuple[str, ...], system: System, order: tuple[int, ...],
+              mesh: Mesh | None, walk: StepWalk | None, notes: list[str], hidden: list[str], algo: str,
+              best_len: int, started: float) -> AuditReport:
+    if chains_from.space.num_devices != system.num_devices:
+        raise P2Error(f"the module runs on {chains_from.space.num_devices} devices but the system has "
+                      f"{system.num_devices} (resize it with --nodes or --level)")
+    chains = audit_chains(chains_from, system, order, mesh, algo=algo, best_len=best_len)
+    for o in chains_from.opaque:
+        notes.append(f"{o.op} at line {o.line}: communication the audit does not prove")
+    placement = mesh_placement(system, mesh, order) if mesh is not None else None
+    outputs = tuple(walk.outputs) if walk is not None else tuple(
+        StepOutput(i, f"output {i}", "-", "-", OutputStatus.UNVERIFIED,
+                   (("compiled HLO has no shard_map boundaries or declared shardings to check the step against: "
+                    "audit the StableHLO text or the jitted function"),)) for i in range(len(chains_from.outputs)))
+    return AuditReport(chains_from.name, sources, system.name, system.num_devices,
+                       mesh.axes if mesh else None, placement.matrix if placement else None, tuple(chains),
+                       outputs, tuple(walk.findings) if walk else (), tuple(notes), tuple(hidden), algo,
+                       {"seconds": time.perf_counter() - started})
+
+
+def _walk(text: str, where: str, expect: Mapping[int, Expected]) -> StepWalk:
+    from p2smt.frontend.mlir import parse_mlir
+
+    parsed = parse_mlir(text, where)
+    with parsed.context:
+        return walk_module(parsed.module, where, expect)
+
+
+def audit_text(text: str, *, system: System | str, nodes: int | None = None, levels: Mapping[str, int] | None = None,
+               device_order: Sequence[int] | None = None, mesh: Sequence[tuple[str, int]] | None = None,
+               expect: Mapping[int, Expected] | None = None, algo: str = "auto", best_len: int = 6,
+               where: str = "<module>") -> AuditReport:
+    """Audit a printed module: StableHLO (chains and the step), or HLO (chains only: compiled HLO has no
+    shard_map boundaries to check the step against). ``mesh`` names the devices' axes where the module has none.
+
+    A StableHLO module says only what it shows: collectives XLA's partitioner adds for sharded values outside
+    shard_map, and those inside a custom call, are not in it — the first make the verdict UNVERIFIED, the second
+    REFUSED (audit the compiled HLO, or give the function to ``audit_function``).
+    """
+    from p2smt.frontend.hlo import read_module
+
+    started = time.perf_counter()
+    sys_ = load_system(system, nodes, levels)
+    reading = read_module(text, where, split=True)
+    m = _mesh(reading, mesh)
+    expect = dict(expect or {})
+    _check_expect(expect, m)
+    order = _order(device_order, sys_.num_devices)
+    notes: list[str] = []
+    if reading.dialect == "stablehlo":
+        walk = _walk(text, where, expect)
+        hidden = list(walk.hidden)
+        if walk.gspmd:
+            notes.append(f"{len(walk.gspmd)} op(s) outside shard_map on sharded values (first: {walk.gspmd[0]}): "
+                         "XLA's partitioner adds their collectives when compiling, and this text does not show "
+                         "them; audit the compiled HLO too, or the function")
+        return _assemble(reading, ("StableHLO",), sys_, order, m, walk, notes, hidden, algo, best_len, started)
+    return _assemble(reading, ("HLO",), sys_, order, m, None, notes, [], algo, best_len, started)
+
+
+def audit_function(fn: Any, *args: Any, system: System | str, mesh: Any = None, nodes: int | None = None,
+                   levels: Mapping[str, int] | None = None, device_order: Sequence[int] | None = None,
+                   expect: Mapping[int, Expected] | None = None, algo: str = "auto", best_len: int = 6,
+                   **kwargs: Any) -> AuditReport:
+    """Audit a JAX function (jitted or not) on ``args``: lowered in-process, its StableHLO walked for the step
+    and its compiled HLO read for the chains XLA will run.
+
+    The mesh's axes come from the module's Shardy mesh (``shard_map``/``NamedSharding``). XLA device i is
+    system device ``device_order[i]``: by default the JAX device id of ``mesh.devices.flat[i]`` when the
+    ``jax.sharding.Mesh`` is given, else i (system devices numbered as JAX numbers its devices).
+    """
+    import jax
+
+    from p2smt.frontend.hlo import read_module
+
+    started = time.perf_counter()
+    sys_ = load_system(system, nodes, levels)
+    jitted = fn if hasattr(fn, "lower") else jax.jit(fn)
+    lowered = jitted.lower(*args, **kwargs)
+    stablehlo = lowered.as_text()
+    compiled = lowered.compile().as_text()
+    name = getattr(fn, "__name__", "step")
+    shown = read_module(stablehlo, f"{name} (StableHLO)", split=True)
+    runs = read_module(compiled, f"{name} (compiled HLO)", split=True)
+    m = _mesh(shown, None)
+    expect = dict(expect or {})
+    _check_expect(expect, m)
+    if device_order is None and mesh is not None:
+        device_order = tuple(int(d.id) for d in mesh.devices.flat)
+    order = _order(device_order, sys_.num_devices)
+    walk = _walk(stablehlo, f"{name} (StableHLO)", expect)
+    notes = [f"{h}: its collectives are read from the compiled HLO, but the step-level check cannot follow values "
+             "through it" for h in walk.hidden]
+    if walk.hidden:
+        walk.outputs[:] = [o if o.status is not OutputStatus.OK else StepOutput(
+            o.index, o.name, o.declared, o.actual, OutputStatus.UNVERIFIED,
+            o.reasons + ("the step runs a custom call the audit cannot follow",)) for o in walk.outputs]
+    walk.outputs[:] = [StepOutput(o.index, o.name, o.declared, o.actual, o.status,
+                                  tuple(r for r in o.reasons if not r.startswith("computed outside shard_map on")))
+                       for o in walk.outputs]
+    return _assemble(runs, ("StableHLO", "compiled HLO"), sys_, order, m, walk, notes, [], algo, best_len, started)

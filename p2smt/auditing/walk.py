@@ -1,0 +1,523 @@
+"""Run a StableHLO module's shard_map bodies on layouts (``layout.py``): the step-level half of the audit.
+
+The module is walked with jaxlib's MLIR bindings from ``@main``. Values outside ``sdy.manual_computation`` are
+the global values of the program as written (XLA's partitioner keeps their meaning; the collectives it adds
+are only in compiled HLO, which ``walk`` reports). Inside, each body argument gets its layout from
+``in_shardings``, each op moves layouts by ``rules.py`` and ``comm.py``, and each result is judged against
+``out_shardings`` (or the user's ``expect``). What the walk cannot follow is said, never assumed.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from enum import Enum
+
+import numpy as np
+
+from p2smt.auditing import comm
+from p2smt.auditing.index import Affine, evaluate, partition_id
+from p2smt.auditing.layout import AxisState, Finding, FindingKind, Layout
+from p2smt.auditing.meshaxes import Mesh, axes_of_groups
+from p2smt.auditing.rules import Op, Outcome, apply
+from p2smt.errors import P2Error
+
+__all__ = ["Expected", "OutputStatus", "StepOutput", "StepWalk", "walk_module"]
+
+_COLLECTIVES = {"stablehlo.all_reduce", "stablehlo.reduce_scatter", "stablehlo.all_gather"}
+_OPAQUE = {"stablehlo.all_to_all", "stablehlo.collective_permute", "stablehlo.collective_broadcast",
+           "stablehlo.send", "stablehlo.recv"}
+_LOCAL_CUSTOM_CALLS = ("Sharding", "X64Combine", "X64SplitLow", "X64SplitHigh", "lapack_", "annotate_device_placement")
+_PLUMBING = {"func.return", "sdy.manual_computation", "sdy.mesh", "stablehlo.constant", "sdy.sharding_constraint",
+             "stablehlo.optimization_barrier", "func.call"}
+MAX_OPS = 2_000_000  # ops walked once calls are expanded: a bound on time for call trees that multiply
+
+
+class OutputStatus(str, Enum):
+    """An output's step-level verdict."""
+
+    OK = "ok"
+    FINDING = "finding"
+    UNVERIFIED = "unverified"
+
+
+@dataclass(frozen=True)
+class Expected:
+    """What an output must be: per dimension the mesh axes sharding it, and the axes it stays a partial sum
+    over (``unreduced``); every other manual axis replicated."""
+
+    dims: tuple[tuple[str, ...], ...]
+    unreduced: frozenset[str] = frozenset()
+
+    def describe(self) -> str:
+        dims = ", ".join("+".join(d) if d else "-" for d in self.dims)
+        return f"[{dims}]" + (f" unreduced {{{', '.join(sorted(self.unreduced))}}}" if self.unreduced else "")
+
+
+@dataclass(frozen=True)
+class StepOutput:
+    """One output of the step: its index and name, what it was declared, what it is, and the verdict."""
+
+    index: int
+    name: str
+    declared: str
+    actual: str
+    status: OutputStatus
+    reasons: tuple[str, ...]
+
+    def to_json(self) -> dict:
+        return {"index": self.index, "name": self.name, "declared": self.declared, "actual": self.actual,
+                "status": self.status.value, "reasons": list(self.reasons)}
+
+
+@dataclass(frozen=True)
+class CollectiveUse:
+    """A collective met in a shard_map body: its location, op, the mesh axes its groups form (None: none),
+    and its operand's bytes per device."""
+
+    location: str
+    op: str
+    axes: tuple[str, ...] | None
+    bytes: int
+
+
+@dataclass
+class StepWalk:
+    """What the walk found: the outputs' verdicts, the findings, the collectives, and what it could not see."""
+
+    outputs: list[StepOutput] = field(default_factory=list)
+    findings: list[Finding] = field(default_factory=list)
+    collectives: list[CollectiveUse] = field(default_factory=list)
+    hidden: list[str] = field(default_factory=list)  # ops that may communicate unseen: the text cannot be audited
+    gspmd: list[str] = field(default_factory=list)  # ops outside shard_map on sharded values
+    manual: int = 0  # shard_map bodies walked
+
+
+@dataclass(frozen=True)
+class _Outer:
+    """A value outside shard_map: the manual outputs it is computed from, and whether GSPMD partitions an op on
+    its way (it may add collectives there)."""
+
+    deps: frozenset[int] = frozenset()
+    gspmd: bool = False
+
+
+def _ir():
+    try:
+        from jax.interpreters import mlir as jmlir
+        from jaxlib.mlir import ir
+        from jaxlib.mlir.dialects import sdy, stablehlo
+    except ImportError:
+        raise P2Error("auditing StableHLO needs jax/jaxlib >= 0.7: pip install 'p2smt[jax]'") from None
+    return jmlir, ir, sdy, stablehlo
+
+
+def location(op) -> str:
+    """``line:col`` of an op in the text it was parsed from, or its source location (debug info)."""
+    text = str(op.location)
+    if text.startswith('loc("-":'):
+        return text[len('loc("-":'):].rstrip(")")
+    inner = text[4:-1] if text.startswith("loc(") else text
+    return inner if len(inner) <= 120 else inner[:117] + "..."
+
+
+def _shape(value) -> tuple[int, ...]:
+    t = value.type
+    return tuple(t.shape) if hasattr(t, "shape") else ()
+
+
+def _nbytes(value) -> int:
+    t = value.type
+    if not hasattr(t, "shape"):
+        return 0
+    bits = getattr(t.element_type, "width", None)
+    if bits is None:
+        text = str(t.element_type)
+        bits = 64 if text in ("f64", "i64", "ui64", "complex<f32>") else 128 if text == "complex<f64>" else 8 \
+            if text in ("i1", "pred") else 32
+    return int(np.prod(t.shape, dtype=np.int64)) * max(bits, 8) // 8
+
+
+class _Walker:
+    def __init__(self, module, where: str, expect: Mapping[int, Expected]):
+        self.jmlir, self.ir, self.sdy, self.shlo = _ir()
+        self.module, self.where, self.expect = module, where, dict(expect)
+        self.result = StepWalk()
+        self.funcs = {}
+        self.meshes: dict[str, Mesh] = {}
+        self.sharded_module = False
+        self.judged: list[tuple[OutputStatus, tuple[str, ...], str, str]] = []
+        self.ops = 0
+        self.affine: dict = {}  # integer scalars known as affine functions of the mesh coordinates
+        for op in module.body.operations:
+            name = op.operation.name
+            if name == "func.func":
+                self.funcs[self.ir.StringAttr(op.attributes["sym_name"]).value] = op
+            elif name == "sdy.mesh":
+                self.meshes[self.ir.StringAttr(op.attributes["sym_name"]).value] = self._mesh(op)
+
+    def _mesh(self, op) -> Mesh:
+        m = self.sdy.MeshAttr(op.attributes["mesh"])
+        axes = tuple((self.sdy.MeshAxisAttr(a).name, self.sdy.MeshAxisAttr(a).size) for a in m.axes)
+        ids = tuple(int(i) for i in m.device_ids) if len(m.device_ids) else tuple(range(int(np.prod(
+            [s for _, s in axes], dtype=np.int64))))
+        return Mesh(axes, ids)
+
+    # -- outside shard_map -------------------------------------------------------------------------------------
+    def run(self) -> StepWalk:
+        main = self.funcs.get("main")
+        if main is None:
+            raise P2Error(f"{self.where}: no @main function")
+        args = list(main.regions[0].blocks[0].arguments)
+        for attr in self._arg_attrs(main):
+            if attr is not None and "sdy.sharding" in attr:
+                self.sharded_module |= self._is_sharded(attr["sdy.sharding"])
+        outs = self._outer(main, [_Outer() for _ in args])
+        names = self._result_names(main, len(outs))
+        for i, v in enumerate(outs):
+            self.result.outputs.append(self._main_output(i, names[i], v))
+        return self.result
+
+    def _arg_attrs(self, func):
+        if "arg_attrs" not in func.attributes:
+            return []
+        return [self.ir.DictAttr(a) for a in self.ir.ArrayAttr(func.attributes["arg_attrs"])]
+
+    def _result_names(self, func, n: int) -> list[str]:
+        names = [f"output {i}" for i in range(n)]
+        if "res_attrs" in func.attributes:
+            for i, a in enumerate(self.ir.ArrayAttr(func.attributes["res_attrs"])):
+                d = self.ir.DictAttr(a)
+                if "jax.result_info" in d and i < n:
+                    names[i] = self.ir.StringAttr(d["jax.result_info"]).value or names[i]
+        return names
+
+    def _is_sharded(self, attr) -> bool:
+        ts = self.sdy.TensorShardingAttr(attr)
+        return any(len(self.sdy.DimensionShardingAttr(d).axes) for d in ts.dimension_shardings)
+
+    def _tick(self) -> None:
+        self.ops += 1
+        if self.ops > MAX_OPS:
+            raise P2Error(f"{self.where}: more than {MAX_OPS} ops once calls are expanded; too large to audit")
+
+    def _outer(self, func, args: list[_Outer], depth: int = 0) -> list[_Outer]:
+        if depth > 64:
+            raise P2Error(f"{self.where}: calls nested more than 64 deep")
+        block = func.regions[0].blocks[0]
+        env = dict(zip(block.arguments, args))
+        for op in block.operations:
+            self._tick()
+            name = op.operation.name
+            ins = [env.get(v, _Outer()) for v in op.operands]
+            if name == "func.return":
+                return ins
+            if name == "sdy.manual_computation":
+                outs = [_Outer(frozenset({k})) for k in self._manual(op)]
+            elif name == "func.call":
+                callee = self.funcs[self.ir.FlatSymbolRefAttr(op.attributes["callee"]).value]
+                outs = self._outer(callee, ins, depth + 1)
+            else:
+                self._hidden_check(op, name)
+                if name in _COLLECTIVES or name in _OPAQUE:
+                    self.result.hidden.append(f"{name.split('.', 1)[1]} at {location(op)} outside shard_map")
+                deps = frozenset().union(*(x.deps for x in ins)) if ins else frozenset()
+                local = name in _PLUMBING
+                gspmd = any(x.gspmd for x in ins) or (self.sharded_module and not local)
+                if self.sharded_module and not local:
+                    self.result.gspmd.append(f"{name.split('.', 1)[-1]} at {location(op)}")
+                outs = [_Outer(deps, gspmd) for _ in op.results]
+            for r, o in zip(op.results, outs):
+                env[r] = o
+        return []
+
+    def _hidden_check(self, op, name: str) -> None:
+        if name == "stablehlo.custom_call":
+            target = self.ir.StringAttr(op.attributes["call_target_name"]).value
+            if not target.startswith(_LOCAL_CUSTOM_CALLS):
+                self.result.hidden.append(f"custom_call @{target} at {location(op)} (its communication, if any, "
+                                          "is not in the text: audit the compiled HLO)")
+
+    def _main_output(self, i: int, name: str, v: _Outer) -> StepOutput:
+        judged = [self.judged[k] for k in sorted(v.deps)]
+        reasons: list[str] = []
+        status = OutputStatus.OK
+        for st, rs, _, _ in judged:
+            reasons += rs
+            if st is OutputStatus.FINDING or (st is OutputStatus.UNVERIFIED and status is OutputStatus.OK):
+                status = st
+        if v.gspmd:
+            reasons.append("computed outside shard_map on sharded values: XLA's partitioner adds its collectives "
+                           "when compiling (they are in compiled HLO, not in this text)")
+        declared = "; ".join(j[2] for j in judged) or "computed outside shard_map"
+        actual = "; ".join(j[3] for j in judged) or "-"
+        return StepOutput(i, name, declared, actual, status, tuple(reasons))
+
+    # -- inside shard_map ---------------------------------------------------------------------------------------
+    def _manual(self, op) -> list[int]:
+        self.result.manual += 1
+        a = op.attributes
+        ins = self.sdy.TensorShardingPerValueAttr(a["in_shardings"]).shardings
+        outs = self.sdy.TensorShardingPerValueAttr(a["out_shardings"]).shardings
+        manual = tuple(str(x) for x in self.sdy.ManualAxesAttr(a["manual_axes"])) if "manual_axes" in a else ()
+        mesh = self._mesh_of(ins[0] if len(ins) else outs[0] if len(outs) else None, op)
+        block = op.regions[0].blocks[0]
+        layouts = [self._declared(s, manual, len(_shape(arg))) for s, arg in zip(ins, block.arguments)]
+        results = self._body(block, [Layout(e.dims, e.unreduced) for e in layouts], manual, mesh, 0)
+        ids = []
+        for k, (lay, s) in enumerate(zip(results, outs)):
+            index = len(self.judged)
+            expected = self.expect.get(index) or self._declared(s, manual, len(lay.dims))
+            self.judged.append(self._judge(k, lay, expected, manual))
+            ids.append(index)
+        return ids
+
+    def _mesh_of(self, sharding, op) -> Mesh:
+        if sharding is not None:
+            ref = self.sdy.TensorShardingAttr(sharding).mesh_or_ref
+            name = str(ref).lstrip("@").strip('"')
+            if name in self.meshes:
+                return self.meshes[name]
+        if len(self.meshes) == 1:
+            return next(iter(self.meshes.values()))
+        raise P2Error(f"{self.where}:{location(op)}: shard_map on a mesh the module does not declare")
+
+    def _declared(self, sharding, manual: Sequence[str], rank: int) -> Expected:
+        ts = self.sdy.TensorShardingAttr(sharding)
+        dims = []
+        for d in ts.dimension_shardings:
+            axes = []
+            for ax in self.sdy.DimensionShardingAttr(d).axes:
+                ref = self.sdy.AxisRefAttr(ax)
+                if ref.sub_axis_info is not None:
+                    raise P2Error(f"{self.where}: a sub-axis sharding ({ref}) is not supported by the audit")
+                if ref.name in manual:
+                    axes.append(ref.name)
+            dims.append(tuple(axes))
+        dims += [()] * (rank - len(dims))
+        unreduced = frozenset(self.sdy.AxisRefAttr(x).name for x in ts.unreduced_axes) & set(manual)
+        return Expected(tuple(dims[:rank]), unreduced)
+
+    def _judge(self, k: int, lay: Layout, exp: Expected, manual: Sequence[str]):
+        reasons: list[str] = []
+        status = OutputStatus.OK
+
+        def worse(st: OutputStatus, why: str, kind: FindingKind | None = None, axis: str | None = None):
+            nonlocal status
+            reasons.append(why)
+            if kind is not None:
+                self.result.findings.append(Finding(kind, why, "output", f"output {k}", axis, k))
+            if st is OutputStatus.FINDING or status is OutputStatus.OK:
+                status = st
+
+        for a in manual:
+            s = lay.state(a)
+            want = next((d for d, axes in enumerate(exp.dims) if a in axes), None)
+            if s is AxisState.UNKNOWN:
+                why = lay.why(a)
+                worse(OutputStatus.FINDING if why.startswith("the finding at") else OutputStatus.UNVERIFIED,
+                      f"along {a}: {why}")
+            elif a in exp.unreduced:
+                if s is not AxisState.PARTIAL:
+                    worse(OutputStatus.FINDING, f"declared a partial sum over {a} (unreduced) but it is {s.value}",
+                          FindingKind.SHARDING_MISMATCH, a)
+            elif s is AxisState.PARTIAL:
+                worse(OutputStatus.FINDING, f"a partial sum over {a} reaches the output (a psum over {a} is "
+                                            "missing)", FindingKind.PARTIAL_TO_OUTPUT, a)
+            elif want is None:
+                if s is AxisState.VARYING:
+                    worse(OutputStatus.FINDING, f"declared replicated over {a} but it differs along {a}: "
+                                                f"{lay.why(a)}", FindingKind.VARYING_OUTPUT, a)
+                elif s is AxisState.SHARDED:
+                    worse(OutputStatus.FINDING, f"declared replicated over {a} but each device holds only its "
+                                                f"block (sharded along dimension {lay.sharded_dim(a)})",
+                          FindingKind.SHARDING_MISMATCH, a)
+            elif s is AxisState.VARYING:
+                worse(OutputStatus.UNVERIFIED, f"declared sharded along dimension {want} over {a}; it differs "
+                                               f"along {a} ({lay.why(a)}), and the audit cannot tell whether each "
+                                               "device holds its own block")
+            elif s is AxisState.REPLICATED:
+                worse(OutputStatus.FINDING, f"declared sharded along dimension {want} over {a} but every device "
+                                            f"holds the whole value: the output repeats it once per device along "
+                                            f"{a}", FindingKind.SHARDING_MISMATCH, a)
+            elif lay.dims[want] != exp.dims[want] if want < len(lay.dims) else True:
+                worse(OutputStatus.FINDING, f"declared sharded along dimension {want} by {list(exp.dims[want])} "
+                                            f"but it is sharded along dimension {lay.sharded_dim(a)} by "
+                                            f"{list(lay.dims[lay.sharded_dim(a)])}", FindingKind.SHARDING_MISMATCH, a)
+        return status, tuple(reasons), exp.describe(), lay.describe(tuple(manual))
+
+    def _body(self, block, args: list[Layout], manual: tuple[str, ...], mesh: Mesh, depth: int) -> list[Layout]:
+        if depth > 64:
+            raise P2Error(f"{self.where}: calls nested more than 64 deep")
+        env = dict(zip(block.arguments, args))
+        for op in block.operations:
+            self._tick()
+            name = op.operation.name
+            ins = [env[v] if v in env else self._outside(v, manual) for v in op.operands]
+            if name in ("sdy.return", "func.return", "stablehlo.return"):
+                return ins
+            self._track_index(op, name, mesh)
+            outcome = self._step(op, name, ins, manual, mesh, depth)
+            self.result.findings += outcome.findings
+            for r, lay in zip(op.results, outcome.results):
+                known = self.affine.get(r)
+                if known is not None:  # an integer that depends on the mesh coordinates its terms name only
+                    lay = Layout(((),) * len(lay.dims))
+                    for a, _ in known.coeffs:
+                        if a in manual:
+                            lay = lay.varies(a, f"{name.split('.', 1)[-1]} at {location(op)} (the device's position)")
+                env[r] = lay
+        return []
+
+    def _outside(self, value, manual) -> Layout:
+        """A value captured from outside the body (a constant hoisted by JAX): whole on every device."""
+        lay = Layout(((),) * len(_shape(value)))
+        owner = value.owner
+        name = owner.name if hasattr(owner, "name") and isinstance(owner.name, str) else ""
+        if name != "stablehlo.constant":
+            for a in manual:
+                lay = lay.lost(a, "a value captured from outside the shard_map body")
+        return lay
+
+    def _track_index(self, op, name: str, mesh: Mesh) -> None:
+        """Record the affine value of an integer scalar op over the mesh coordinates, where it has one."""
+        if len(op.results) != 1 or _shape(op.results[0]) != () or "i" not in str(op.results[0].type.element_type):
+            return
+        kind = name.split(".", 1)[-1]
+        value = None
+        if name == "stablehlo.constant":
+            value = Affine((), int(np.array(self.ir.DenseIntElementsAttr(op.attributes["value"])).reshape(-1)[0]))
+        elif name == "stablehlo.partition_id":
+            if mesh.device_ids == tuple(range(len(mesh.device_ids))):
+                value = partition_id(mesh.axes)
+        else:
+            direction = ""
+            if kind == "compare":
+                direction = str(self.shlo.ComparisonDirectionAttr(op.attributes["comparison_direction"]).value)
+            value = evaluate(kind, [self.affine.get(v) for v in op.operands], dict(mesh.axes), direction)
+        if value is not None:
+            self.affine[op.results[0]] = value
+
+    def _op(self, op, name: str, manual, attrs: dict | None = None) -> Op:
+        return Op(name, location(op), tuple(manual), tuple(_shape(v) for v in op.operands),
+                  tuple(_shape(v) for v in op.results), attrs or {})
+
+    def _step(self, op, name: str, ins: list[Layout], manual, mesh: Mesh, depth: int) -> Outcome:
+        if name in _COLLECTIVES:
+            return self._collective(op, name, ins, manual, mesh)
+        if name in _OPAQUE:
+            return comm.opaque(self._op(op, name, manual), ins)
+        if name in ("stablehlo.partition_id", "stablehlo.replica_id"):
+            lay = Layout(((),) * len(_shape(op.results[0])))
+            for a in manual:
+                lay = lay.varies(a, f"{name.split('.', 1)[1]} at {location(op)} (the device's position)")
+            return Outcome([lay])
+        if name == "func.call":
+            callee = self.funcs[self.ir.FlatSymbolRefAttr(op.attributes["callee"]).value]
+            return Outcome(self._body(callee.regions[0].blocks[0], ins, manual, mesh, depth + 1))
+        if name == "stablehlo.composite":
+            callee = self.funcs[self.ir.FlatSymbolRefAttr(op.attributes["decomposition"]).value]
+            return Outcome(self._body(callee.regions[0].blocks[0], ins, manual, mesh, depth + 1))
+        if name == "stablehlo.custom_call":
+            self._hidden_check(op, name)
+        if name == "sdy.manual_computation":
+            return comm.opaque(self._op(op, "nested shard_map", manual), ins)
+        if name != "stablehlo.reduce" and any(len(r.blocks) for r in op.regions) and self._has_collective(op):
+            return comm.opaque(self._op(op, name, manual), ins)
+        return apply(self._op(op, name, manual, self._attrs(op, name)), ins)
+
+    def _constant(self, value, depth: int = 0) -> bool:
+        """Whether a value is computed from constants only (``psum(1, axis)``)."""
+        if isinstance(value, self.ir.BlockArgument) or depth > 32:
+            return False
+        owner = value.owner
+        if owner.name == "stablehlo.constant":
+            return True
+        if owner.name not in ("stablehlo.broadcast_in_dim", "stablehlo.convert", "stablehlo.reshape"):
+            return False
+        return all(self._constant(v, depth + 1) for v in owner.operands)
+
+    def _has_collective(self, op) -> bool:
+        for region in op.regions:
+            for block in region.blocks:
+                for inner in block.operations:
+                    n = inner.operation.name
+                    if n in _COLLECTIVES or n in _OPAQUE or n == "func.call" or self._has_collective(inner):
+                        return True
+        return False
+
+    def _attrs(self, op, name: str) -> dict:
+        a, ir = op.attributes, self.ir
+        ints = (lambda key: tuple(int(x) for x in ir.DenseI64ArrayAttr(a[key])))
+        if name == "stablehlo.broadcast_in_dim":
+            return {"broadcast_dimensions": ints("broadcast_dimensions")}
+        if name == "stablehlo.transpose":
+            return {"permutation": ints("permutation")}
+        if name == "stablehlo.dot_general":
+            dn = self.shlo.DotDimensionNumbers(a["dot_dimension_numbers"])
+            return {"lhs_batch": tuple(dn.lhs_batching_dimensions), "rhs_batch": tuple(dn.rhs_batching_dimensions),
+                    "lhs_contract": tuple(dn.lhs_contracting_dimensions),
+                    "rhs_contract": tuple(dn.rhs_contracting_dimensions)}
+        if name == "stablehlo.reduce":
+            return {"dimensions": ints("dimensions"), "sum": self._adds(op)}
+        if name == "stablehlo.slice":
+            return {"start": ints("start_indices"), "limit": ints("limit_indices"), "strides": ints("strides")}
+        if name == "stablehlo.dynamic_slice":
+            mesh_sizes = {a: s for m in self.meshes.values() for a, s in m.axes}
+            return {"slice_sizes": ints("slice_sizes"), "axis_sizes": mesh_sizes,
+                    "offsets": [self.affine.get(v) for v in list(op.operands)[1:]]}
+        if name == "stablehlo.concatenate":
+            return {"dimension": ir.IntegerAttr(a["dimension"]).value}
+        return {}
+
+    def _adds(self, op) -> bool:
+        """Whether an op's one region is ``add`` of its two block arguments (through converts)."""
+        if len(op.regions) != 1 or len(op.regions[0].blocks) != 1:
+            return False
+        block = op.regions[0].blocks[0]
+        body = [o for o in block.operations]
+        if len(block.arguments) != 2 or not body or body[-1].operation.name != "stablehlo.return":
+            return False
+        ret = body[-1].operands
+        if len(ret) != 1:
+            return False
+        adder = ret[0].owner
+        if getattr(adder, "name", None) != "stablehlo.add":
+            return False
+        srcs = []
+        for v in adder.operands:
+            while not isinstance(v, self.ir.BlockArgument) and getattr(v.owner, "name", None) == "stablehlo.convert":
+                v = v.owner.operands[0]
+            if not isinstance(v, self.ir.BlockArgument):
+                return False
+            srcs.append(v.arg_number)
+        return sorted(srcs) == [0, 1] and len(body) <= 2 + sum(
+            1 for o in body if o.operation.name == "stablehlo.convert")
+
+    def _collective(self, op, name: str, ins: list[Layout], manual, mesh: Mesh) -> Outcome:
+        a = op.attributes
+        groups = np.array(self.ir.DenseIntElementsAttr(a["replica_groups"]), dtype=np.int64)
+        if groups.size == 0:
+            groups = np.array([list(mesh.device_ids)])
+        groups = tuple(tuple(int(x) for x in g if x >= 0) for g in groups.reshape(groups.shape[0], -1))
+        global_ids = "use_global_device_ids" in a
+        kind = name.split(".", 1)[1]
+        reduced = axes_of_groups(mesh, groups, ordered=kind != "all_reduce") if global_ids else None
+        if reduced is not None and any(r not in manual for r in reduced):
+            reduced = None
+        nbytes = sum(_nbytes(v) for v in op.operands)
+        self.result.collectives.append(CollectiveUse(location(op), kind, reduced, nbytes))
+        o = self._op(op, name, manual)
+        if kind == "all_reduce":
+            return comm.all_reduce(o, ins, reduced, self._adds(op), all(self._constant(v) for v in op.operands))
+        if not self._adds(op) and kind == "reduce_scatter":
+            return comm.opaque(o, ins)
+        dim = int(self.ir.IntegerAttr(a["scatter_dimension" if kind == "reduce_scatter" else "all_gather_dim"]).value)
+        fn = comm.reduce_scatter if kind == "reduce_scatter" else comm.all_gather
+        return fn(o, ins, reduced, dim)
+
+
+def walk_module(module, where: str = "<stablehlo>", expect: Mapping[int, Expected] | None = None) -> StepWalk:
+    """The step-level audit of a parsed StableHLO module (an ``ir.Module``); ``expect`` overrides what a
+    shard_map output (numbered across the module's shard_maps in order) must be."""
+    return _Walker(module, where, expect or {}).run()
