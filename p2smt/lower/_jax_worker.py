@@ -12,6 +12,8 @@ import sys
 import time
 import traceback
 
+from p2smt.lifeline import hold
+
 
 def _load(path: str, name: str):
     spec = importlib.util.spec_from_file_location(name, path)
@@ -75,6 +77,7 @@ def run_case(case: dict, num_devices: int, repeats: int) -> dict:
 
 
 def main(job_path: str, out_path: str) -> int:
+    hold()  # ends with the p2smt process that started it
     with open(job_path) as f:
         job = json.load(f)
     import jax

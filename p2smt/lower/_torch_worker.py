@@ -15,6 +15,8 @@ import time
 import traceback
 from datetime import timedelta
 
+from p2smt.lifeline import hold
+
 
 def _load(path: str, name: str):
     spec = importlib.util.spec_from_file_location(name, path)
@@ -103,12 +105,13 @@ def launch(job_path: str, out_dir: str) -> int:
     """Import torch once, then fork one process per rank (fast start: no N-fold torch import)."""
     import multiprocessing
 
+    hold()  # ends with the p2smt process that started it, and its ranks with it
     import torch  # noqa: F401  (imported before forking so every rank inherits it)
 
     with open(job_path) as f:
         n = json.load(f)["num_devices"]
     ctx = multiprocessing.get_context("fork")
-    procs = [ctx.Process(target=_rank_entry, args=(job_path, r, out_dir)) for r in range(n)]
+    procs = [ctx.Process(target=_rank_entry, args=(job_path, r, out_dir, os.getpid())) for r in range(n)]
     for p in procs:
         p.start()
     for p in procs:
@@ -116,7 +119,8 @@ def launch(job_path: str, out_dir: str) -> int:
     return max(p.exitcode or 0 for p in procs)
 
 
-def _rank_entry(job_path: str, rank: int, out_dir: str) -> None:
+def _rank_entry(job_path: str, rank: int, out_dir: str, launcher: int) -> None:
+    hold(launcher)
     with open(os.path.join(out_dir, f"rank{rank}.err"), "w") as err:
         os.dup2(err.fileno(), 2)
         status = main(job_path, rank, out_dir)

@@ -20,6 +20,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from p2smt.errors import P2Error
+from p2smt.interrupts import noting
+from p2smt.lifeline import parent_env
 from p2smt.lower.names import as_int
 from p2smt.lower.target import Target
 from p2smt.model.collectives import ExplicitPlan
@@ -147,6 +149,31 @@ def _env(extra: dict[str, str]) -> dict[str, str]:
     return env
 
 
+def _spawn(cmd: list[str], env: dict[str, str], timeout: float) -> tuple[int | None, str]:
+    """Run a worker in a session of its own (one process group: the worker and every process it forks);
+    (exit code, or None when killed at ``timeout``; its stderr). The group is killed at the timeout and on
+    any exception here (Ctrl-C, SIGTERM); a worker whose parent dies unannounced ends itself (``lifeline``)."""
+    proc = subprocess.Popen(cmd, env=env | parent_env(), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+                            text=True, start_new_session=True)
+    try:
+        _, stderr = proc.communicate(timeout=timeout)
+        return proc.returncode, stderr or ""
+    except subprocess.TimeoutExpired:
+        _kill_group(proc)
+        return None, proc.communicate()[1] or ""
+    except BaseException:
+        _kill_group(proc)
+        proc.communicate()
+        raise
+
+
+def _kill_group(proc: subprocess.Popen) -> None:
+    try:
+        os.killpg(proc.pid, signal.SIGKILL)
+    except ProcessLookupError:  # already gone (its group with it)
+        pass
+
+
 def _launch_jax(job: Path, n: int, tmp: Path, timeout: float) -> tuple[list[dict] | None, str]:
     flags = os.environ.get("XLA_FLAGS", "")
     flags = " ".join(f for f in flags.split() if not f.startswith("--xla_force_host_platform_device_count"))
@@ -158,39 +185,28 @@ def _launch_jax(job: Path, n: int, tmp: Path, timeout: float) -> tuple[list[dict
         }
     )
     out = tmp / "jax.json"
-    cmd = [sys.executable, "-m", "p2smt.lower._jax_worker", str(job), str(out)]
-    try:
-        proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=timeout, check=False)
-    except subprocess.TimeoutExpired:
+    code, stderr = _spawn([sys.executable, "-m", "p2smt.lower._jax_worker", str(job), str(out)], env, timeout)
+    if code is None:
         return None, f"the JAX run timed out after {timeout:.0f} s"
-    if proc.returncode != 0 or not out.exists():
-        return None, f"the JAX worker failed (exit {proc.returncode}): {_tail(proc.stderr)}"
+    if code != 0 or not out.exists():
+        return None, f"the JAX worker failed (exit {code}): {_tail(stderr)}"
     return json.loads(out.read_text()), ""
 
 
 def _launch_torch(job: Path, n: int, tmp: Path, timeout: float) -> tuple[list[list[dict]] | None, str]:
     env = _env({"GLOO_SOCKET_IFNAME": "lo"})
-    cmd = [sys.executable, "-m", "p2smt.lower._torch_worker", str(job), str(tmp)]
-    proc = subprocess.Popen(
-        cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, start_new_session=True
-    )
-    failure = ""
-    try:
-        _, stderr = proc.communicate(timeout=timeout)
-    except subprocess.TimeoutExpired:
-        os.killpg(proc.pid, signal.SIGKILL)  # the launcher and the ranks it forked: our own session
-        _, stderr = proc.communicate()
-        failure = f"the torch run timed out after {timeout:.0f} s"
+    code, stderr = _spawn([sys.executable, "-m", "p2smt.lower._torch_worker", str(job), str(tmp)], env, timeout)
+    failure = f"the torch run timed out after {timeout:.0f} s" if code is None else ""
     results = []
     for rank in range(n):
         path = tmp / f"rank{rank}.jsonl"
         if not path.exists():
             err_path = tmp / f"rank{rank}.err"
-            detail = _tail(err_path.read_text()) if err_path.exists() else _tail(stderr or "")
+            detail = _tail(err_path.read_text()) if err_path.exists() else _tail(stderr)
             return None, failure or f"torch rank {rank} failed: {detail}"
         results.append([json.loads(line) for line in path.read_text().splitlines() if line.strip()])
-    if not failure and proc.returncode:
-        failure = f"the torch run failed (exit {proc.returncode}): {_tail(stderr or '')}"
+    if not failure and code:
+        failure = f"the torch run failed (exit {code}): {_tail(stderr)}"
     return results, failure
 
 
@@ -250,11 +266,14 @@ def run_cases(
         }
         job_path = tmp / "job.json"
         job_path.write_text(json.dumps(job))
+        with noting(lambda: f"the {backend} run on {n} devices was stopped, its worker processes killed"):
+            if backend == "jax":
+                raw, failure = _launch_jax(job_path, n, tmp, timeout)
+            else:
+                per_rank, failure = _launch_torch(job_path, n, tmp, timeout)
         if backend == "jax":
-            raw, failure = _launch_jax(job_path, n, tmp, timeout)
             merged = raw
         else:
-            per_rank, failure = _launch_torch(job_path, n, tmp, timeout)
             merged = (
                 None if per_rank is None else [_merge_torch(per_rank, i, failure) for i in range(len(cases))]
             )
