@@ -9,7 +9,8 @@ positions of the program that built it instead, and those are shown as they are.
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass
+from collections.abc import Iterator
+from dataclasses import dataclass, field
 from typing import Any
 
 from p2smt.errors import P2Error
@@ -35,15 +36,57 @@ def bindings() -> tuple[Any, Any]:
 
 @dataclass(frozen=True)
 class MlirModule:
-    """A parsed module and the MLIR context it lives in (the module is valid only while the context is)."""
+    """A parsed module and the MLIR context it lives in (the module is valid only while the context is);
+    ``lines``: the text line of each op whose location is a debug one (``text_lines``)."""
 
     context: Any
     module: Any
     where: str
+    lines: dict[Any, int] = field(default_factory=dict, compare=False, repr=False)
+
+    def line(self, op: Any) -> int:
+        """The op's line in the text (0: not known)."""
+        return line_of(op.location) or self.lines.get(op, 0)
 
     def at(self, op: Any) -> str:
-        """``where:line`` of an op (``where (source position)`` in a module printed with debug information)."""
-        return position(self.where, op.location)
+        """``where:line`` of an op (``where (from file:line:col)`` where its line in the text is not known)."""
+        line = self.line(op)
+        return f"{self.where}:{line}" if line else position(self.where, op.location)
+
+
+def ops_of(block: Any) -> list[Any]:
+    """A block's ops (as ``ir.Operation``)."""
+    return [op.operation for op in block.operations]
+
+
+def region_ops(op: Any) -> list[Any]:
+    """The ops of every block of an op's regions, in order."""
+    return [o for region in op.regions for block in region.blocks for o in ops_of(block)]
+
+
+def nested(ops: list[Any]) -> Iterator[Any]:
+    """Every op of ``ops`` and of their regions, at any depth, in the order of the text."""
+    for op in ops:
+        yield op
+        yield from nested(region_ops(op))
+
+
+def text_lines(ir: Any, context: Any, module: Any, text: str) -> dict[Any, int]:
+    """The text line of each op of a module printed with debug information (its locations name the program
+    that built it): the module printed again without them is parsed, its ops' lines shifted by the lines
+    before ``module`` in the text (location aliases), and kept only where the text's line names the op."""
+    ours = list(nested(ops_of(module.body)))
+    if all(line_of(op.location) or str(op.location) == "loc(unknown)" for op in ours):
+        return {}
+    twin = ir.Module.parse(module.operation.get_asm(enable_debug_info=False), context=context)
+    source = text.splitlines()
+    offset = next((i for i, ln in enumerate(source) if ln.lstrip().startswith("module")), 0)
+    out = {}
+    for op, copy in zip(ours, nested(ops_of(twin.body)), strict=False):
+        line = line_of(copy.location) + offset
+        if op.name == copy.name and 0 < line <= len(source) and op.name.rsplit(".", 1)[-1] in source[line - 1]:
+            out[op] = line
+    return out
 
 
 def line_of(location: Any) -> int:
@@ -57,13 +100,20 @@ def line_of(location: Any) -> int:
 
 
 def position(where: str, location: Any) -> str:
-    """``where:line`` for a location in the text, else ``where`` with the location as printed."""
+    """``where:line`` for a location in the text, else ``where (from file:line:col)``, the first source position
+    a debug location names, or ``where`` alone."""
     line = line_of(location)
     if line:
         return f"{where}:{line}"
     text = str(location)
-    inner = text[len("loc("):-1] if text.startswith("loc(") and text.endswith(")") else text
-    return where if inner in ("unknown", "") else f"{where} (at {inner})"
+    at = text.find('":')
+    while at >= 0 and not text[at + 2:at + 3].isdigit():
+        at = text.find('":', at + 2)
+    if at < 0:
+        return where
+    spot = text[at + 2:]
+    spot = spot[:next((i for i, ch in enumerate(spot) if not (ch.isdigit() or ch == ":")), len(spot))]
+    return f"{where} (from {text[text.rfind(chr(34), 0, at) + 1:at]}:{spot.rstrip(':')})"
 
 
 def parse_mlir(text: str, where: str = "<stablehlo>") -> MlirModule:
@@ -81,6 +131,6 @@ def parse_mlir(text: str, where: str = "<stablehlo>") -> MlirModule:
         text_at = str(first.location)
         at = text_at.find('"-":')
         spot = text_at[at + 4:].rstrip(")") if at >= 0 else ""
-        head = f"{where}:{spot}" if spot else position(where, first.location)
+        head = f"{where}:{spot}" if spot else position(where, first.location)  # "-":L:C is the text's
         raise P2Error(f"{head}: {' '.join(first.message.split())}") from None
-    return MlirModule(context, module, where)
+    return MlirModule(context, module, where, text_lines(ir, context, module, text))
