@@ -228,7 +228,10 @@ def test_size_limits(run_cli, argv, tmp_path, monkeypatch):
 
 
 def test_program_and_plan_size_limits(run_cli, tmp_path):
-    assert refused(*run_cli("check", *A100, "--program", "@/dev/zero"), "larger than 4 MB")
+    assert refused(*run_cli("check", *A100, "--program", "@/dev/zero"), "is a character device, not a regular file")
+    huge = tmp_path / "huge.p2"
+    huge.write_bytes(b" " * ((4 << 20) + 1))
+    assert refused(*run_cli("check", *A100, "--program", f"@{huge}"), "larger than 4 MB")
     long_program = tmp_path / "long.p2"
     long_program.write_text("; ".join(["(root, InsideGroup, AllReduce)"] * 5000))
     assert refused(*run_cli("verify", *A100, "--program", f"@{long_program}"), "at most 4096")

@@ -3,13 +3,15 @@
 from __future__ import annotations
 
 import argparse
+from contextlib import nullcontext
 from typing import Any
 
 from rich.console import Console
 
-from p2smt.cli.options import add_json, count, name_ints, seconds
-from p2smt.cli.output import ExitCode, emit, png_path, writable_file
+from p2smt.cli.options import add_json, count, file_arg, name_ints, picture_path, seconds
+from p2smt.cli.output import ExitCode, emit
 from p2smt.errors import P2Error
+from p2smt.model.paths import check_output, output_file
 
 
 def register(sub) -> None:
@@ -20,8 +22,9 @@ def register(sub) -> None:
                         "one variant per set)")
     p.add_argument("--configs", required=True, help="paper-grid | a shipped set (scale) | a YAML file")
     p.add_argument("--repeat", type=count, default=1, help="repetitions (seed = --seed + repetition)")
-    p.add_argument("--out", default="results.jsonl", help="JSONL results (overwritten)")
-    p.add_argument("--png", help="write solve time vs reduction-group size (log-log) here")
+    p.add_argument("--out", type=file_arg, default="results.jsonl",
+                   help="JSONL results (overwritten; a device or a FIFO with a reader: written through)")
+    p.add_argument("--png", type=file_arg, help="write solve time vs reduction-group size (log-log) here")
     p.add_argument("--timeout", type=seconds, default=300.0,
                    help="seconds per run: Z3's per-call limit (-> unknown) and, plus a grace, the wall-clock "
                         "kill (-> timeout)")
@@ -43,8 +46,8 @@ def run(args: argparse.Namespace) -> int:
     if any(k < 1 for k in max_k.values()):
         raise P2Error(f"--max-k expects NAME=K with K at least 1, got {', '.join(args.max_k)}")
     if args.png:
-        writable_file(png_path(args.png, "--png"), "--png")
-    writable_file(args.out, "--out")
+        check_output(picture_path(args.png, "--png"), "--png")
+    check_output(args.out, "--out")
     extra = [args.encodings_dir] if args.encodings_dir else []
     console = Console(stderr=True, highlight=False)
 
@@ -54,11 +57,15 @@ def run(args: argparse.Namespace) -> int:
             done = f" in {secs:.3f} s, {row.get('programs')} programs" if secs is not None else ""
             console.print(f"{row['variant']}  {row['config']}  rep {row['repetition']}: {row['status']}{done}")
 
-    summary = experiment(
-        args.encodings, args.configs, args.out, options=args.options, repeat=args.repeat,
-        timeout_s=args.timeout, max_len=args.max_len, seed=args.seed, png=args.png, max_k=max_k or None,
-        extra_dirs=extra, progress=progress,
-    )
+    # the picture is drawn to a temporary file, moved (or written through) to --png as every output
+    with output_file(args.png, "--png", ".png") if args.png else nullcontext() as png:
+        summary = experiment(
+            args.encodings, args.configs, args.out, options=args.options, repeat=args.repeat,
+            timeout_s=args.timeout, max_len=args.max_len, seed=args.seed, png=png, max_k=max_k or None,
+            extra_dirs=extra, progress=progress,
+        )
+    if args.png:
+        summary["png"] = args.png
 
     def render(c: Console) -> None:
         title = (f"{summary['configs']}: {summary['points']} configurations × "

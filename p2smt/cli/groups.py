@@ -24,7 +24,7 @@ def run(args: argparse.Namespace) -> int:
     from p2smt.model.dsl import instruction_groups, lower_program, parse_program
 
     _, _, _, h = one_hierarchy(args)
-    text, source = read_arg_text(args.instruction)
+    text, source = read_arg_text(args.instruction, "--instruction")
     program = parse_program(text, h, source)
     lowered = lower_program(h, program)
     rows = [

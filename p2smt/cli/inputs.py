@@ -18,20 +18,49 @@ MAX_INPUT_BYTES = 4 << 20
 MAX_PLAN_STEPS = 4096
 
 
-def read_text(path: Path) -> str:
-    """A UTF-8 file of at most ``MAX_INPUT_BYTES`` (``/dev/zero`` is refused, not read forever)."""
+def read_text(path: Path, flag: str) -> str:
+    """A regular UTF-8 file of at most ``MAX_INPUT_BYTES`` (a FIFO, ``/dev/zero`` or a folder is refused at
+    once, not waited on or read forever)."""
     try:
-        return read_text_at_most(path, MAX_INPUT_BYTES, "plan or program")
+        return read_text_at_most(path, MAX_INPUT_BYTES, f"{flag} file")
     except OSError as err:
-        raise P2Error(f"cannot read {path}: {err.strerror}") from None
+        raise P2Error(f"cannot read {flag} file {str(path)!r}: {err.strerror}") from None
 
 
-def read_arg_text(value: str) -> tuple[str, str | None]:
-    """``@FILE`` reads a file (returns its text and name), anything else is the text itself."""
+def read_arg_text(value: str, flag: str = "--program") -> tuple[str, str | None]:
+    """``@FILE`` reads a file (returns its text and name), anything else is the text itself; neither may be
+    empty (an empty ``--program`` is a mistake, not "no program")."""
     if value.startswith("@"):
+        if not value[1:]:
+            raise P2Error(f"{flag} @: give a file name after @ (@FILE reads the text from FILE)")
         path = Path(value[1:])
-        return read_text(path), str(path)
+        return read_text(path, flag), str(path)
+    if not value.strip():
+        raise P2Error(f"{flag} is empty; give DSL text (instructions separated by ';') or @FILE")
     return value, None
+
+
+def _unique_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    """A JSON object, refused when it repeats a key (``json`` would keep the last value silently)."""
+    out: dict[str, Any] = {}
+    for key, value in pairs:
+        if key in out:
+            raise P2Error(f"the key {key!r} appears twice in one JSON object")
+        out[key] = value
+    return out
+
+
+def read_json(path: Path, flag: str) -> Any:
+    """A JSON file (a regular file, of at most ``MAX_INPUT_BYTES``) whose objects repeat no key."""
+    text = read_text(path, flag)
+    try:
+        return json.loads(text, object_pairs_hook=_unique_keys)
+    except json.JSONDecodeError as err:
+        raise P2Error(f"{path}:{err.lineno}:{err.colno}: malformed JSON: {err.msg}") from None
+    except P2Error as err:
+        raise P2Error(f"{path}: {err}") from None
+    except (RecursionError, ValueError):
+        raise P2Error(f"{path}: JSON nested too deeply or a number too large") from None
 
 
 def _bounded(plan, source: str):
@@ -46,7 +75,7 @@ def plan_from_args(args: argparse.Namespace, h, num_devices: int):
     from p2smt.model.dsl import lower_program, parse_explicit_plan, parse_program
 
     hlo = getattr(args, "hlo", None)
-    if sum(bool(v) for v in (args.program, args.plan, hlo)) != 1:
+    if sum(v is not None for v in (args.program, args.plan, hlo)) != 1:
         raise P2Error("give exactly one of --program TEXT|@FILE or --plan FILE.json"
                       + (" or --hlo FILE" if hasattr(args, "hlo") else ""))
     if getattr(args, "device_order", None) and not hlo:
@@ -54,19 +83,13 @@ def plan_from_args(args: argparse.Namespace, h, num_devices: int):
     if hlo:
         plan, buffers = hlo_plan(args, num_devices)
         return _bounded(plan, args.hlo), None, buffers
-    if args.program:
+    if args.program is not None:
         text, source = read_arg_text(args.program)
         program = parse_program(text, h, source)
         _bounded(program.instructions, source or "--program")
         return lower_program(h, program), program, 1
     path = Path(args.plan)
-    text = read_text(path)
-    try:
-        data = json.loads(text)
-    except json.JSONDecodeError as err:
-        raise P2Error(f"{path}:{err.lineno}:{err.colno}: malformed JSON: {err.msg}") from None
-    except (RecursionError, ValueError):
-        raise P2Error(f"{path}: JSON nested too deeply or a number too large") from None
+    data = read_json(path, "--plan")
     if isinstance(data, list):
         _bounded(data, str(path))
     return _bounded(parse_explicit_plan(data, str(path), num_devices), str(path)), None, 1
@@ -78,7 +101,7 @@ def hlo_plan(args: argparse.Namespace, num_devices: int):
     from p2smt.frontend.hlo import hlo_plan as plan_of
     from p2smt.frontend.hlo import parse_module, read_device_order
 
-    text = read_text(Path(args.hlo))
+    text = read_text(Path(args.hlo), "--hlo")
     order = read_device_order(args.device_order) if args.device_order else None
     module = parse_module(text, args.hlo)
     return plan_of(module, num_devices, order), module.buffers

@@ -6,14 +6,16 @@ import argparse
 import sys
 
 from p2smt.cli.inputs import plan_from_args
-from p2smt.cli.options import add_json, add_plan_input, add_request, count, one_hierarchy, seconds
-from p2smt.cli.output import ExitCode, emit, write_text
+from p2smt.cli.options import add_json, add_plan_input, add_request, count, file_arg, one_hierarchy, seconds
+from p2smt.cli.output import ExitCode, emit
+from p2smt.model.paths import check_output, write_text
 
 
 def register(sub) -> None:
     p = sub.add_parser("lower", help="emit JAX or torch.distributed code for a program")
     _add_lowering(p)
-    p.add_argument("--out", help="write the module here instead of stdout")
+    p.add_argument("--out", type=file_arg, help="write the module here instead of stdout (a symbolic link: its "
+                   "target; a device or a FIFO: written through)")
     p.add_argument("--allow-invalid", action="store_true",
                    help="emit code for a program the check rejects (its docstring says so)")
     p.set_defaults(func=run_lower)
@@ -57,6 +59,8 @@ def lowering_inputs(args: argparse.Namespace):
 def run_lower(args: argparse.Namespace) -> int:
     from p2smt.lower import lower_module
 
+    if args.out is not None:
+        check_output(args.out, "--out")
     plan, target, labels, verdict = lowering_inputs(args)
     if not verdict.valid and not args.allow_invalid:
         print(f"p2smt: {verdict.message()} (lower refuses an invalid program; --allow-invalid emits it anyway)",
@@ -67,7 +71,7 @@ def run_lower(args: argparse.Namespace) -> int:
         head, _, rest = source.partition("\n")
         source = (f"{head}\n\nWARNING: emitted with --allow-invalid. p2smt check says {verdict.message()}; "
                   f"reduce(x) does NOT compute the sums described below.\n{rest}")
-    if args.out:
+    if args.out is not None:
         write_text(args.out, source, "--out")
         print(f"wrote {args.out}", file=sys.stderr)
     else:

@@ -90,6 +90,21 @@ def name_ints(items: list[str], flag: str = "--level", value: str = "SIZE") -> d
     return out
 
 
+def file_arg(text: str) -> str:
+    """A file or folder name option (``--out``, ``--png``): an empty one is refused by every command alike."""
+    if not text:
+        raise argparse.ArgumentTypeError("expected a file name, got ''")
+    return text
+
+
+def picture_path(path: str, flag: str) -> Path:
+    """A picture's output: a name ending in ``.png``, or a device or FIFO to write the PNG through."""
+    from p2smt.cli.output import png_path
+    from p2smt.model.paths import written_through
+
+    return Path(path) if written_through(path) else png_path(path, flag)
+
+
 def seconds(text: str) -> float:
     """A positive, finite number of seconds up to ``MAX_SECONDS`` (``--timeout``, ``--deadline``)."""
     return _positive(text, "seconds", MAX_SECONDS)

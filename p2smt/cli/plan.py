@@ -12,17 +12,18 @@ from rich.console import Console
 from rich.table import Table
 
 from p2smt.cli.bounded import add_bounds, run_bounded
-from p2smt.cli.options import add_algo, add_json, add_search, add_system, engine_config, system_of
-from p2smt.cli.output import (
-    ExitCode,
-    emit,
-    folder_path,
-    output_file,
-    output_folder,
-    png_path,
-    writable_file,
-    write_text,
+from p2smt.cli.options import (
+    add_algo,
+    add_json,
+    add_search,
+    add_system,
+    engine_config,
+    file_arg,
+    picture_path,
+    system_of,
 )
+from p2smt.cli.output import ExitCode, emit, folder_path, output_folder
+from p2smt.model.paths import check_output, output_file, write_text
 from p2smt.model.shipped import shipped_profiles
 
 
@@ -33,8 +34,8 @@ def register(sub) -> None:
     add_system(p)
     add_algo(p)
     add_search(p, engine="auto")  # the cheapest program by branch and bound: see docs/results-2026-12-02.md
-    p.add_argument("--png", help="write a stacked-bar chart of per-placement time")
-    p.add_argument("--export-dir", help="write the best placement's mesh order and lowered programs here")
+    p.add_argument("--png", type=file_arg, help="write a stacked-bar chart of per-placement time")
+    p.add_argument("--export-dir", type=file_arg, help="write the best placement's mesh order and lowered programs here")
     add_bounds(p)
     add_json(p)
     p.set_defaults(func=run)
@@ -49,7 +50,7 @@ def run(args: argparse.Namespace) -> int:
     profile = load_profile(args.profile)
     system = system_of(args)
     # checked now: the chart is written after the work
-    png = output_file(writable_file(png_path(args.png, "--png"), "--png"), "--png") if args.png else nullcontext()
+    png = output_file(check_output(picture_path(args.png, "--png"), "--png"), "--png", ".png") if args.png else nullcontext()
     export = folder_path(args.export_dir, "--export-dir") if args.export_dir else None
     config = engine_config(args)
     units = len(matrices(system.sizes, profile.sizes_for(system.num_devices))) * len(profile.communication)

@@ -4,16 +4,21 @@ from __future__ import annotations
 
 import argparse
 
-from p2smt.cli.options import add_json, add_search, count, refuse_given, seconds
-from p2smt.cli.output import ExitCode, emit, folder_path, writable_file
+from rich.console import Console
+
+from p2smt.cli.options import add_json, add_search, count, file_arg, refuse_given, seconds
+from p2smt.cli.output import ExitCode, emit, folder_path
 from p2smt.errors import P2Error
+from p2smt.model.paths import check_output
 
 
 def register(sub) -> None:
     p = sub.add_parser("sweep", help="the P² evaluation grid (--paper) or a grid file, resumable, on dask")
     p.add_argument("--paper", action="store_true", help="run the P² paper's grid: synthesis + ranking")
     p.add_argument("--grid", help="grid YAML file or shipped grid name")
-    p.add_argument("--out", help="--paper: output folder (p2-sweep); --grid: JSONL file (sweep.jsonl)")
+    p.add_argument("--out", type=file_arg,
+                   help="--paper: output folder (p2-sweep); --grid: JSONL file (sweep.jsonl; a device or a FIFO "
+                        "with a reader: written through, nothing to resume)")
     add_search(p, grid=True)
     p.add_argument("--no-plots", action="store_true", help="--paper: write the tables only, no PNG figures")
     p.add_argument("--progress", action="store_true",
@@ -42,13 +47,19 @@ def run(args: argparse.Namespace) -> int:
                                   max_len=args.max_len, proof_budget=args.proof_budget,
                                   proof_store=args.proof_store, report=show)
         emit(args, {k: v for k, v in summary.items() if k != "rows"} | {"out": args.out or "p2-sweep"},
-             lambda c: c.print(render_sweep(summary)))
+             lambda c: whole(c, render_sweep(summary)))
         return ExitCode.OK
     refuse_given((("--no-plots", args.no_plots),), "an option of --paper; a --grid sweep draws no plots")
     from p2smt.runs.gridsweep import render_summary, sweep
 
-    summary = sweep(args.grid, writable_file(args.out or "sweep.jsonl", "--out"), scheduler=args.scheduler,
+    summary = sweep(args.grid, check_output(args.out or "sweep.jsonl", "--out"), scheduler=args.scheduler,
                     workers=args.workers, timeout_s=args.timeout, progress=not args.json, engine=args.engine,
                     max_len=args.max_len, proof_budget=args.proof_budget, proof_store=args.proof_store)
     emit(args, summary.to_json(), lambda c: c.print(render_summary(summary)))
     return ExitCode.OK if summary.succeeded else ExitCode.FAIL
+
+
+def whole(c: Console, table) -> None:
+    """Print ``table`` uncut: on a console widened to the table's natural width when it is wider."""
+    need = c.measure(table).maximum
+    (c if need <= c.width else Console(highlight=False, width=need)).print(table)

@@ -74,7 +74,7 @@ def draw_topology(system: System, path: str | Path) -> Path:
     from matplotlib.path import Path as MplPath
 
     out = Path(path)
-    if out.suffix.lower() != ".png":
+    if not out.name.lower().endswith(".png"):
         raise P2Error(f"the topology picture is a PNG; got {str(out)!r}")
     topo = build_topology(system)
     g = topo.graph.to_undirected(as_view=False)

@@ -20,6 +20,7 @@ from pydantic import (
 
 from p2smt.errors import P2Error
 from p2smt.model.hardware import PhysicalLayout
+from p2smt.model.paths import require_file
 from p2smt.model.yamlfile import read_yaml
 
 IDENTIFIER = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
@@ -62,6 +63,24 @@ class Interconnect(BaseModel):
         return v
 
 
+MAX_SYSTEM_NAME = 100
+
+
+def valid_name(v: str, what: str) -> str:
+    """A name read from a file, used in file names (``draw``'s default ``NAME.png``) and printed: not empty,
+    at most ``MAX_SYSTEM_NAME`` characters, printable (no control character reaches the terminal), no path
+    separator and not ``.`` or ``..`` (``../../x`` would be written outside the current folder)."""
+    if not v.strip():
+        raise ValueError(f"a {what} name must not be empty")
+    if len(v) > MAX_SYSTEM_NAME:
+        raise ValueError(f"a {what} name has at most {MAX_SYSTEM_NAME} characters, got {len(v)}")
+    if not v.isprintable():
+        raise ValueError(f"a {what} name must be printable (no control characters), got {v!r}")
+    if "/" in v or "\\" in v or v in (".", ".."):
+        raise ValueError(f"a {what} name must not contain a slash or a backslash, nor be '.' or '..', got {v!r}")
+    return v
+
+
 class System(BaseModel):
     """A hierarchical machine: ``levels`` outermost first, the innermost being single devices."""
 
@@ -76,6 +95,18 @@ class System(BaseModel):
     physical: PhysicalLayout | None = Field(
         default=None, description="node layout for the physical topology model (cost model)"
     )
+
+    @field_validator("name")
+    @classmethod
+    def _name(cls, v: str) -> str:
+        return valid_name(v, "system")
+
+    @field_validator("description")
+    @classmethod
+    def _description(cls, v: str) -> str:
+        if not all(c.isprintable() or c in "\n\t" for c in v):
+            raise ValueError("a description must be printable text (no control characters but newlines and tabs)")
+        return v
 
     @model_validator(mode="after")
     def _consistent(self) -> System:
@@ -185,9 +216,7 @@ def load_system(
 def _read_system(name_or_path: str | Path) -> System:
     text_path = Path(name_or_path)
     if text_path.suffix in (".yaml", ".yml") or text_path.exists():
-        path = text_path
-        if not path.is_file():
-            raise P2Error(f"system file {str(path)!r} does not exist")
+        path = require_file(text_path, "system file")
     else:
         path = topologies_dir() / f"{name_or_path}.yaml"
         if not path.is_file():

@@ -8,6 +8,7 @@ from typing import Any
 import yaml
 
 from p2smt.errors import P2Error
+from p2smt.model.paths import read_bytes_at_most
 
 
 class _UniqueKeys(yaml.SafeLoader):
@@ -40,10 +41,10 @@ is refused before PyYAML builds it (a 5 MB list takes it about a minute and 1.7 
 
 
 def read_text_at_most(path: Path, limit: int, what: str) -> str:
-    """``path`` as UTF-8 text of at most ``limit`` bytes (``/dev/zero`` is refused, not read forever); a larger
-    or non-UTF-8 file raises P2Error naming it as not a ``what``. An OSError is the caller's to word."""
-    with path.open("rb") as f:
-        data = f.read(limit + 1)
+    """``path`` as UTF-8 text of at most ``limit`` bytes; a missing file, one that is not a regular file (a
+    FIFO, ``/dev/zero``: refused, not read forever), a larger or non-UTF-8 file raises P2Error naming it as a
+    ``what``. An OSError while reading is the caller's to word."""
+    data = read_bytes_at_most(path, limit, what)
     if len(data) > limit:
         raise P2Error(f"{path}: larger than {limit >> 20} MB; not a {what}")
     try:

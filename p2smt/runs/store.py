@@ -2,7 +2,8 @@
 
 The file is held under an exclusive lock while open. A truncated last line (a run killed mid-write) is cut
 off on open, so the file only ever holds complete lines; ``keys`` are the tasks already done, which a
-resumed run skips.
+resumed run skips. A character device (``/dev/null``) or a FIFO with a reader is written through, with
+nothing to resume; a directory, a block device, a socket or a FIFO with no reader is refused at once.
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ from pathlib import Path
 from typing import Any, Self
 
 from p2smt.errors import P2Error
+from p2smt.model.paths import kind_of, open_through, through_target, write_all
 
 
 def _parse_lines(path: Path, data: bytes, marker: str | None = None, hint: str = "remove it to resume"
@@ -41,13 +43,22 @@ def _parse_lines(path: Path, data: bytes, marker: str | None = None, hint: str =
     return rows, end
 
 
+def _read_all(fd: int) -> bytes:
+    """Every byte of the open file ``fd``, from its start."""
+    os.lseek(fd, 0, os.SEEK_SET)
+    chunks = []
+    while chunk := os.read(fd, 1 << 20):
+        chunks.append(chunk)
+    return b"".join(chunks)
+
+
 def read_rows(path: str | Path) -> list[dict[str, Any]]:
     """The complete lines of a results file in file order ([] if it does not exist)."""
     p = Path(path)
+    if not os.path.lexists(p) or kind_of(os.stat(p).st_mode) is not None:  # a FIFO or a device: nothing kept
+        return []
     try:
         data = p.read_bytes()
-    except FileNotFoundError:
-        return []
     except OSError as err:
         raise P2Error(f"cannot read {p}: {err.strerror}") from None
     return _parse_lines(p, data)[0]
@@ -69,15 +80,20 @@ class ResultStore:
 
     def __init__(self, path: str | Path, *, fresh: bool = False, marker: str | None = None) -> None:
         self.path = Path(path)
+        self.through = through_target(self.path, "results file")
+        if self.through:
+            self.fd, self.rows, self.keys = open_through(self.path, "results file"), [], set()
+            return
         try:
             self.path.parent.mkdir(parents=True, exist_ok=True)
-            self.fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
+            self.fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_NONBLOCK, 0o644)
         except OSError as err:
             raise P2Error(f"cannot write {self.path}: {err.strerror}") from None
         try:
+            if (kind := kind_of(os.fstat(self.fd).st_mode)) is not None:  # made a FIFO since it was looked at
+                raise P2Error(f"results file {str(self.path)!r} is {kind}, not a regular file")
             self._lock()
-            with open(self.path, "rb") as fh:
-                data = fh.read()
+            data = _read_all(self.fd)
             # read even when fresh: a file that is not this kind of results file is never emptied
             self.rows, end = _parse_lines(self.path, data, marker,
                                           "give another file, or delete it" if fresh else "remove it to resume")
@@ -105,9 +121,9 @@ class ResultStore:
     def append(self, row: Mapping[str, Any]) -> None:
         """Write ``row`` (it needs a string ``key``) as one line and fsync it."""
         data = (json.dumps(row, sort_keys=True, allow_nan=False, default=str) + "\n").encode("utf-8")
-        while data:
-            data = data[os.write(self.fd, data):]
-        os.fsync(self.fd)
+        write_all(self.fd, data)
+        if not self.through:
+            os.fsync(self.fd)
         self.keys.add(row["key"])
         self.rows.append(dict(row))
 
