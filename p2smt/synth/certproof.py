@@ -57,7 +57,7 @@ def certificate_proof(prob: SynthesisProblem, max_len: int, *, units: int | None
 
 def certificate_words(k: int, max_len: int, figures: dict[str, Any]) -> str:
     """What a result certified by the state graph rests on."""
-    return (f"certified at the real size ({k} devices) by a state-graph certificate: {figures['states']} states "
+    return (f"Z3-certified at the real size ({k} devices) by a state-graph certificate: {figures['states']} states "
             f"and {figures['steps']} steps closed by the independent checker, the programs exactly its goal paths "
             f"of length ≤ {max_len}, every distinct step ({figures['lemmas']} lemmas) proved by Z3 against §4 "
             f"({figures['queries']} ground {'query' if figures['queries'] == 1 else 'queries'})")

@@ -1,0 +1,204 @@
+"""The state-graph certificate: same sets as the pieces search, the checker's closure, Z3's lemmas, and a
+corrupted certificate rejected (by the checker or by Z3), one test per corruption."""
+
+from __future__ import annotations
+
+import copy
+import json
+
+import pytest
+
+from p2smt.certcheck.closure import Rejected, check
+from p2smt.certcheck.prove import prove
+from p2smt.certcheck.smt2 import query
+from p2smt.cli.main import main
+from p2smt.model.dsl import problem
+from p2smt.model.hierarchy import synthesis_hierarchy
+from p2smt.model.placement import Placement
+from p2smt.model.request import Request
+from p2smt.model.system import load_system
+from p2smt.synth.certproof import checker_problem
+from p2smt.synth.config import EngineConfig
+from p2smt.synth.driver import synthesize
+from p2smt.synth.pieces import enumerate_programs
+from p2smt.synth.stategraph import explore
+
+BLUECONNECT = ("fig2-16gpu", (16,), ((1, 2, 2, 4),))
+
+
+def _problem(system: str, axes: tuple[int, ...], matrix, reduce=(0,)):
+    sysm = load_system(system)
+    return problem(synthesis_hierarchy(Placement(sysm.sizes, axes, matrix), reduce, sysm.level_names))
+
+
+def _certificate(prob, max_len: int):
+    graph = explore(prob, max_len)
+    programs = graph.programs()
+    return graph, programs, graph.document(programs)
+
+
+TWO_LEVEL = _problem("v100-2x8", (2, 8), ((1, 2), (2, 4)), (1,))  # (1, 2, 4): 8 devices, 93 programs
+
+
+@pytest.mark.parametrize("system, axes, matrix, reduce, max_len", [
+    ("v100-2x8", (2, 8), ((1, 2), (2, 4)), (0,), 5),
+    ("v100-2x8", (2, 8), ((1, 2), (2, 4)), (1,), 5),
+    ("a100-4x16", (4, 16), ((1, 4), (4, 4)), (1,), 5),
+    ("a100-4x16", (8, 2, 4), ((2, 4), (1, 2), (2, 2)), (0, 2), 5),
+    ("v100-4x8", (32,), ((4, 8),), (0,), 4),
+    (*BLUECONNECT, (0,), 6),
+])
+def test_the_certificate_closes_and_gives_the_pieces_search_set(system, axes, matrix, reduce, max_len):
+    prob = _problem(system, axes, matrix, reduce)
+    _graph, programs, doc = _certificate(prob, max_len)
+    assert programs == enumerate_programs(prob, max_len)
+    checked = check(doc, checker_problem(prob), max_len)
+    assert checked.programs == set(programs)
+    assert prove(checked.lemmas, prob.num_devices).status == "unsat"
+
+
+def test_blueconnect_length_6_has_744_states_and_its_4576_programs():
+    prob = _problem(*BLUECONNECT)
+    graph, programs, _doc = _certificate(prob, 6)
+    assert (len(graph.states), graph.steps, len(programs)) == (744, 32490, 4576)
+
+
+def test_the_default_engine_with_proof_auto_gives_todays_sets_certified():
+    req = Request("a100-4x16", axes=(8, 2, 4), reduce=(0, 2))
+    auto = synthesize(req, EngineConfig(proof="auto", prune="p2-47"))
+    bmc = synthesize(req, EngineConfig(prune="p2-47"))
+    assert auto.certified and bmc.certified
+    assert [m.programs for m in auto.matrices] == [m.programs for m in bmc.matrices]
+    assert all("state-graph certificate" in m.stats["rests_on"] for m in auto.matrices)
+
+
+def _rejected(doc, prob=TWO_LEVEL, max_len=5) -> bool:
+    """True when the checker rejects ``doc`` or Z3 refutes one of its lemmas."""
+    try:
+        checked = check(doc, checker_problem(prob), max_len)
+    except Rejected:
+        return True
+    return prove(checked.lemmas, prob.num_devices).status == "sat"
+
+
+def _edges(doc, ok: bool):
+    """(state, candidate) of every expanded step that succeeds (``ok``) or fails."""
+    return [(s, i) for s, row in enumerate(doc["edges"]) if row for i, e in enumerate(row) if (type(e) is int) == ok]
+
+
+GOOD = _certificate(TWO_LEVEL, 5)[2]
+
+
+def test_the_uncorrupted_certificate_is_accepted():
+    assert not _rejected(copy.deepcopy(GOOD))
+
+
+def test_a_dropped_edge_is_rejected_by_the_checker():
+    doc = copy.deepcopy(GOOD)
+    s, _ = _edges(doc, True)[3]
+    doc["edges"][s].pop()
+    with pytest.raises(Rejected, match="every candidate"):
+        check(doc, checker_problem(TWO_LEVEL), 5)
+
+
+def test_a_missing_refusal_is_rejected_by_the_checker():
+    doc = copy.deepcopy(GOOD)
+    s, i = _edges(doc, False)[5]
+    doc["edges"][s][i] = None
+    with pytest.raises(Rejected, match="malformed failure"):
+        check(doc, checker_problem(TWO_LEVEL), 5)
+
+
+def test_an_extra_program_is_rejected_by_the_checker():
+    doc = copy.deepcopy(GOOD)
+    doc["programs"].append([0, 0])
+    with pytest.raises(Rejected, match="1 extra"):
+        check(doc, checker_problem(TWO_LEVEL), 5)
+
+
+def test_a_wrong_successor_is_refuted_by_z3():
+    doc = copy.deepcopy(GOOD)
+    oks = _edges(doc, True)
+    s, i = oks[0]
+    other = next(doc["edges"][a][b] for a, b in oks if doc["edges"][a][b] != doc["edges"][s][i])
+    doc["edges"][s][i] = other  # the step now claims another state, reached elsewhere
+    assert _rejected(doc)
+
+
+def test_a_valid_step_declared_failing_is_refuted_by_z3():
+    doc = copy.deepcopy(GOOD)
+    s, i = _edges(doc, True)[0]
+    doc["edges"][s][i] = [0, "progress", 0]
+    doc["programs"] = [p for p in doc["programs"] if not (s == 0 and p[0] == i)] if s == 0 else doc["programs"]
+    assert _rejected(doc)
+
+
+def test_a_failing_step_declared_by_another_rule_is_refuted_by_z3():
+    doc = copy.deepcopy(GOOD)
+    for s, i in _edges(doc, False):
+        edge = doc["edges"][s][i]
+        if edge[1].endswith("same_chunks"):
+            doc["edges"][s][i] = [edge[0], edge[1].replace("same_chunks", "disjoint"), max(edge[2], 1)]
+            break
+    assert _rejected(doc)
+
+
+def test_a_flipped_bit_of_a_device_state_is_rejected():
+    doc = copy.deepcopy(GOOD)
+    last = doc["states"][-1][0]
+    doc["device_states"][last] = format(int(doc["device_states"][last], 16) ^ 1, "x")
+    assert _rejected(doc)
+
+
+def test_another_problem_or_version_is_rejected():
+    for key, value in (("version", 2), ("max_len", 4), ("devices", 4)):
+        doc = copy.deepcopy(GOOD)
+        doc[key] = value
+        with pytest.raises(Rejected):
+            check(doc, checker_problem(TWO_LEVEL), 5)
+    doc = copy.deepcopy(GOOD)
+    doc["states"][0], doc["states"][1] = doc["states"][1], doc["states"][0]
+    with pytest.raises(Rejected, match="initial"):
+        check(doc, checker_problem(TWO_LEVEL), 5)
+
+
+def test_a_wrong_goal_mark_is_rejected():
+    doc = copy.deepcopy(GOOD)
+    doc["goal"] = 0
+    with pytest.raises(Rejected, match="goal"):
+        check(doc, checker_problem(TWO_LEVEL), 5)
+
+
+def test_cvc5_re_checks_the_certificate_query():
+    cvc5 = pytest.importorskip("cvc5")
+    checked = check(copy.deepcopy(GOOD), checker_problem(TWO_LEVEL), 5)
+    text, _ = query(sorted(checked.lemmas, key=repr), TWO_LEVEL.num_devices)
+    tm = cvc5.TermManager()
+    solver = cvc5.Solver(tm)
+    parser = cvc5.InputParser(solver)
+    parser.setStringInput(cvc5.InputLanguage.SMT_LIB_2_6, text, "certificate")
+    sm = parser.getSymbolManager()
+    answer = None
+    while True:
+        cmd = parser.nextCommand()
+        if cmd.isNull():
+            break
+        out = cmd.invoke(solver, sm)
+        if out.strip():
+            answer = out.strip()
+    assert answer == "unsat"
+
+
+def test_synth_certificate_writes_the_graph_and_its_query(tmp_path, capsys):
+    folder = tmp_path / "cert"
+    assert main(["synth", "--system", "v100-2x8", "--axes", "2,8", "--reduce", "1", "--proof", "certificate",
+                 "--certificate", str(folder)]) == 0
+    graphs = sorted(folder.glob("state-graph-*.json"))
+    assert graphs and all(json.loads(g.read_text())["version"] == 1 for g in graphs)
+    assert sorted(folder.glob("state-graph-*-0.smt2"))
+
+
+def test_proof_is_only_for_the_certified_engine(capsys):
+    assert main(["synth", "--system", "v100-2x8", "--axes", "2,8", "--reduce", "1", "--engine", "pieces",
+                 "--proof", "auto"]) == 2
+    assert "--proof: only with --engine certified" in capsys.readouterr().err
