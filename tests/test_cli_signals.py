@@ -235,3 +235,22 @@ def test_timeout_bounds_a_long_values_proof_and_says_so(tmp_path):
 
     result = json.loads(proc.stdout)
     assert result["status"] == "unknown" and result["message"].startswith("the proof's 1 s ran out")
+
+
+def test_no_encoding_is_built_once_the_proof_time_is_spent(monkeypatch):
+    """The overrun of --timeout is bounded by one piece: the prefix proved first may spend the time, and
+    then the whole plan's encoding (seconds for thousands of steps) is not started."""
+    from p2smt.model.collectives import Collective
+    from p2smt.smt import cegis
+    from p2smt.smt.verify import ProofClock
+
+    def never(*args, **kw):
+        raise AssertionError("an encoding was built after the proof's time ran out")
+
+    monkeypatch.setattr(cegis, "plan_checker", never)
+    clock = ProofClock(1000, start=time.monotonic() - 2)
+    steps = [(Collective.ALL_REDUCE, [(0, 1)])] * 3
+    proof = cegis._verify(steps, 2, [(0, 1)], False, None, (), clock, time.perf_counter(), 3, prefix=False)
+    assert proof.status == "unknown" and proof.stats["steps_encoded"] == 0
+    assert proof.message == ("the proof's 1 s ran out before the encoding of 3 steps was built; "
+                             "no step proved valid, step 1 undecided")

@@ -118,7 +118,16 @@ def verify_values(
 
 def _verify(steps, num_devices, goal_groups, require_progress, chunks, extra_dirs, clock: ProofClock,
             start: float, total: int, *, prefix: bool) -> ValueProof | None:
-    """``verify_values`` on ``steps`` (the first of ``total``); with ``prefix``, None when no step fails."""
+    """``verify_values`` on ``steps`` (the first of ``total``); with ``prefix``, None when no step fails.
+
+    No encoding is built once the clock has run out: building one is the longest piece the clock cannot
+    interrupt (seconds for thousands of steps), so it bounds how far a proof overruns its time."""
+    try:
+        clock.check(f"before the encoding of {len(steps)} steps was built")
+    except Unknown as err:
+        return ValueProof(ProofStatus.UNKNOWN, message=unknown_message(err, clock, total), steps_proved=clock.proved,
+                          stats={"solver_calls": clock.earlier_calls, "steps_encoded": 0,
+                                 "seconds": round(time.perf_counter() - start, 6)})
     problem, plan, enc, checker = plan_checker(
         num_devices, steps, goal_groups, require_progress, clock.solver_ms(), chunks, ENCODING, extra_dirs
     )
@@ -149,7 +158,7 @@ def _verify(steps, num_devices, goal_groups, require_progress, chunks, extra_dir
     if found is None:
         raise InternalError("the checker's counterexample does not reproduce on concrete inputs")
     d, want, got = found
-    used = _used_blanks(enc, checker, plan, row, xs, contents)
+    used = _used_blanks(enc, checker, plan, row, xs, contents, clock)
     inputs = tuple(tuple(xs[e] if r == row else 0 for r in range(checker.chunks)) for e in range(num_devices))
     shown = "no value (the chunk is empty)" if got is None else str(got)
     blanks = tuple(sorted((t, e, row, v) for (t, e), v in contents.items() if (t, e) in used))
@@ -203,13 +212,17 @@ def _telling_witness(enc, checker, problem, plan, fail) -> dict[str, int]:
     return fail.witness
 
 
-def _used_blanks(enc, checker, plan, row, xs, contents) -> set[tuple[int, int]]:
+def _used_blanks(enc, checker, plan, row, xs, contents, clock: ProofClock) -> set[tuple[int, int]]:
     """The empty-chunk contents the final values depend on (changing one changes the result). Only a chunk
-    some step leaves empty reads its content, so only those are tried (not every step and device)."""
+    some step leaves empty reads its content, so only those are tried (not every step and device), each by
+    running the plan again: once the proof's time is spent, the contents not tried yet are all kept."""
     empty: set[tuple[int, int]] = set()
     base = _evaluate(enc, checker, plan, row, xs, contents, empty)[1]
     used = set()
-    for key in sorted(empty):
+    for n, key in enumerate(sorted(empty)):
+        left = clock.left_ms()
+        if left is not None and left <= 0:
+            return used | set(sorted(empty)[n:])
         bumped = dict(contents)
         bumped[key] = contents[key] + 1
         if _evaluate(enc, checker, plan, row, xs, bumped)[1] != base:
