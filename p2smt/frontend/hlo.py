@@ -265,6 +265,11 @@ def _opaque(op: str) -> bool:
     return op.removesuffix("-start").removesuffix("-done") in _OTHERS
 
 
+def communicates(op: str) -> bool:
+    """Whether ``op`` starts communication (a reduction collective or another; not a ``-done`` that waits)."""
+    return not op.endswith("-done") and (op.removesuffix("-start") in _REDUCTIONS or _opaque(op))
+
+
 def _communicates(ins: _Instruction) -> bool:
     return _is_collective(ins) or _opaque(ins.op)
 
