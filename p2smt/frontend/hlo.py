@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import json
 import re
+import stat
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from math import prod
@@ -540,14 +541,27 @@ def read_module(text: str, where: str = "<hlo>", split: bool = False) -> ModuleR
     raise P2Error(f"{where}: neither an HLO text module ('HloModule …') nor StableHLO ('module @… {{')")
 
 
+MAX_DEVICE_ORDER_BYTES = 16 << 20
+"""Largest device order file read (a million ids fit in a few MiB): ``/dev/urandom`` or a huge file is refused
+before it is read, not read into memory."""
+
+
 def read_device_order(path: str | Path) -> tuple[int, ...]:
-    """A mesh device order: a JSON list, or an object with ``device_order`` (``placements --export jax-mesh``)."""
+    """A mesh device order: a JSON list, or an object with ``device_order`` (``placements --export jax-mesh``);
+    a regular file of at most ``MAX_DEVICE_ORDER_BYTES``."""
     path = Path(path)
     try:
-        data = json.loads(path.read_text(encoding="utf-8"))
+        if not stat.S_ISREG(path.stat().st_mode):
+            raise P2Error(f"{path}: not a regular file; the device order is a JSON file")
+        with path.open("rb") as handle:
+            raw = handle.read(MAX_DEVICE_ORDER_BYTES + 1)
     except OSError as err:
         raise P2Error(f"cannot read {path}: {err.strerror}") from None
-    except (UnicodeDecodeError, json.JSONDecodeError):
+    if len(raw) > MAX_DEVICE_ORDER_BYTES:
+        raise P2Error(f"{path}: more than {MAX_DEVICE_ORDER_BYTES >> 20} MiB; a device order is a short JSON list")
+    try:
+        data = json.loads(raw.decode("utf-8"))
+    except (UnicodeDecodeError, json.JSONDecodeError, RecursionError):
         raise P2Error(f"{path}: not a JSON device order") from None
     order = data.get("device_order") if isinstance(data, dict) else data
     if not isinstance(order, list) or not all(isinstance(d, int) and not isinstance(d, bool) for d in order):
