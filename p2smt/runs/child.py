@@ -26,6 +26,9 @@ from enum import StrEnum
 from pathlib import Path
 from typing import Any, Self
 
+from p2smt.interrupts import received
+from p2smt.lifeline import hold
+
 GRACE_MIN_S = 1.0
 GRACE_FRACTION = 0.25
 """A run with a solver budget of ``timeout_s`` is killed at ``hard_limit(timeout_s)``: the engine gets its
@@ -158,9 +161,10 @@ class Child:
                 pass
 
     def close(self) -> None:
-        """Let an idle child end on end-of-input (killed if it does not within 5 s)."""
+        """Let an idle child end on end-of-input (killed if it does not within 5 s; at once after a stop
+        signal: Ctrl-C or SIGTERM must not wait for a task to finish)."""
         proc = self._proc
-        if proc is not None and proc.poll() is None:
+        if proc is not None and proc.poll() is None and received() is None:
             try:
                 proc.stdin.close()
                 proc.wait(timeout=5)
@@ -222,14 +226,7 @@ def child_main() -> None:
     """Entry point of a child: import ``sys.argv[1:]``, say ready, answer one request line at a time."""
     protocol = sys.stdout
     sys.stdout = sys.stderr  # stray prints must not corrupt the protocol
-    parent = os.getppid()
-
-    def watchdog() -> None:
-        while os.getppid() == parent:
-            time.sleep(1.0)
-        os._exit(1)
-
-    threading.Thread(target=watchdog, daemon=True).start()
+    hold(os.getppid())  # ends with the process that started it, even one killed outright
     for module in sys.argv[1:]:
         importlib.import_module(module)
     protocol.write(json.dumps({"ready": True}) + "\n")
