@@ -38,18 +38,23 @@ RUN_ALL = textwrap.dedent(
                      # a wrong step must be wrong in its values, not only in its shapes
                      "same_shapes": [list(map(int, a.shape)) for a in jax_steps.jax.tree.leaves(got)]
                      == [list(map(int, a.shape)) for a in jax_steps.jax.tree.leaves(want)]}
-    print(json.dumps(out))
+    print(json.dumps({"steps": out, "findings": [f.value for f in jax_steps.Finding]}))
     """
 )
 
 
 @pytest.fixture(scope="module")
-def results() -> dict:
+def run_all() -> dict:
     env = {k: v for k, v in os.environ.items() if k != "XLA_FLAGS"}
     proc = subprocess.run([sys.executable, "-c", RUN_ALL, str(TESTS)], capture_output=True, text=True, env=env,
                           timeout=600, check=False)
     assert proc.returncode == 0, proc.stderr[-3000:]
     return json.loads(proc.stdout)
+
+
+@pytest.fixture(scope="module")
+def results(run_all) -> dict:
+    return run_all["steps"]
 
 
 STEP_NAMES = sorted(MANIFEST)
@@ -69,13 +74,8 @@ def test_a_step_is_wrong_exactly_when_it_names_a_finding(results, name):
     assert (r["finding"] is None) == r["correct"] == (not name.startswith("wrong-"))
 
 
-def test_every_finding_class_has_a_wrong_step_and_the_required_steps_exist(results):
-    sys.path.insert(0, str(TESTS))
-    try:
-        from jax_steps import Finding  # an Enum: importing it starts no JAX computation
-    finally:
-        sys.path.remove(str(TESTS))
-    assert {r["finding"] for r in results.values() if r["finding"]} == {f.value for f in Finding}
+def test_every_finding_class_has_a_wrong_step_and_the_required_steps_exist(run_all, results):
+    assert {r["finding"] for r in results.values() if r["finding"]} == set(run_all["findings"])
     for name in ("transformer-dp-tp", "data-parallel-pytree", "fsdp", "mixed-node-gpu", "tp-dp-linear"):
         assert results[name]["correct"] and results[name]["matches"]
     assert results["transformer-dp-tp"]["axes"] == ["data", "tensor"]
@@ -115,6 +115,9 @@ def test_the_hidden_collectives_are_hidden_from_stablehlo_only():
     assert _count("gspmd-sum", ".mlir", STABLE_AR) == 0 and _count("gspmd-sum", ".hlo", HLO_AR) == 1
     assert _count("wrong-gspmd-inserted", ".mlir", STABLE_AR) == 1
     assert _count("wrong-gspmd-inserted", ".hlo", HLO_AR) == 2
+    for name, shown in (("custom-partitioning-sum", 0), ("wrong-hidden-custom-partitioning", 1), ("gspmd-sum", 0),
+                        ("wrong-gspmd-inserted", 1)):  # HLO before partitioning shows what StableHLO shows
+        assert _count(name, "-unpartitioned.hlo", HLO_AR) == shown
 
 
 def test_swapped_outputs_differ_from_the_right_order_only_in_the_returned_order():
@@ -124,3 +127,30 @@ def test_swapped_outputs_differ_from_the_right_order_only_in_the_returned_order(
     assert len(diff) == 1
     (a, b), = diff
     assert a[0] == b[0] == "sdy.return" and a[1:3] == [b[2].rstrip(",") + ",", b[1].rstrip(",")]
+
+
+DIFFERENTIAL = TESTS.parent / "benchmarks" / "audit_differential.py"
+
+
+@pytest.mark.slow
+def test_the_differential_corpus_is_deterministic_and_its_bug_free_programs_are_right(tmp_path):
+    """Two runs of the generator give the same programs and the same ground truth; a program without a bug
+    computes its reference (the script exits 1 otherwise); the corpus holds bugs, and wrong programs."""
+    env = {k: v for k, v in os.environ.items() if k != "XLA_FLAGS"}
+    runs = []
+    for out in (tmp_path / "one", tmp_path / "two"):
+        proc = subprocess.run([sys.executable, str(DIFFERENTIAL), "--out", str(out), "--count", "6", "--no-audit",
+                               "--bug-rate", "0.5"], capture_output=True, text=True, env=env, timeout=600,
+                              check=False)
+        assert proc.returncode == 0, proc.stderr[-3000:]
+        runs.append(json.loads((out / "programs.json").read_text()))
+        assert sorted(p.name for p in out.iterdir())[:2] == ["000.hlo", "000.mlir"]
+    assert runs[0] == runs[1]
+    assert any(r["bug"] for r in runs[0]) and any(not r["correct"] for r in runs[0])
+    assert all(r["correct"] for r in runs[0] if not r["bug"])
+
+
+def test_the_differential_refuses_bad_arguments_in_one_line(tmp_path):
+    proc = subprocess.run([sys.executable, str(DIFFERENTIAL), "--out", str(tmp_path), "--count", "0"],
+                          capture_output=True, text=True, timeout=300, check=False)
+    assert proc.returncode == 2 and len(proc.stderr.strip().splitlines()) == 1 and not proc.stdout

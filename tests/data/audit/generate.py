@@ -2,7 +2,8 @@
 
 Run: ``python tests/data/audit/generate.py [OUT_DIR]`` (default: this directory). ``NAME.mlir`` is
 ``jit(f).lower(*args).as_text()``, ``NAME.hlo`` is ``.lower(*args).compile().as_text()`` (what XLA runs,
-GSPMD's collectives and custom_partitioning bodies included). ``manifest.json`` gives, per step, whether its
+GSPMD's collectives and custom_partitioning bodies included); for the steps in ``HIDDEN`` also
+``NAME-unpartitioned.hlo`` (``.lower(*args).as_text(dialect="hlo")``). ``manifest.json`` gives, per step, whether its
 numbers are right (checked here, on the devices, against its numpy reference), the class of its bug, its mesh
 (axis names, shape, device ids in mesh order) and a line on what it does: the ground truth an audit of the
 printed text is judged against.
@@ -17,6 +18,8 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # tests/
 
 import jax_steps
+
+HIDDEN = ("custom-partitioning-sum", "wrong-hidden-custom-partitioning", "gspmd-sum", "wrong-gspmd-inserted")
 
 
 def manifest_entry(step: jax_steps.Step, matches: bool) -> dict:
@@ -36,6 +39,8 @@ def main(out: Path) -> int:
         lowered = step.fn.lower(*step.args)
         (out / f"{name}.mlir").write_text(lowered.as_text())
         (out / f"{name}.hlo").write_text(lowered.compile().as_text())
+        if name in HIDDEN:  # HLO before partitioning: as blind to these collectives as StableHLO
+            (out / f"{name}-unpartitioned.hlo").write_text(lowered.as_text(dialect="hlo"))
         manifest[name] = manifest_entry(step, jax_steps.matches(step))
     (out / "manifest.json").write_text(json.dumps(manifest, indent=1, sort_keys=True) + "\n")
     bad = [n for n, e in manifest.items() if e["correct"] != e["matches_reference"]]
