@@ -11,6 +11,7 @@ from __future__ import annotations
 import os
 from collections.abc import Iterator
 from dataclasses import dataclass, field
+from functools import cache
 from typing import Any
 
 from p2smt.errors import P2Error
@@ -19,6 +20,7 @@ NEEDS = "reading StableHLO needs jax/jaxlib >= 0.7: pip install 'p2smt[jax]'"
 _MIN_VERSION = (0, 7)
 
 
+@cache
 def bindings() -> tuple[Any, Any]:
     """jaxlib's MLIR ``ir`` module and JAX's context maker, or one P2Error telling how to install them."""
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")  # absl/XLA logging to stderr: none for a reader

@@ -85,9 +85,13 @@ def _integer(attrs: Any, key: str) -> int | None:
 
 def _symbols(op: Any) -> list[str]:
     """Every ``@name`` the op's attributes refer to (``called_computations = [@f]``), quoted names too."""
+    ir, _ = bindings()
     out = []
     for key in op.attributes:
-        text = str(op.attributes[key])
+        attr = op.attributes[key]
+        if isinstance(attr, ir.DenseElementsAttr | ir.StringAttr):  # data: it names no symbol
+            continue
+        text = str(attr)
         at = text.find("@")
         while at >= 0:
             rest = text[at + 1:]
