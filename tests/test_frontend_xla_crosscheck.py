@@ -20,13 +20,17 @@ from p2smt.errors import P2Error
 from p2smt.frontend.hlo import _computations, _hlo_attribute, _lexed, communicates
 from p2smt.model.replica_groups import parse_groups_text
 
+pytest.importorskip("jaxlib")
 HLO = Path(__file__).parent / "data" / "hlo"
 FILES = sorted(HLO.rglob("*.hlo"))
 
 CHILD = r"""
 import json, sys
 sys.modules.setdefault("jax", None)  # XLA's parser only: no JAX runtime, no devices
-from jaxlib import _hlo
+try:
+    from jaxlib import _hlo
+except ImportError:
+    sys.exit(3)
 module = _hlo.hlo_module_from_text(open(sys.argv[1]).read())
 options = _hlo.HloPrintOptions()
 options.print_backend_config = False
@@ -115,6 +119,7 @@ def xla_view(path: Path) -> dict | None:
     """What XLA's parser sees (None: it refuses the module, or aborts)."""
     done = subprocess.run([sys.executable, "-c", CHILD, str(path)], capture_output=True, text=True, timeout=300,
                           check=False)
+    assert done.returncode != 3, "this jaxlib has no jaxlib._hlo.hlo_module_from_text: the cross-check needs a new home"
     if done.returncode != 0:
         return None
     return {comp: _by_position([(name, _kebab(op) if op in COLLECTIVES else op, operands,
