@@ -243,6 +243,15 @@ def audit_text(text: str, *, system: System | str, nodes: int | None = None,
                expect=_expectations(expect), algo=algo, best_len=max_len, where=where)
 
 
+def recheck(folder: str | Path, *, timeout: float | None = None, report: Any = None) -> list[Any]:
+    """cvc5's verdict on every certificate file (``*.smt2``) that ``--certificate folder`` wrote (``p2smt
+    recheck``): a ``Recheck`` per file, ``verdict`` confirmed (cvc5 gives Z3's recorded answer), refuted or
+    unknown (no answer within ``timeout`` seconds per file); ``report`` is called with each as it is done."""
+    from p2smt.smt.cvc5_recheck import recheck as run
+
+    return run(folder, timeout_s=timeout, report=report)
+
+
 def _expectations(expect: Any) -> Any:
     """``{index: Expected | 'SPEC'}`` as ``Expected`` values (``--expect``'s text form)."""
     from p2smt.auditing import Expected, parse_expect

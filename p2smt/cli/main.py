@@ -22,6 +22,7 @@ from p2smt.cli import (
     placements,
     plan,
     rank,
+    recheck,
     sweep,
     synth,
     topologies,
@@ -34,7 +35,7 @@ from p2smt.interrupts import Interrupted, install, received
 
 # In ``p2smt --help`` order; each module declares its parser(s) beside its handler.
 COMMANDS = (topologies, placements, groups, synth, check, lower, rank, cost, draw, sweep, verify, encodings,
-            plan, experiment, best, audit)
+            plan, experiment, best, audit, recheck)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -77,9 +78,9 @@ def main(argv: list[str] | None = None) -> int:
     None) also takes SIGINT and SIGTERM (``p2smt.interrupts``); an in-process call leaves the caller's
     handlers alone."""
     started = time.monotonic()
-    if argv is None:
-        install()
     try:
+        if argv is None:
+            install()
         with guarded_stdout():
             return _run(argv, started)
     except OutputGone:
