@@ -30,10 +30,6 @@ def register(sub) -> None:
     p.set_defaults(func=run)
 
 
-def _contributions(row) -> list[int]:
-    return [int(c) for c in row.nonzero()[0]] if hasattr(row, "nonzero") else list(row)
-
-
 def render_violation(c: Console, label: str, v, verbose: bool, states: dict | None = None,
                      defects=()) -> None:
     """``LABEL: failing step 3 of 3: (…)``, the first defect in words; the rest only when ``verbose``."""
@@ -71,13 +67,13 @@ def run(args: argparse.Namespace) -> int:
         "buffers": pr.buffers,
         "violation": v.to_json() if v else None,
         "defects": defects,
+        "checked_by": verdict.checked_by,
     } | ({"positions": verdict.positions.to_json()} if verdict.positions else {})
 
     def render(c: Console) -> None:
         if v is not None:
             shown = list(dict.fromkeys((*v.devices, *(v.group or ()))))[:MAX_SHOWN]
-            state = verdict.state
-            states = {d: [_contributions(state[d, r]) for r in range(state.shape[1])] for d in shown}
+            states = verdict.device_rows(shown)
             render_violation(c, "INVALID", v, getattr(args, "verbose", False), states, defects)
         elif verdict.positions and not verdict.positions.valid:
             c.print(f"[red]INVALID[/red] under XLA/NCCL positions: {escape(verdict.positions.message())}")

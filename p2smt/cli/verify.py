@@ -37,20 +37,51 @@ def register(sub) -> None:
 
 
 def _agree(proof, verdict, labels):
-    """Z3's proof with DSL instruction text, after checking it against the interpreter's verdict."""
+    """Z3's proof with DSL instruction text, after checking it against the interpreter's verdict (the
+    sentence too when the interpreter gives the chunk's facts; the compressed one names the rule and group)."""
     oracle = verdict.violation
     if proof.status == "unknown":
         return proof
-    if (proof.status == "proved") != verdict.execution.valid:
-        raise InternalError(
-            f"Z3 says {proof.status} but the interpreter says {'valid' if verdict.execution.valid else 'invalid'}")
+    _same_verdict(proof, verdict)
     v = proof.violation
     if v is None:
         return proof
-    if (v.step, v.rule, v.message) != (oracle.step, oracle.rule, oracle.message):
+    if (v.step, v.rule, v.group) != (oracle.step, oracle.rule, oracle.group) or (
+            oracle.facts and v.message != oracle.message):
         raise InternalError(f"Z3 refutes step {v.step} ({v.rule}: {v.message}) but the interpreter step "
                             f"{oracle.step} ({oracle.rule}: {oracle.message})")
     return replace(proof, violation=replace(v, steps=oracle.steps, instruction=oracle.instruction))
+
+
+def _same_verdict(proof, verdict) -> None:
+    if (proof.status == "proved") != verdict.execution.valid:
+        raise InternalError(
+            f"Z3 says {proof.status} but the interpreter says {'valid' if verdict.execution.valid else 'invalid'}")
+
+
+def _agree_split(split_proof, verdict):
+    """Z3's proofs of a split plan's shapes against the interpreter's verdict on the whole plan: the same status,
+    and for a counterexample the same step, rule and (real) group; reported with the interpreter's facts,
+    which are in real device ids (Z3's are in one reduction group's)."""
+    from p2smt.cli.check import MAX_SHOWN
+
+    proof, comp = split_proof.proof, split_proof.component
+    if proof.status == "unknown":
+        return proof
+    _same_verdict(proof, verdict)
+    if proof.violation is None:
+        return proof
+    v, oracle = proof.violation, verdict.violation
+    group = comp.real_group(v.group) if v.group is not None else None
+    if (v.step, v.rule) != (oracle.step, oracle.rule) or (v.step is not None and group != oracle.group):
+        raise InternalError(f"Z3 refutes step {v.step} ({v.rule}) in reduction group {list(comp.devices)} but the "
+                            f"interpreter step {oracle.step} ({oracle.rule}: {oracle.message})")
+    shown = list(dict.fromkeys((*oracle.devices, *(oracle.group or ()))))[:MAX_SHOWN]
+    defects = tuple({"device": d.device, "chunk": d.chunk, "missing": list(d.missing), "foreign": list(d.foreign)}
+                    for d in verdict.execution.defects)
+    return replace(proof, violation=oracle, message=oracle.message, states=verdict.device_rows(shown),
+                   states_after=oracle.steps if oracle.step is None else oracle.step - 1, defects=defects,
+                   witness={})
 
 
 def expired(args: argparse.Namespace, bounded, pr) -> int:
@@ -65,48 +96,124 @@ def expired(args: argparse.Namespace, bounded, pr) -> int:
 
 
 def run(args: argparse.Namespace) -> int:
-    """Prove a plan with Z3 (Boolean state, or ∀ data values with --values) or give a counterexample."""
+    """Prove a plan with Z3 (Boolean state, or ∀ data values with --values) or give a counterexample.
+
+    Up to ``Z3_PLAN_DEVICES`` devices Z3 proves the whole plan; above, each reduction group shape of a plan
+    whose groups stay inside reduction groups; else the verdict rests on the interpreter alone and says so."""
     from p2smt.semantics.verdict import judge
+    from p2smt.smt.verify import Z3_PLAN_DEVICES
 
     if args.values and args.encoding:
         raise P2Error("--encoding selects the Boolean proof; --values proves with its own encoding")
     pr = plan_request(args)
     n = pr.placement.num_devices
+    if args.values and n > Z3_PLAN_DEVICES:
+        raise P2Error(f"verify --values proves at most {Z3_PLAN_DEVICES:,} devices (this request has {n:,}); "
+                      "without --values the Boolean proof runs one reduction group at a time")
     progress = not args.allow_noop
     verdict = judge(n, pr.steps, pr.goal_groups, pr.chunks, progress, layout=False, labels=pr.labels)
+    split = None
+    if n > Z3_PLAN_DEVICES:
+        from p2smt.model.components import split_plan
+
+        split = split_plan(n, pr.steps, pr.goal_groups)
+        if split is None or split.size > Z3_PLAN_DEVICES:
+            why = ("its groups cross reduction groups" if split is None
+                   else f"one reduction group has {split.size:,} devices")
+            return unproved(args, pr, verdict, f"Z3 proof skipped above {Z3_PLAN_DEVICES:,} devices ({why})")
     common = {"require_progress": progress, "timeout_ms": timeout_ms(args), "chunks": pr.chunks}
     failing = verdict.violation.step if verdict.violation else None
+    encoding = args.encoding or "bool-matrix"
     if args.values:
         from p2smt.smt.cegis import verify_values
 
         def work(report):
             return verify_values(n, pr.steps, pr.goal_groups, suspect=failing, report=report, **common)
+    elif split is not None:
+        from p2smt.smt.verify import prove_split
+
+        def work(report):
+            return prove_split(split, failing or len(pr.steps), encoding=encoding, report=report, **common)
     else:
         from p2smt.smt.verify import prove_plan
 
         prefix = pr.steps if failing is None else pr.steps[:failing]
 
         def work(report):
-            return prove_plan(n, prefix, pr.goal_groups, encoding=args.encoding or "bool-matrix", report=report, **common)
+            return prove_plan(n, prefix, pr.goal_groups, encoding=encoding, report=report, **common)
     bounded = run_bounded(args, "verify: steps proved", work, total=len(pr.steps))
     if bounded.expired:
         return expired(args, bounded, pr)
-    proof = bounded.result if args.values else _agree(bounded.result, verdict, pr.labels)
-    payload = proof.to_json() | {"program": pr.program_text(), "steps": len(pr.steps), "buffers": pr.buffers}
+    if args.values:
+        proof, rests_on = bounded.result, f"Z3 (all integer values) at the real size ({n} devices)"
+    elif split is not None:
+        proof = _agree_split(bounded.result, verdict)
+        rests_on = f"Z3 on each reduction group shape ({split.describe()}), agreeing with {verdict.checked_by}"
+    else:
+        proof = _agree(bounded.result, verdict, pr.labels)
+        rests_on = f"Z3 at the real size ({n} devices), agreeing with {verdict.checked_by}"
+    payload = proof.to_json() | {"program": pr.program_text(), "steps": len(pr.steps), "buffers": pr.buffers,
+                                 "rests_on": rests_on}
     status = proof.status
     if pr.program is None and status == "proved":
-        from p2smt.semantics.positions import execute_positions
-
-        layout = execute_positions(n, pr.steps, pr.goal_groups, pr.chunks)
+        layout = _positions(n, pr)
         if not layout.valid:
             status = "counterexample"
             payload |= {"status": status} | layout.counterexample()
+    render = _renderer(args, pr, proof, payload, status, n)
+    emit(args, payload, render)
+    return {"proved": ExitCode.OK, "counterexample": ExitCode.FAIL}.get(status, ExitCode.UNKNOWN)
+
+
+def _positions(n: int, pr):
+    """The XLA/NCCL positions run of an explicit plan (after P²'s semantics is proved)."""
+    from p2smt.semantics.positions import execute_positions
+    from p2smt.semantics.verdict import check_positions_size
+
+    check_positions_size(n, pr.chunks)
+    return execute_positions(n, pr.steps, pr.goal_groups, pr.chunks)
+
+
+def unproved(args: argparse.Namespace, pr, verdict, skipped: str) -> int:
+    """The interpreter's verdict alone, where Z3 does not prove (status ``valid`` or ``counterexample``,
+    never ``proved``), with what it rests on."""
+    n = pr.placement.num_devices
+    status = "valid" if verdict.execution.valid else "counterexample"
+    rests_on = f"{verdict.checked_by}; {skipped}"
+    payload = {"status": status, "program": pr.program_text(), "steps": len(pr.steps), "buffers": pr.buffers,
+               "rests_on": rests_on}
+    v = verdict.violation
+    if v is not None:
+        payload |= {"failing_step": v.step, "rule": str(v.rule), "message": v.message, "violation": v.to_json()}
+    if status == "valid" and pr.program is None:
+        layout = _positions(n, pr)
+        if not layout.valid:
+            status = "counterexample"
+            payload |= {"status": status} | layout.counterexample()
+
+    def render(c: Console) -> None:
+        if status == "valid":
+            c.print(f"[green]VALID[/green] (not proved by Z3): {counted(len(pr.steps), 'step')}, {n} devices"
+                    f"{pr.on_buffers()}")
+        elif v is not None:
+            render_violation(c, "COUNTEREXAMPLE", v, getattr(args, "verbose", False),
+                             verdict.device_rows(list(dict.fromkeys((*v.devices, *(v.group or ()))))[:8]))
+        else:
+            c.print(f"[red]COUNTEREXAMPLE[/red]: {escape(payload.get('message', ''))}")
+        c.print(f"  rests on: {escape(rests_on)}")
+
+    emit(args, payload, render)
+    return ExitCode.OK if status == "valid" else ExitCode.FAIL
+
+
+def _renderer(args, pr, proof, payload, status, n):
     verbose = getattr(args, "verbose", False)
 
     def render(c: Console) -> None:
         if status == "proved":
             what = "for every integer input" if args.values else "the goal holds and no precondition fails"
             c.print(f"[green]PROVED[/green]: {what} ({counted(len(pr.steps), 'step')}, {n} devices{pr.on_buffers()})")
+            c.print(f"  rests on: {escape(payload['rests_on'])}")
             return
         if status == "unknown":
             c.print(f"[yellow]UNKNOWN[/yellow]: {escape(payload.get('message', 'the solver gave up'))}")
@@ -125,5 +232,4 @@ def run(args: argparse.Namespace) -> int:
         if verbose and payload.get("inputs"):
             c.print(f"  inputs (device × chunk): {payload['inputs']}")
 
-    emit(args, payload, render)
-    return {"proved": ExitCode.OK, "counterexample": ExitCode.FAIL}.get(status, ExitCode.UNKNOWN)
+    return render

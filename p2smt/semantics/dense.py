@@ -18,6 +18,14 @@ from p2smt.model.failure import Rule, Violation, step_text, violation
 
 Step = tuple[Collective, Sequence[Group]]
 MAX_INTERPRETER_DEVICES = 512
+"""Devices of ``execute_all`` (many programs, the enumerative engine's search); ``execute`` is bounded by bytes."""
+MAX_STATE_BYTES = 256 << 20
+"""Largest memory ``execute`` spends on one plan's states (k × chunks × k bytes per step, all kept)."""
+
+
+def state_bytes(k: int, chunks: int, steps: int) -> int:
+    """``execute``'s memory for a plan: one k×chunks×k Boolean state per step and the initial one."""
+    return k * chunks * k * (steps + 1)
 
 
 @dataclass(frozen=True)
@@ -35,7 +43,8 @@ class Execution:
     states: list[np.ndarray] = field(repr=False)
     violation: Violation | None
     reached_goal: bool
-    defects: tuple[Defect, ...] = ()
+    defects: tuple[Defect, ...] = ()  # the first ``MAX_DEFECTS`` in (device, chunk) order
+    devices_off: tuple[int, ...] = ()  # every device with a chunk off the goal
 
     @property
     def valid(self) -> bool:
@@ -156,13 +165,22 @@ def apply_step(
     return new
 
 
+MAX_DEFECTS = 256
+"""Defects worked out in full (missing and foreign contributions); the devices off the goal are all listed."""
+
+
 def defects(state: np.ndarray, goal: np.ndarray) -> tuple[Defect, ...]:
+    """The first ``MAX_DEFECTS`` device chunks off the goal, in (device, chunk) order."""
     out = []
-    for d, r in np.argwhere((state != goal).any(axis=2)):
+    for d, r in np.argwhere((state != goal).any(axis=2))[:MAX_DEFECTS]:
         missing = np.flatnonzero(goal[d, r] & ~state[d, r])
         foreign = np.flatnonzero(state[d, r] & ~goal[d, r])
         out.append(Defect(int(d), int(r), tuple(int(v) for v in missing), tuple(int(v) for v in foreign)))
     return tuple(out)
+
+
+def _off(state: np.ndarray, goal: np.ndarray) -> tuple[int, ...]:
+    return tuple(int(d) for d in np.flatnonzero((state != goal).any(axis=(1, 2))))
 
 
 def _in_context(v: Violation, steps: Sequence[Step]) -> Violation:
@@ -192,7 +210,10 @@ def execute(
     reduction group, so that the same program has the same ReduceScatter blocks before and after lowering.
     ``states`` ends with the state at the failure (before the failing step, which does not apply).
     """
-    _check_size(k)
+    need = state_bytes(k, chunks or k, len(steps))
+    if need > MAX_STATE_BYTES:
+        raise P2Error(f"{k} devices is too large for the dense interpreter on this plan ({k}x{chunks or k}x{k} "
+                      f"state over {len(steps)} steps: {need >> 20} MiB; limit {MAX_STATE_BYTES >> 20} MiB)")
     if steps:
         validate_plan(steps, k)
     states = [initial_state(k, chunks)]
@@ -203,7 +224,9 @@ def execute(
             return Execution(states, _in_context(out, steps), False)
         states.append(out)
     reached = bool(np.array_equal(states[-1], goal))
-    return Execution(states, None, reached, () if reached else defects(states[-1], goal))
+    if reached:
+        return Execution(states, None, True)
+    return Execution(states, None, False, defects(states[-1], goal), _off(states[-1], goal))
 
 
 def execute_all(
@@ -249,5 +272,6 @@ def execute_all(
             out[i] = Execution(states, failed, False)
             continue
         reached = bool(np.array_equal(held[-1], goal))
-        out[i] = Execution(states, None, reached, () if reached else defects(held[-1], goal))
+        out[i] = Execution(states, None, reached, () if reached else defects(held[-1], goal),
+                           () if reached else _off(held[-1], goal))
     return out  # type: ignore[return-value]

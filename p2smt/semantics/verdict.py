@@ -12,9 +12,10 @@ from dataclasses import dataclass, replace
 
 import numpy as np
 
+from p2smt.errors import P2Error
 from p2smt.model.collectives import AG, BC, Group
 from p2smt.model.failure import Rule, Violation, goal_masks, mixed_pair, mixed_violation, step_text, violation
-from p2smt.semantics.dense import Execution, Step, execute
+from p2smt.semantics.dense import MAX_STATE_BYTES, Execution, Step, execute, state_bytes
 from p2smt.semantics.positions import PositionRun, execute_positions
 
 
@@ -36,13 +37,26 @@ class Verdict:
         step = self.violation.step if self.violation is not None else None
         return self.execution.states[-1] if step is None else self.execution.states[step - 1]
 
+    @property
+    def checked_by(self) -> str:
+        return f"the dense interpreter at the real size ({self.execution.states[0].shape[0]} devices)"
+
     def message(self) -> str:
-        v = self.violation
-        if v is not None:
-            return f"INVALID: {v.headline()} ({v.rule}): {v.message}"
-        if self.positions is not None and not self.positions.valid:
-            return f"INVALID under XLA/NCCL positions: {self.positions.message()}"
-        return "VALID"
+        return verdict_message(self.violation, self.positions)
+
+    def device_rows(self, devices: Sequence[int]) -> dict[int, list[list[int]]]:
+        """Each device's chunks' contributions in the state at the failure."""
+        state = self.state
+        return {d: [[int(c) for c in state[d, r].nonzero()[0]] for r in range(state.shape[1])] for d in devices}
+
+
+def verdict_message(v: Violation | None, positions: PositionRun | None) -> str:
+    """The one-line verdict: the first defect, else the positions' failure, else VALID."""
+    if v is not None:
+        return f"INVALID: {v.headline()} ({v.rule}): {v.message}"
+    if positions is not None and not positions.valid:
+        return f"INVALID under XLA/NCCL positions: {positions.message()}"
+    return "VALID"
 
 
 def _as_mask(row: np.ndarray) -> int:
@@ -89,16 +103,66 @@ def explain(
 def goal_violation(run: Execution, steps: int) -> Violation:
     """Every step applies but the goal fails: the first device chunk off the goal, in words."""
     first = run.defects[0]
-    off = len({d.device for d in run.defects})
-    return violation(None, steps, None, Rule.GOAL, None, sorted({d.device for d in run.defects}), first.chunk,
+    off = len(run.devices_off)
+    return violation(None, steps, None, Rule.GOAL, None, run.devices_off, first.chunk,
                      device=first.device, missing=list(first.missing), foreign=list(first.foreign), devices_off=off)
+
+
+POSITIONS_CELLS = 1 << 24
+"""Largest number of buffer cells (devices × blocks) the positions interpreter runs on."""
+
+
+SPLIT_ABOVE = 32 << 20
+"""Dense state bytes above which a plan that splits along its reduction groups is judged one group shape at a
+time (the same verdict, faster and in less memory)."""
 
 
 def judge(
     num_devices: int, steps: Sequence[Step], goal_groups: Sequence[Group], chunks: int, require_progress: bool,
     layout: bool, labels: Sequence[str] | None = None,
 ) -> Verdict:
-    """Run P²'s interpreter; with ``layout``, also the positions interpreter once P²'s semantics holds."""
+    """Run P²'s interpreter; with ``layout``, also the positions interpreter once P²'s semantics holds.
+
+    A plan whose dense state would pass ``SPLIT_ABOVE`` bytes is judged one reduction group shape at a time
+    when no group crosses one (``semantics.split``); else, up to ``dense.MAX_STATE_BYTES``, whole; above, by
+    the compressed interpreter when it is one reduction group, and refused otherwise. Every route reports the
+    same verdict, rule and failing group."""
+    need = state_bytes(num_devices, chunks, len(steps))
+    if need > SPLIT_ABOVE:
+        large = _judge_large(num_devices, steps, goal_groups, chunks, require_progress, layout, labels,
+                             whole=need <= MAX_STATE_BYTES)
+        if large is not None:
+            return large
     run = execute(num_devices, steps, goal_groups, require_progress, chunks)
     positions = execute_positions(num_devices, steps, goal_groups, chunks) if layout and run.valid else None
     return Verdict(run, positions, explain(run, steps, goal_groups, labels))
+
+
+def check_positions_size(num_devices: int, blocks: int) -> None:
+    """Refuse a positions run of more than ``POSITIONS_CELLS`` buffer cells (before any work)."""
+    if num_devices * blocks > POSITIONS_CELLS:
+        raise P2Error(f"checking XLA/NCCL buffer positions on {num_devices} devices of {blocks} blocks each is "
+                      f"beyond the bound of {POSITIONS_CELLS:,} cells")
+
+
+def _judge_large(num_devices, steps, goal_groups, chunks, require_progress, layout, labels, whole: bool):
+    """The split or compressed verdict, or None when the dense interpreter should judge the plan whole."""
+    from p2smt.model.components import split_plan
+    from p2smt.model.dsl import validate_plan
+    from p2smt.semantics import split as large
+
+    validate_plan(steps, num_devices)
+    if layout:
+        check_positions_size(num_devices, chunks)
+    parts = split_plan(num_devices, steps, goal_groups)
+    if parts is not None and len(parts.components) > 1:
+        out = large.judge_split(parts, steps, chunks, require_progress, labels)
+    elif whole:
+        return None
+    elif parts is not None and chunks == num_devices:
+        out = large.judge_compressed(num_devices, steps, require_progress, labels)
+    else:
+        raise large.refuse_whole(num_devices, chunks, len(steps), MAX_STATE_BYTES)
+    if layout and out.execution.valid:
+        return large.replace_positions(out, execute_positions(num_devices, steps, goal_groups, chunks))
+    return out
