@@ -1,14 +1,18 @@
-"""Synthesis time per request of P²'s evaluation: the certified default and the pure Z3 engine against P².
+"""Synthesis time per request of P²'s evaluation: the certified engine's two proofs and the pure Z3 engine
+against P².
 
 For each of P²'s 42 requests (all placements, max length 5, ``--prune p2-47``, in-process seconds) it
-prints P²'s reported time (the P² paper, Appendix A: ``p2smt/runs/data/p2_synthesis_times.csv``), the
-proposer's seconds, Z3's validity proofs, Z3's completeness certificate, the part of those two spent in
-Z3's own checks ("solving": the rest is building the formulas in z3py), the certified engine's total
-and its CPU seconds (the figure to compare on a shared machine), the pure Z3 engine's total
-(``--no-z3`` skips it) and whether each is at or under P²'s time; then the totals, the counts at or
-under P²'s time, whether every set is equal, and the machine. A last line runs the requests again one
-after another with one proof store, as a sweep does, so that each distinct problem is proved once (a
-figure of a sweep, not of a request: P²'s times are per request).
+prints P²'s reported time (the P² paper, Appendix A: ``p2smt/runs/data/p2_synthesis_times.csv``), then
+the certified engine with today's BMC proof (``--proof bmc``): the proposer's seconds, Z3's validity
+proofs, Z3's completeness certificate, the part of those two spent in Z3's own checks ("solving": the
+rest is building the formulas in z3py), its total and its CPU seconds (the figure to compare on a
+shared machine); beside it the same request under the state-graph certificate (``--proof
+certificate``) and under ``--proof auto`` (the certificate up to 32 devices, BMC beyond), CPU seconds,
+each with whether it is at or under P²'s time and whether its sets equal BMC's; then the pure Z3
+engine's total (``--no-z3`` skips it). Then the totals, the counts at or under P²'s time, whether every
+set is equal, and the machine. A last line runs the requests again one after another with one proof
+store, as a sweep does, so that each distinct problem is proved once (a figure of a sweep, not of a
+request: P²'s times are per request).
 
     python benchmarks/synthesis.py                 # the whole grid
     python benchmarks/synthesis.py --only a100-4x16 --no-z3
@@ -46,13 +50,15 @@ def p2_times() -> dict[tuple[str, tuple[int, ...], tuple[int, ...]], float]:
     }
 
 
-def run(cfg, engine: str, jobs: int = 1, store: str | None = None):
+def run(cfg, engine: str, jobs: int = 1, store: str | None = None, proof: str = "bmc"):
     """(result, wall seconds, CPU seconds) of one request under ``engine`` (CPU time: the figure to compare
     on a machine shared with other work, where wall time also counts the waits for a core; with
-    ``jobs`` > 1 it is every thread's), reusing and adding to the proofs in ``store`` if given."""
+    ``jobs`` > 1 it is every thread's), reusing and adding to the proofs in ``store`` if given, the
+    certified engine with ``proof``."""
     req = Request.for_system(load_system(cfg.system), cfg.axes, cfg.reduction_axes)
     start, cpu = time.perf_counter(), time.process_time()
-    res = synthesize(req, EngineConfig(engine=engine, prune="p2-47", jobs=jobs, proof_store=store))
+    extra = {"proof": proof} if engine == "certified" else {}
+    res = synthesize(req, EngineConfig(engine=engine, prune="p2-47", jobs=jobs, proof_store=store, **extra))
     return res, time.perf_counter() - start, time.process_time() - cpu
 
 
@@ -63,7 +69,7 @@ def parts(res) -> dict[str, float]:
     for m in res.matrices:
         out["proposer"] += m.stats.get("proposer_seconds", 0.0)
         cert = m.stats.get("certificate")
-        if cert:
+        if cert and "validity" in cert:
             out["validity"] += cert["validity"]["seconds"]
             out["completeness"] += cert["completeness"]["seconds"]
             out["solving"] += cert["validity"]["solver_seconds"] + cert["completeness"]["solver_seconds"]
@@ -104,7 +110,8 @@ def main(argv: list[str] | None = None) -> int:
     reported = p2_times()
     configs = [c for c in paper_grid() if not args.only or args.only in c.label]
     head = (f"{'request':40s} {'progs':>5s} {'P² s':>7s} {'propose':>8s} {'valid':>7s} {'complete':>8s} "
-            f"{'solving':>7s} {'certified':>9s} {'cpu':>6s} {'≤P²':>4s} {'pure z3':>8s} {'cpu':>6s} {'≤P²':>4s} cert same")
+            f"{'solving':>7s} {'bmc':>7s} {'cpu':>6s} {'≤P²':>4s} {'graph':>6s} {'≤P²':>4s} {'auto':>6s} {'≤P²':>4s} "
+            f"{'same':>4s} {'pure z3':>8s} {'cpu':>6s} {'≤P²':>4s} cert same")
     print(head)
     print("-" * len(head))
     rows, all_certified, all_same = [], True, True
@@ -120,8 +127,17 @@ def main(argv: list[str] | None = None) -> int:
                **{f"{k}_seconds": round(v, 4) for k, v in split.items()}}
         all_certified &= bool(res.certified)
         line = (f"{cfg.label:40s} {res.total_programs:5d} {p2:7.3f} {split['proposer']:8.3f} "
-                f"{split['validity']:7.3f} {split['completeness']:8.3f} {split['solving']:7.3f} {total:9.3f} {cpu:6.3f} "
-                f"{'yes' if total <= p2 else 'no':>4s}")
+                f"{split['validity']:7.3f} {split['completeness']:8.3f} {split['solving']:7.3f} {total:7.3f} {cpu:6.3f} "
+                f"{'yes' if cpu <= p2 else 'no':>4s}")
+        same_sets = True
+        for proof in ("certificate", "auto"):
+            other, _, other_cpu = run(cfg, "certified", args.jobs, proof=proof)
+            same_sets &= program_sets(other) == alone[cfg.label] and bool(other.certified)
+            row[f"{proof}_cpu_seconds"] = round(other_cpu, 4)
+            line += f" {other_cpu:6.3f} {'yes' if other_cpu <= p2 else 'no':>4s}"
+        row["proofs_same"] = same_sets
+        all_certified &= same_sets
+        line += f" {'yes' if same_sets else 'NO':>4s}"
         if not args.no_z3:
             z3res, z3total, z3cpu = run(cfg, "z3")
             same = [list(map(str, m.programs)) for m in z3res.matrices] == [
@@ -141,6 +157,9 @@ def main(argv: list[str] | None = None) -> int:
     def total(key: str) -> float:
         return sum(r[key] for r in rows)
 
+    def under(key: str) -> int:
+        return sum(r[key] <= r["p2_seconds"] for r in rows)
+
     print(f"totals over {n} requests: P² {total('p2_seconds'):.2f} s; certified (--jobs {args.jobs}) "
           f"{total('certified_seconds'):.2f} s "
           f"({total('certified_cpu_seconds'):.2f} s CPU) "
@@ -148,6 +167,11 @@ def main(argv: list[str] | None = None) -> int:
           f"Z3 completeness {total('completeness_seconds'):.2f}; of these two, in Z3's checks "
           f"{total('solving_seconds'):.2f})"
           + ("" if args.no_z3 else f"; pure Z3 {total('z3_seconds'):.2f} s ({total('z3_cpu_seconds'):.2f} s CPU)"))
+    print(f"CPU seconds: BMC proof {total('certified_cpu_seconds'):.2f} s, {under('certified_cpu_seconds')}/{n} at or "
+          f"under P²'s time; state-graph certificate {total('certificate_cpu_seconds'):.2f} s, "
+          f"{under('certificate_cpu_seconds')}/{n}; --proof auto {total('auto_cpu_seconds'):.2f} s, "
+          f"{under('auto_cpu_seconds')}/{n}; the same certified sets under all three: "
+          f"{all(r['proofs_same'] for r in rows)}")
     print(f"at or under P²'s time: certified {sum(r['certified_seconds'] <= r['p2_seconds'] for r in rows)}/{n}"
           f" (Z3's checks alone: {sum(r['solving_seconds'] <= r['p2_seconds'] for r in rows)}/{n})"
           + ("" if args.no_z3 else f", pure Z3 {sum(r['z3_seconds'] <= r['p2_seconds'] for r in rows)}/{n}"))
