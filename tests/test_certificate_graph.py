@@ -202,3 +202,20 @@ def test_proof_is_only_for_the_certified_engine(capsys):
     assert main(["synth", "--system", "v100-2x8", "--axes", "2,8", "--reduce", "1", "--engine", "pieces",
                  "--proof", "auto"]) == 2
     assert "--proof: only with --engine certified" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("sizes, has_it", [((2, 2, 2), True), ((2, 3, 5), False)])
+def test_the_hidden_size_program_is_certified_exactly_where_it_is_valid(sizes, has_it):
+    """The 7-step program valid at (a, b, c) exactly when a divides c (docs/symmetry.md): the certificate's
+    set is the pieces search's at both sizes, and holds the program only where it is valid."""
+    from p2smt.synth.symmetric import one_group_hierarchy
+
+    prob = problem(one_group_hierarchy([(f"l{j}", s) for j, s in enumerate(sizes)], "per-ancestor"), True)
+    _graph, programs, doc = _certificate(prob, 7)
+    assert programs == enumerate_programs(prob, 7)
+    checked = check(doc, checker_problem(prob), 7)
+    assert checked.programs == set(programs) and prove(checked.lemmas, prob.num_devices).status == "unsat"
+    seven = ("(l1, InsideGroup, ReduceScatter); (l1, Parallel(l0), ReduceScatter); (l1, InsideGroup, AllGather); "
+             "(l1, Master(l0), AllGather); (l0, Parallel(root), ReduceScatter); (l0, InsideGroup, Broadcast); "
+             "(l0, Parallel(root), AllGather)")
+    assert (seven in {prob.label(p) for p in programs}) is has_it
