@@ -27,7 +27,7 @@ __all__ = ["Interrupted", "install", "interrupted_reason", "noting", "received",
 SIGNALS = (signal.SIGINT, signal.SIGTERM)
 RETRY_S = 0.01
 """How often the watcher re-delivers the signal until the main thread has raised ``Interrupted``."""
-CANCEL_S = 0.5
+CANCEL_S = 1.0
 """How often it cancels every live Z3 context again (work started after the first cancel stops too)."""
 
 _received: int | None = None
@@ -78,11 +78,12 @@ def noting(finished: Callable[[], str]) -> Iterator[None]:
 
 
 def interrupted_reason(reason: str) -> bool:
-    """Whether Z3's ``reason_unknown`` says a check was interrupted rather than limited: 'interrupted from
-    keyboard' (Z3's own Ctrl-C handler) or 'interrupted' (an interrupt of its context: the watcher's, or a
-    caller's wall-clock timer, which ``received`` tells apart). Its limits say 'timeout' and, for the
-    resource limit, 'canceled'."""
-    return "interrupt" in reason.lower()
+    """Whether Z3's ``reason_unknown`` tells of a stop signal rather than a limit: 'interrupted from keyboard'
+    (Z3's own Ctrl-C handler, on in a process that did not ``install``), or 'interrupted' (an interrupt
+    of the context) once a stop signal came; without one, that interrupt is a caller's wall-clock timer.
+    Z3's limits say 'timeout' and, for the resource limit, 'canceled'."""
+    text = reason.lower()
+    return "keyboard" in text or ("interrupt" in text and _received is not None)
 
 
 def install() -> None:

@@ -122,7 +122,7 @@ def test_ctrl_c_stops_a_run_under_a_deadline():
 
 def test_an_unfinished_proof_stopped_by_a_signal_is_never_a_timeout(monkeypatch):
     """Inside the proof: once the stop flag is set, a proof without an answer raises instead of reading
-    as a timeout; a check Z3 reports 'interrupted' does too, a resource limit does not."""
+    as a timeout; so does a check Z3's own Ctrl-C handler stopped; a limit or a caller's timer does not."""
     from p2smt import interrupts
     from p2smt.smt.budget import ResourceBudget
     from p2smt.smt.certify import unfinished
@@ -131,13 +131,17 @@ def test_an_unfinished_proof_stopped_by_a_signal_is_never_a_timeout(monkeypatch)
     assert unfinished("completeness", spend) == "a completeness query timed out"
     spend.reason = "canceled"  # what Z3 says when its resource limit stops a check
     assert "timed out" in unfinished("completeness", spend)
+    spend.reason = "interrupted"  # an interrupt of the context, without a stop signal: a caller's timer
+    assert "timed out" in unfinished("completeness", spend)
     spend.reason = "interrupted from keyboard"  # Z3's own Ctrl-C handler (a library caller's process)
     with pytest.raises(KeyboardInterrupt):
         unfinished("completeness", spend)
     monkeypatch.setattr(interrupts, "_received", signal.SIGTERM)
+    assert interrupts.interrupted_reason("interrupted") and not interrupts.interrupted_reason("timeout")
     with pytest.raises(interrupts.Interrupted) as stopped:
         unfinished("validity", ResourceBudget(None))
     assert stopped.value.exit_code == 143
+    assert not ResourceBudget(10).arm(None)  # no check starts after a stop signal (a worker thread's proof ends)
 
 
 # ------------------------------------------------------------------ item 2: no process outlives a run

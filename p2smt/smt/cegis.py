@@ -122,14 +122,16 @@ def _verify(steps, num_devices, goal_groups, require_progress, chunks, extra_dir
 
     No encoding is built once the clock has run out: building one is the longest piece the clock cannot
     interrupt (seconds for thousands of steps), so it bounds how far a proof overruns its time."""
-    try:
-        clock.check(f"before the encoding of {len(steps)} steps was built")
-    except Unknown as err:
-        return ValueProof(ProofStatus.UNKNOWN, message=unknown_message(err, clock, total), steps_proved=clock.proved,
+    left = clock.left_ms()  # one reading: the solver's limit, or no time left to build in
+    if left is not None and left <= 0:
+        spent = Unknown(f"the proof's {clock.timeout_ms / 1000:g} s ran out before the encoding of {len(steps)} "
+                        "steps was built")
+        return ValueProof(ProofStatus.UNKNOWN, message=unknown_message(spent, clock, total), steps_proved=clock.proved,
                           stats={"solver_calls": clock.earlier_calls, "steps_encoded": 0,
                                  "seconds": round(time.perf_counter() - start, 6)})
     problem, plan, enc, checker = plan_checker(
-        num_devices, steps, goal_groups, require_progress, clock.solver_ms(), chunks, ENCODING, extra_dirs
+        num_devices, steps, goal_groups, require_progress, None if left is None else max(1, int(left)), chunks,
+        ENCODING, extra_dirs
     )
     try:
         encode_steps(checker, plan, clock)
