@@ -38,14 +38,15 @@ class ChunkRun:
 
 @dataclass(frozen=True)
 class SplitVerdict:
-    """``verdict.Verdict``'s surface for a split plan: ``rows`` maps a real device to its chunks'
-    contributions at the failure (only for devices of a failing component); ``checked_by``: in words."""
+    """``verdict.Verdict``'s surface for a split plan: ``at_failure`` the (component, local verdict) pairs whose
+    states are those of the whole plan at the failure (the failing one, or all off the goal); ``checked_by``:
+    in words."""
 
     execution: ChunkRun
     positions: Any
     violation: Violation | None
     checked_by: str
-    rows: dict[int, list[list[int]]] = field(default_factory=dict, repr=False)
+    at_failure: tuple[tuple[Component, Any], ...] = field(default=(), repr=False)
 
     @property
     def valid(self) -> bool:
@@ -57,7 +58,16 @@ class SplitVerdict:
         return verdict_message(self.violation, self.positions)
 
     def device_rows(self, devices: Sequence[int]) -> dict[int, list[list[int]]]:
-        return {d: self.rows[d] for d in devices if d in self.rows}
+        """Each device's chunks' contributions at the failure, in real ids (devices of no failing component:
+        left out)."""
+        wanted = set(devices)
+        found: dict[int, list[list[int]]] = {}
+        for comp, local in self.at_failure:
+            for i, d in enumerate(comp.devices):
+                if d in wanted:
+                    rows = local.device_rows([i])[i]
+                    found[d] = [sorted(comp.real(c) for c in row) for row in rows]
+        return {d: found[d] for d in devices if d in found}
 
 
 def _real_facts(facts: dict[str, Any], comp: Component) -> dict[str, Any]:
@@ -92,15 +102,6 @@ def _real_defect(d: Defect, comp: Component) -> Defect:
                   tuple(sorted(comp.real(c) for c in d.foreign)))
 
 
-def _rows(local, comp: Component) -> dict[int, list[list[int]]]:
-    """Every device of the component: its chunks' contributions at the failure, in real ids."""
-    out = {}
-    for i in range(len(comp.devices)):
-        rows = local.device_rows([i])[i]
-        out[comp.real(i)] = [sorted(comp.real(c) for c in row) for row in rows]
-    return out
-
-
 def judge_split(split: Split, steps: Sequence[Step], chunks: int, require_progress: bool,
                 labels: Sequence[str] | None = None) -> SplitVerdict:
     """P²'s verdict on the whole plan from one verdict per shape (positions are the caller's)."""
@@ -129,7 +130,7 @@ def judge_split(split: Split, steps: Sequence[Step], chunks: int, require_progre
     comp = split.components[c]
     if step != float("inf"):
         v = real_violation(local.violation, comp, steps, labels)
-        return SplitVerdict(ChunkRun(False), None, v, what, _rows(local, comp))
+        return SplitVerdict(ChunkRun(False), None, v, what, ((comp, local),))
     return _goal_verdict(split, verdicts, [f for f in failures if f[0] == float("inf")], len(steps), what)
 
 
@@ -138,11 +139,12 @@ def _goal_verdict(split: Split, verdicts, failing, steps: int, what: str) -> Spl
     every device off the goal, and the first ``MAX_DEFECTS`` defects."""
     off: list[int] = []
     defects: list[Defect] = []
-    rows: dict[int, list[list[int]]] = {}
+    at_failure = []
     for _, _, s, _, local in failing:
         local_off = local.execution.devices_off
         for c in split.shapes[s]:
             comp = split.components[c]
+            at_failure.append((comp, local))
             off += [comp.real(d) for d in local_off]
             if len(defects) < MAX_DEFECTS:
                 defects += [_real_defect(d, comp) for d in local.execution.defects[:MAX_DEFECTS]]
@@ -152,10 +154,10 @@ def _goal_verdict(split: Split, verdicts, failing, steps: int, what: str) -> Spl
     local = next(lv for _, _, s, _, lv in failing if split.components.index(owner) in split.shapes[s])
     first = min((_real_defect(d, owner) for d in local.execution.defects), key=lambda d: (d.device, d.chunk))
     defects = sorted({(d.device, d.chunk): d for d in [first, *defects]}.values(), key=lambda d: (d.device, d.chunk))
-    rows.update(_rows(local, owner))
     v = violation(None, steps, None, Rule.GOAL, None, sorted(off), first.chunk, device=first.device,
                   missing=list(first.missing), foreign=list(first.foreign), devices_off=len(off))
-    return SplitVerdict(ChunkRun(False, tuple(defects[:MAX_DEFECTS]), tuple(sorted(off))), None, v, what, rows)
+    return SplitVerdict(ChunkRun(False, tuple(defects[:MAX_DEFECTS]), tuple(sorted(off))), None, v, what,
+                        tuple(at_failure))
 
 
 def _checked_by(split: Split, verdicts) -> str:
@@ -220,7 +222,7 @@ def refuse_whole(k: int, chunks: int, steps: int, limit: int) -> P2Error:
     need = k * k * chunks * (steps + 1)
     return P2Error(f"this plan's groups cross reduction groups, so it is checked on all {k} devices at once: "
                    f"the interpreter's {k}x{chunks}x{k} state over {steps} steps needs ~{need / 2**30:.1f} GiB, "
-                   f"above the {limit >> 20} MiB bound (a plan inside reduction groups is checked one group at a time)")
+                   f"above the {limit / 2**20:g} MiB bound (a plan inside reduction groups is checked one group at a time)")
 
 
 def replace_positions(v: SplitVerdict, positions) -> SplitVerdict:
