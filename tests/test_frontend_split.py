@@ -130,3 +130,19 @@ def test_a_fork_starts_a_chain_computed_from_its_branch_point():
     reading = read_module(text, "m", split=True)
     assert [(c.steps, c.start, c.sources) for c in reading.chains] == [
         ((0, 1), ChainStart.INPUT, ()), ((2,), ChainStart.COMPUTED, (0,))]
+
+
+def test_sizes_of_async_starts_are_their_results_not_their_operand_tuples():
+    text = HLO_PERMUTE.split("ENTRY")[0] + """ENTRY %main (p: bf16[8]) -> bf16[8] {
+  %p = bf16[8]{0} parameter(0)
+  %rs = bf16[4]{0} reduce-scatter(%p), channel_id=1, replica_groups={{0,1},{2,3}}, use_global_device_ids=true, dimensions={0}, to_apply=%add
+  %ars = bf16[4]{0} all-reduce-start(%rs), channel_id=2, replica_groups={{0,2},{1,3}}, use_global_device_ids=true, to_apply=%add
+  %ard = bf16[4]{0} all-reduce-done(%ars)
+  %ags = (bf16[4]{0}, bf16[8]{0}) all-gather-start(%ard), channel_id=3, replica_groups={{0,1},{2,3}}, dimensions={0}, use_global_device_ids=true
+  ROOT %agd = bf16[8]{0} all-gather-done(%ags)
+}
+"""
+    reading = read_module(text, "m", split=True)
+    assert [(c.op, c.shape, c.bytes, c.result_bytes) for c in reading.collectives] == [
+        ("reduce-scatter", (8,), 16, 8), ("all-reduce-start", (4,), 8, 8), ("all-gather-start", (4,), 8, 16)]
+    assert [c.steps for c in reading.chains] == [(0, 1, 2)]
