@@ -101,6 +101,19 @@ class Layout:
             return self
         return replace(self.lost(axis, why), unknown=self.unknown, varying=self.varying + ((axis, why),))
 
+    def joined(self, other: Layout, axes: tuple[str, ...], why: str) -> Layout:
+        """What is known of a value that is ``self`` or ``other`` (two branches, two loop iterations): the
+        axes along which they differ become unknown, with ``why``."""
+        if self == other:
+            return self
+        out = self
+        for a in axes:
+            d, e = self.sharded_dim(a), other.sharded_dim(a)
+            same = self.state(a) is other.state(a) and d == e and (d is None or self.dims[d] == other.dims[e])
+            if not same:
+                out = out.lost(a, why)
+        return out
+
     def describe(self, axes: tuple[str, ...]) -> str:
         """Per axis, e.g. ``data: sharded(dim 0), tensor: partial``."""
         parts = []

@@ -106,7 +106,7 @@ def elementwise(op: Op, ins: Sequence[Layout]) -> Outcome:
             out = out.lost(a, f"{kind} at {op.location} combines a partial sum and a shard along {a}")
             continue
         linear = (
-            kind in LINEAR_UNARY
+            (kind in LINEAR_UNARY and op.attrs.get("linear", True))
             or (kind in LINEAR_BINARY and len(partial) == len(ins))
             or (kind == "multiply" and len(partial) == 1)
             or (kind == "divide" and partial == [0])
@@ -268,14 +268,15 @@ def dot_general(op: Op, ins: Sequence[Layout]) -> Outcome:
 
 
 def reduce(op: Op, ins: Sequence[Layout]) -> Outcome:
-    """A reduction over dimensions: summing a dimension sharded over ``a`` gives a partial sum over ``a``; a
-    maximum (or another reduction) of it gives a value that varies along ``a``."""
+    """A reduction over dimensions: summing (from zero) a dimension sharded over ``a`` gives a partial sum over
+    ``a``; a maximum (or another reduction, or a sum from another start, counted once per device) of it gives a
+    value that varies along ``a``."""
     n = len(op.result_shapes)
     if n != 1 or len(ins) != 2:
         return generic(op, ins)
     x, init = ins
     reduced = op.attrs["dimensions"]
-    is_sum = op.attrs.get("sum", False)
+    is_sum = op.attrs.get("sum", False) and op.attrs.get("zero_init", False)
     dims = tuple(axes for d, axes in enumerate(x.dims) if d not in reduced)
     out = Layout(dims, x.partial, x.varying, x.unknown)
     findings: list[Finding] = []
@@ -387,6 +388,7 @@ RULES: dict[str, Callable[[Op, Sequence[Layout]], Outcome]] = {
     "stablehlo.transpose": transpose,
     "stablehlo.reshape": reshape,
     "stablehlo.dot_general": dot_general,
+    "stablehlo.dot": dot_general,
     "stablehlo.reduce": reduce,
     "stablehlo.slice": slice_,
     "stablehlo.dynamic_slice": dynamic_slice,

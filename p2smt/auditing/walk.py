@@ -9,6 +9,7 @@ are only in compiled HLO, which ``walk`` reports). Inside, each body argument ge
 
 from __future__ import annotations
 
+from collections import ChainMap
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from enum import Enum
@@ -176,6 +177,7 @@ class _Walker:
         names = self._result_names(main, len(outs))
         for i, v in enumerate(outs):
             self.result.outputs.append(self._main_output(i, names[i], v))
+        self.result.findings = list(dict.fromkeys(self.result.findings))  # a loop's body runs more than once
         return self.result
 
     def _arg_attrs(self, func):
@@ -346,10 +348,13 @@ class _Walker:
                                             f"{list(lay.dims[lay.sharded_dim(a)])}", FindingKind.SHARDING_MISMATCH, a)
         return status, tuple(reasons), exp.describe(), lay.describe(tuple(manual))
 
-    def _body(self, block, args: list[Layout], manual: tuple[str, ...], mesh: Mesh, depth: int) -> list[Layout]:
+    def _body(self, block, args: list[Layout], manual: tuple[str, ...], mesh: Mesh, depth: int,
+              parent: Mapping | None = None) -> list[Layout]:
+        """Run a block on layouts; ``parent`` holds the layouts of the values the block may capture (the body
+        it stands in: a loop's or a branch's region), None for a function's body."""
         if depth > 64:
-            raise P2Error(f"{self.where}: calls nested more than 64 deep")
-        env = dict(zip(block.arguments, args))
+            raise P2Error(f"{self.where}: calls and regions nested more than 64 deep")
+        env = ChainMap(dict(zip(block.arguments, args)), *([parent] if parent is not None else []))
         for op in block.operations:
             self._tick()
             name = op.operation.name
@@ -357,7 +362,7 @@ class _Walker:
             if name in ("sdy.return", "func.return", "stablehlo.return"):
                 return ins
             self._track_index(op, name, mesh)
-            outcome = self._step(op, name, ins, manual, mesh, depth)
+            outcome = self._step(op, name, ins, manual, mesh, depth, env)
             self.result.findings += outcome.findings
             for r, lay in zip(op.results, outcome.results):
                 known = self.affine.get(r)
@@ -402,12 +407,12 @@ class _Walker:
         return Op(name, location(op), tuple(manual), tuple(_shape(v) for v in op.operands),
                   tuple(_shape(v) for v in op.results), attrs or {})
 
-    def _step(self, op, name: str, ins: list[Layout], manual, mesh: Mesh, depth: int) -> Outcome:
+    def _step(self, op, name: str, ins: list[Layout], manual, mesh: Mesh, depth: int, env: dict) -> Outcome:
         if name in _COLLECTIVES:
             return self._collective(op, name, ins, manual, mesh)
         if name in _OPAQUE:
             return comm.opaque(self._op(op, name, manual), ins)
-        if name in ("stablehlo.partition_id", "stablehlo.replica_id"):
+        if name in ("stablehlo.partition_id", "stablehlo.replica_id", "stablehlo.rng"):
             lay = Layout(((),) * len(_shape(op.results[0])))
             for a in manual:
                 lay = lay.varies(a, f"{name.split('.', 1)[1]} at {location(op)} (the device's position)")
@@ -422,9 +427,68 @@ class _Walker:
             self._hidden_check(op, name)
         if name == "sdy.manual_computation":
             return comm.opaque(self._op(op, "nested shard_map", manual), ins)
-        if name != "stablehlo.reduce" and any(len(r.blocks) for r in op.regions) and self._has_collective(op):
-            return comm.opaque(self._op(op, name, manual), ins)
+        if name == "stablehlo.while":
+            return Outcome(self._loop(op, ins, manual, mesh, depth, env))
+        if name in ("stablehlo.case", "stablehlo.if"):
+            return Outcome(self._branches(op, ins, manual, mesh, depth, env))
+        if name != "stablehlo.reduce" and any(len(r.blocks) for r in op.regions):
+            if self._has_collective(op):
+                return comm.opaque(self._op(op, name, manual), ins)
+            # a while, case or if may use values of the body it stands in without naming them as operands
+            ins = ins + [env[v] if v in env else self._outside(v, manual) for v in self._captures(op)]
         return apply(self._op(op, name, manual, self._attrs(op, name)), ins)
+
+    def _loop(self, op, ins: list[Layout], manual, mesh: Mesh, depth: int, env: Mapping) -> list[Layout]:
+        """A while loop: its body run on the carried layouts until they no longer change (what differs
+        between iterations becomes unknown); its condition must not communicate."""
+        why = f"while at {location(op)}: differs between iterations"
+        if self._has_collective(op.regions[0].blocks[0]):
+            return comm.opaque(self._op(op, "while (its condition communicates)", manual), ins).results
+        carried = list(ins)
+        for _ in range(8):
+            out = self._body(op.regions[1].blocks[0], carried, manual, mesh, depth + 1, env)
+            joined = [c.joined(o, manual, why) for c, o in zip(carried, out)]
+            if joined == carried:
+                return carried
+            carried = joined
+        return [_forget(c, manual, why) for c in carried]
+
+    def _branches(self, op, ins: list[Layout], manual, mesh: Mesh, depth: int, env: Mapping) -> list[Layout]:
+        """A case or if: each branch run; what differs between them, or along an axis where the branch taken
+        differs, is unknown or varying."""
+        index = ins[0]
+        outs = [self._body(region.blocks[0], [], manual, mesh, depth + 1, env) for region in op.regions]
+        why = f"{op.operation.name.split('.', 1)[1]} at {location(op)}: its branches differ"
+        results = outs[0]
+        for other in outs[1:]:
+            results = [a.joined(b, manual, why) for a, b in zip(results, other)]
+        for a in manual:
+            if index.state(a) is not AxisState.REPLICATED:
+                pick = f"{op.operation.name.split('.', 1)[1]} at {location(op)} takes a branch that depends on " \
+                       f"the device along {a}"
+                results = [r.lost(a, pick) if r.state(a) in (AxisState.PARTIAL, AxisState.UNKNOWN)
+                           or index.state(a) is AxisState.UNKNOWN else r.varies(a, pick) for r in results]
+        return results
+
+    def _captures(self, op) -> list:
+        """The values an op's regions use that are defined outside it."""
+        inside, used = set(), []
+        stack = [op]
+        while stack:
+            o = stack.pop()
+            for region in o.regions:
+                for block in region.blocks:
+                    inside.update(block.arguments)
+                    for inner in block.operations:
+                        inside.update(inner.results)
+                        used += list(inner.operands)
+                        stack.append(inner)
+        seen, out = set(), []
+        for v in used:
+            if v not in inside and v not in seen:
+                seen.add(v)
+                out.append(v)
+        return out
 
     def _constant(self, value, depth: int = 0) -> bool:
         """Whether a value is computed from constants only (``psum(1, axis)``)."""
@@ -438,12 +502,13 @@ class _Walker:
         return all(self._constant(v, depth + 1) for v in owner.operands)
 
     def _has_collective(self, op) -> bool:
-        for region in op.regions:
-            for block in region.blocks:
-                for inner in block.operations:
-                    n = inner.operation.name
-                    if n in _COLLECTIVES or n in _OPAQUE or n == "func.call" or self._has_collective(inner):
-                        return True
+        """Whether an op (or a block) communicates, or calls a function, anywhere inside it."""
+        blocks = [op] if hasattr(op, "arguments") else [b for region in op.regions for b in region.blocks]
+        for block in blocks:
+            for inner in block.operations:
+                n = inner.operation.name
+                if n in _COLLECTIVES or n in _OPAQUE or n == "func.call" or self._has_collective(inner):
+                    return True
         return False
 
     def _attrs(self, op, name: str) -> dict:
@@ -459,7 +524,14 @@ class _Walker:
                     "lhs_contract": tuple(dn.lhs_contracting_dimensions),
                     "rhs_contract": tuple(dn.rhs_contracting_dimensions)}
         if name == "stablehlo.reduce":
-            return {"dimensions": ints("dimensions"), "sum": self._adds(op)}
+            return {"dimensions": ints("dimensions"), "sum": self._adds(op),
+                    "zero_init": len(op.operands) == 2 and self._zero(op.operands[1])}
+        if name == "stablehlo.convert":
+            src, dst = (str(v.type.element_type) for v in (op.operands[0], op.results[0]))
+            return {"linear": not dst.startswith(("i", "ui")) or src.startswith(("i", "ui"))}
+        if name == "stablehlo.dot":
+            rank = len(_shape(op.operands[0]))
+            return {"lhs_batch": (), "rhs_batch": (), "lhs_contract": (rank - 1,), "rhs_contract": (0,)}
         if name == "stablehlo.slice":
             return {"start": ints("start_indices"), "limit": ints("limit_indices"), "strides": ints("strides")}
         if name == "stablehlo.dynamic_slice":
@@ -469,6 +541,15 @@ class _Walker:
         if name == "stablehlo.concatenate":
             return {"dimension": ir.IntegerAttr(a["dimension"]).value}
         return {}
+
+    def _zero(self, value) -> bool:
+        """Whether a value is the constant zero (a sum's start)."""
+        if isinstance(value, self.ir.BlockArgument) or value.owner.name != "stablehlo.constant":
+            return False
+        try:
+            return not np.any(np.array(self.ir.DenseElementsAttr(value.owner.attributes["value"])))
+        except (TypeError, ValueError):
+            return False
 
     def _adds(self, op) -> bool:
         """Whether an op's one region is ``add`` of its two block arguments (through converts)."""
@@ -515,6 +596,13 @@ class _Walker:
         dim = int(self.ir.IntegerAttr(a["scatter_dimension" if kind == "reduce_scatter" else "all_gather_dim"]).value)
         fn = comm.reduce_scatter if kind == "reduce_scatter" else comm.all_gather
         return fn(o, ins, reduced, dim)
+
+
+def _forget(lay: Layout, axes: Sequence[str], why: str) -> Layout:
+    for a in axes:
+        if lay.state(a) is not AxisState.REPLICATED:
+            lay = lay.lost(a, why)
+    return lay
 
 
 def walk_module(module, where: str = "<stablehlo>", expect: Mapping[int, Expected] | None = None) -> StepWalk:
