@@ -114,10 +114,13 @@ def test_ctrl_c_stops_a_run_under_a_deadline():
     wait_for_line(proc, r"synth: placements: 1/\d+ done")
     kids = descendants(proc.pid)
     send(proc, signal.SIGINT, group=True)
-    out, err = proc.communicate(timeout=WAIT_S)
-    assert (proc.returncode, out) == (130, "")
+    try:
+        out, err = proc.communicate(timeout=WAIT_S)
+    finally:
+        left = survivors(kids)
+    assert (proc.returncode, out) == (130, ""), err
     assert err.splitlines()[-1] == "p2smt: interrupted (Ctrl-C): synth: placements: 1/5 done"
-    assert "Traceback" not in err and not survivors(kids)
+    assert "Traceback" not in err and not left
 
 
 def test_an_unfinished_proof_stopped_by_a_signal_is_never_a_timeout(monkeypatch):
@@ -154,17 +157,21 @@ def test_an_unfinished_proof_stopped_by_a_signal_is_never_a_timeout(monkeypatch)
     pytest.param("jax", signal.SIGINT, True, 130, marks=pytest.mark.slow),
     pytest.param("jax", signal.SIGKILL, False, -signal.SIGKILL, marks=pytest.mark.slow),
 ])
-def test_no_worker_outlives_a_stopped_run(backend, signum, group, code):
+def test_no_worker_outlives_a_stopped_run(backend, signum, group, code, tmp_path):
     """The workers start sessions of their own (a Ctrl-C never reaches them): the command kills them, and
-    when it is killed itself (SIGKILL, no cleanup), they notice their parent's death and end."""
+    when it is killed itself (SIGKILL, no cleanup), they notice their parent's death and end. The run's
+    temporary folder goes with the command, except after SIGKILL."""
     pytest.importorskip(backend)
-    proc = start([*RUN, "--backend", backend])
+    proc = start([*RUN, "--backend", backend], env=os.environ | {"TMPDIR": str(tmp_path)})
     kids = wait_for_workers(proc, WORKERS[backend])
     send(proc, signum, group)
-    out, err = proc.communicate(timeout=WAIT_S)
-    assert proc.returncode == code, err
-    left = survivors(kids)
+    try:
+        out, err = proc.communicate(timeout=WAIT_S)
+    finally:
+        left = survivors(kids)  # killed now: a failing test leaves none behind
     assert not left, f"{len(left)} processes of the command outlived it"
+    assert proc.returncode == code, err
+    assert (list(tmp_path.iterdir()) == []) is (signum != signal.SIGKILL)
     if signum != signal.SIGKILL:
         words = "interrupted (Ctrl-C)" if signum == signal.SIGINT else "stopped by SIGTERM"
         assert err.splitlines()[-1] == (f"p2smt: {words}: the {backend} run on 8 devices was stopped, "
