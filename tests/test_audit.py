@@ -322,3 +322,12 @@ def test_emitted_fix_runs_with_exact_sums(tmp_path):
     best, replaced = run_cases("jax", [RunCase("best", data.plan, data.target, data.labels, source=source),
                                        RunCase("replaced", data.replaces, data.target)])
     assert best.ok and replaced.ok, (best.summary(), replaced.summary())
+
+
+def test_an_own_block_slice_of_a_shard_is_a_finer_shard():
+    sizes = {"data": 4, "tensor": 4}
+    offset = Affine((("tensor", 2),))
+    op = _op("stablehlo.dynamic_slice", [(8,), ()], [(2,)], axes=("data", "tensor"), slice_sizes=(2,),
+             offsets=[offset], axis_sizes=sizes)
+    out = apply(op, [Layout((("data",),)), Layout(()).varies("tensor", "axis_index")]).results[0]
+    assert out.dims == (("data", "tensor"),)

@@ -343,11 +343,12 @@ def dynamic_slice(op: Op, ins: Sequence[Layout]) -> Outcome:
     for d, axes in enumerate(x.dims):
         if sizes[d] == full[d]:
             continue
-        for a in axes:
-            out = out.lost(a, f"dynamic_slice at {op.location} cuts a dimension sharded over {a}")
         own = _own_block(affine[d], sizes[d], full[d], axis_sizes)
         if own is not None and all(x.state(a) is R for a in own):
-            taken[d] = own
+            taken[d] = own  # the device's own block of its block: a finer shard, the outer axes kept
+            continue
+        for a in axes:
+            out = out.lost(a, f"dynamic_slice at {op.location} cuts a dimension sharded over {a}")
     for a in op.axes:
         moving = [i for i, o in enumerate(offsets) if o.state(a) is not R and sizes[i] != full[i]]
         if not moving or moving == [d for d, axes in taken.items() if a in axes]:
