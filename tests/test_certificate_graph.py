@@ -219,3 +219,12 @@ def test_the_hidden_size_program_is_certified_exactly_where_it_is_valid(sizes, h
              "(l1, Master(l0), AllGather); (l0, Parallel(root), ReduceScatter); (l0, InsideGroup, Broadcast); "
              "(l0, Parallel(root), AllGather)")
     assert (seven in {prob.label(p) for p in programs}) is has_it
+
+
+def test_above_the_search_limit_the_default_engine_answers_with_the_symmetric_engine_not_certified():
+    req = Request("h100-superpod", axes=(8192,), reduce=(0,), levels=(("su", 32),))
+    res = synthesize(req, EngineConfig())
+    (m,) = res.matrices
+    assert res.certified is False and str(res.status) == "conjectured" and len(m.programs) == 7636
+    assert m.stats["rests_on"].startswith("NOT certified (8,192 devices: above the exact search's limit of 4,096")
+    assert "completeness: NOT proved" in m.stats["rests_on"]

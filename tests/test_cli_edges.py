@@ -426,7 +426,7 @@ def test_flags_that_would_be_ignored_are_refused(run_cli, argv, message):
     assert refused(*run_cli(*argv), message)
 
 
-@pytest.mark.parametrize("engine", ["certified", "auto", "pieces"])
+@pytest.mark.parametrize("engine", ["auto", "pieces"])  # certified: the symmetric engine's programs, not certified
 def test_the_exact_search_refuses_what_it_cannot_finish(run_cli, engine):
     big = ["synth", "--system", "h100-superpod", "--level", "su=256", "--axes", "65536", "--reduce", "0"]
     assert refused(*run_cli(*big, "--engine", engine), "use --engine symmetric")

@@ -18,6 +18,7 @@ from p2smt.model.system import System
 from p2smt.semantics.dense import execute_all
 from p2smt.synth.config import Engine, EngineConfig, Proof
 from p2smt.synth.partial import FirstStepPrograms
+from p2smt.synth.pieces import SEARCH_LIMIT
 from p2smt.synth.proofstore import ProofStore, Spent
 from p2smt.synth.recheck import INTERPRETERS, PIECES_ABOVE, RECHECK_LIMIT, checker, dropped_stats, recheck
 from p2smt.synth.search import FirstStepReport
@@ -160,6 +161,8 @@ def _certified(prob: SynthesisProblem, max_len: int, opts: EngineOptions,
     from p2smt.smt.parallel import threads
 
     proposer = proposer_of(opts)
+    if prob.num_devices > SEARCH_LIMIT and opts.proposer is None and opts.proof is not Proof.CERTIFICATE:
+        return _beyond_the_search(prob, max_len, opts, h, on_first_step)
     if proof_of(opts, prob) is Proof.CERTIFICATE:
         return _state_graph(prob, max_len, opts, on_first_step)
     start = time.perf_counter()
@@ -219,7 +222,6 @@ def _state_graph(prob: SynthesisProblem, max_len: int, opts: EngineOptions,
     """The certified engine on the state-graph proof (``synth.certproof``)."""
     from p2smt.smt.budget import UNITS
     from p2smt.synth.certproof import certificate_proof, certificate_words
-    from p2smt.synth.pieces import SEARCH_LIMIT
 
     if not prob.require_progress:
         raise P2Error("--proof certificate: not with --allow-noop (the checker states the progress rule); "
@@ -234,6 +236,17 @@ def _state_graph(prob: SynthesisProblem, max_len: int, opts: EngineOptions,
     if stats["certified"]:
         stats["rests_on"] = certificate_words(prob.num_devices, max_len, stats["certificate"])
     return EngineOutcome(SolveStatus.COMPLETE, programs, stats)
+
+
+def _beyond_the_search(prob: SynthesisProblem, max_len: int, opts: EngineOptions, h: SynthesisHierarchy | None,
+                       on_first_step: FirstStepReport | None) -> EngineOutcome:
+    """Above the exact search's limit the default engine takes the symmetric engine's programs instead of
+    refusing: not certified by Z3, and the result says what it rests on (its completeness proved at the real
+    size or conjectured)."""
+    sym = _symmetric(prob, max_len, opts, h, on_first_step=on_first_step)
+    why = (f"{prob.num_devices:,} devices: above the exact search's limit of {SEARCH_LIMIT:,}; the programs are the "
+           "symmetric engine's")
+    return replace(sym, stats=sym.stats | {"proposer": Engine.SYMMETRIC.value, "certified": False, "why_not": why})
 
 
 def certified_words(k: int, max_len: int, stats: dict[str, Any]) -> str:
