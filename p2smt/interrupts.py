@@ -61,20 +61,30 @@ def received() -> int | None:
 
 
 def stop_if_received() -> None:
-    """Raise ``Interrupted`` if a stop signal arrived (for work that must not start after one)."""
+    """Raise ``Interrupted`` if a stop signal arrived (for work that must not go on after one); the watcher
+    then delivers the signal no more."""
+    global _raised
     if _received is not None:
+        _raised = True
         raise Interrupted(_received)
 
 
 @contextlib.contextmanager
 def noting(finished: Callable[[], str]) -> Iterator[None]:
-    """On ``Interrupted`` inside the block, record ``finished()`` (what was done) on it; the innermost note wins."""
+    """Record ``finished()`` (what was done) on an ``Interrupted`` leaving the block; the innermost note wins.
+    A block that ends otherwise after a stop signal (its delivery deferred while Z3 ran, or an error the
+    signal caused, such as a killed worker) raises ``Interrupted`` here, noted too."""
     try:
-        yield
+        try:
+            yield
+        except Exception:  # re-raised unless a stop signal came first
+            stop_if_received()
+            raise
+        stop_if_received()
     except Interrupted as err:
         if err.finished is None:
             err.finished = finished()
-        raise
+        raise err from None
 
 
 def interrupted_reason(reason: str) -> bool:

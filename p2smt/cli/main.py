@@ -31,7 +31,7 @@ from p2smt.cli import (
 from p2smt.cli.options import ArgumentParser
 from p2smt.cli.output import ExitCode, OutputError, OutputGone, guarded_stdout
 from p2smt.errors import InternalError, P2Error
-from p2smt.interrupts import Interrupted, install, received
+from p2smt.interrupts import Interrupted, install, stop_if_received
 
 # In ``p2smt --help`` order; each module declares its parser(s) beside its handler.
 COMMANDS = (topologies, placements, groups, synth, check, lower, rank, cost, draw, sweep, verify, encodings,
@@ -119,11 +119,9 @@ def _run(argv: list[str] | None, started: float) -> int:
     except (OutputError, KeyboardInterrupt):
         raise
     except Exception as err:  # noqa: BLE001  (each known kind is one line; the rest re-raised)
-        if (signum := received()) is not None:
-            raise Interrupted(signum) from None
+        stop_if_received()  # the error may be the signal's doing (a worker it killed)
         return _failure(err)
-    if (signum := received()) is not None:  # the signal came as the work ended: still a stop
-        raise Interrupted(signum)
+    stop_if_received()  # the signal came as the work ended: still a stop
     return code
 
 
