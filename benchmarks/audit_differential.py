@@ -1,13 +1,14 @@
 """Differential of the step audit: random JAX shard_map programs with mixed chains, judged by their numbers.
 
-Each program (seeded, deterministic) is a pytree of 1-3 outputs on a 4 x 4 mesh of 16 CPU devices. Every
-output is a chain of ops on a 2-D value: matmuls (column-parallel, row-parallel, both), sums over a dimension
-(sharded or not), scalings, biases, nonlinearities (ReLU, abs), and the collectives that keep it right: psum
-over one axis or both, nested psums, psum_scatter + all_gather pairs, BlueConnect, a psum_scatter that keeps
-its result sharded, an axis_index dynamic_slice (a reshard), an all_gather; outputs whose last psums match
-are reduced by one psum of the tuple. A third of the programs carry one deliberate bug (a dropped psum, a
-psum over the wrong axis, a nonlinearity or a bias before the psum, an extra psum, swapped outputs, a sum
-left sharded after an axis_index slice). The reference is the intended global math in numpy (every
+Each program (seeded, deterministic) is a pytree of outputs on a 2-axis mesh of 16 CPU devices (4 x 4, 2 x 8
+or 8 x 2, sometimes in a permuted device order). Every output is a chain of ops on a 2-D value: matmuls
+(column-parallel, row-parallel, both), sums over a dimension (sharded or not), scalings, transposes, biases,
+nonlinearities (ReLU, abs), values also returned mid-chain, and the collectives that keep it right: psum over
+one axis or both, nested psums, psum_scatter + all_gather pairs, BlueConnect, a psum_scatter that keeps its
+result sharded, an axis_index dynamic_slice (a reshard), an all_gather; some programs are pytrees of
+gradient-like partial sums reduced by one psum of the tuple. A third of the programs carry one deliberate
+bug, the classes in turn (a dropped psum, a psum over the wrong axis, a nonlinearity or a bias before the
+psum, an extra psum, swapped outputs, a sum left sharded after an axis_index slice, a partial sum returned). The reference is the intended global math in numpy (every
 collective is the identity on the global value); the inputs are distinct integers (the first input of each
 chain) and small integers (weights), bounded so that every float32 sum is exact. Ground truth: the program
 run on the devices equals the reference exactly, or not.
@@ -40,7 +41,7 @@ import jax_steps as js  # starts JAX with 16 host devices
 from jax_steps import Finding, P, jax, jnp, np
 
 AXIS_NAMES = (("data", "tensor"), ("node", "gpu"), ("x", "y"))
-SIZE = 4  # devices along each mesh axis
+MESHES = ((4, 4), (4, 4), (4, 4), (2, 8), (8, 2))  # devices along each mesh axis (16 in all)
 EXACT = 2**20  # bound on every intermediate (x16 for a bug's over-count stays below 2**24: exact in float32)
 
 
@@ -60,6 +61,8 @@ class Kind(Enum):
     RS_KEEP = "psum_scatter"
     SLICE = "axis_index-slice"
     GATHER = "all_gather"
+    TRANSPOSE = "transpose"
+    TAP = "output"  # the value here is also an output (a fork: the chain goes on)
 
 
 COLLECTIVE = {Kind.PSUM, Kind.NESTED, Kind.RS_AG, Kind.BLUECONNECT, Kind.RS_KEEP, Kind.SLICE, Kind.GATHER}
@@ -75,6 +78,7 @@ class Op:
     value: int = 0  # SCALE's factor
     gather: str = ""  # RS_AG's all_gather axis (its scatter axis, unless a bug)
     joint: bool = False  # a PSUM run as one psum of the tuple of every leaf's joint op
+    out: State | None = None  # TAP: the output's declared state
 
     def label(self) -> str:
         extra = f" {self.param}" if self.param else f" x{self.value}" if self.kind is Kind.SCALE else ""
@@ -95,9 +99,18 @@ class State:
     shape: tuple[int, int]
     spec: tuple[tuple[str, ...], tuple[str, ...]]
     partial: frozenset[str] = frozenset()
+    sizes: tuple[tuple[str, int], ...] = ()  # the mesh: each axis's name and size
+
+    def size(self, axes) -> int:
+        sizes = dict(self.sizes)
+        return int(np.prod([sizes[a] for a in axes], dtype=int))
 
     def local(self, d: int) -> int:
-        return self.shape[d] // SIZE ** len(self.spec[d])
+        return self.shape[d] // self.size(self.spec[d])
+
+    def splits(self, d: int, axes) -> bool:
+        """Can dimension ``d``'s block be cut into equal pieces along ``axes``?"""
+        return self.local(d) % self.size(axes) == 0
 
     def used(self) -> set[str]:
         return set(self.spec[0]) | set(self.spec[1]) | set(self.partial)
@@ -119,6 +132,7 @@ def pspec(spec: tuple[tuple[str, ...], ...]) -> P:
 class Program:
     index: int
     names: tuple[str, str]
+    shape: tuple[int, int]
     order: tuple[int, ...]
     inputs: dict[str, np.ndarray] = field(default_factory=dict)
     in_specs: dict[str, P] = field(default_factory=dict)
@@ -132,6 +146,15 @@ class Program:
     def joint(self) -> list[int]:
         """The leaves reduced together by one psum of their tuple."""
         return [i for i, ops in enumerate(self.leaves) if any(op.joint for op in ops)]
+
+    @property
+    def taps(self) -> list[State]:
+        """The declared states of the values also returned mid-chain (leaf by leaf, in op order)."""
+        return [op.out for ops in self.leaves for op in ops if op.kind is Kind.TAP]
+
+    @property
+    def sizes(self) -> tuple[tuple[str, int], ...]:
+        return tuple(zip(self.names, self.shape, strict=True))
 
     def describe(self) -> list[str]:
         return [f"{self.starts[i]}: " + "; ".join(op.label() for op in ops) for i, ops in enumerate(self.leaves)]
@@ -159,10 +182,11 @@ class Gen:
         if not contraction_sharded:
             specs += [((a,), ()), ((), ()), ((a, b), ())]
         rows, cols = self.pick(specs)
-        shape = tuple(self.pick([4, 8]) * SIZE ** len(s) for s in (rows, cols))
+        blank = State((1, 1), ((), ()), sizes=self.p.sizes)
+        shape = tuple(self.pick([4, 8]) * blank.size(s) for s in (rows, cols))
         name = self.add_input("x", js.distinct(shape, int(self.rng.integers(-8, 9))), (rows, cols))
         self.p.starts.append(name)
-        return State(shape, (rows, cols))
+        return State(shape, (rows, cols), sizes=self.p.sizes)
 
     def free(self, s: State) -> list[str]:
         return [a for a in self.p.names if a not in s.used()]
@@ -170,12 +194,12 @@ class Gen:
     def options(self, s: State) -> list[tuple[Kind, int]]:
         """The ops that keep the chain right from state ``s``, with weights."""
         opts = [(Kind.MATMUL, 6 if s.spec[1] and not s.partial else 3), (Kind.SUM, 2 if s.spec[0] else 1),
-                (Kind.SCALE, 1)]
+                (Kind.SCALE, 1), (Kind.TRANSPOSE, 1)]
         if not s.partial:
-            opts += [(Kind.BIAS, 1), (Kind.RELU, 1), (Kind.ABS, 1)]
+            opts += [(Kind.BIAS, 1), (Kind.RELU, 1), (Kind.ABS, 1), (Kind.TAP, 1)]
         else:
             opts += [(Kind.PSUM, 3), (Kind.NESTED, 1), (Kind.RS_AG, 2), (Kind.BLUECONNECT, 1), (Kind.RS_KEEP, 1)]
-        if any(s.local(d) % SIZE == 0 for d in (0, 1)) and self.free(s):
+        if any(s.splits(d, (a,)) for d in (0, 1) for a in self.free(s)):
             opts.append((Kind.SLICE, 1))
         if s.spec[0] or s.spec[1]:
             opts.append((Kind.GATHER, 1))
@@ -186,14 +210,15 @@ class Gen:
         rng = self.rng
         if kind is Kind.MATMUL:
             wc = self.pick([(), *[(a,) for a in self.free(s)]])  # output columns sharded over a free axis
-            k = self.pick([4, 8]) * SIZE ** len(wc)
+            k = self.pick([4, 8]) * s.size(wc)
             w = js.small_ints((s.shape[1], k), int(rng.integers(1 << 30)))
             name = self.add_input("w", w, (s.spec[1], wc))
-            return Op(kind, param=name), State((s.shape[0], k), (s.spec[0], wc), s.partial | set(s.spec[1]))
+            return Op(kind, param=name), replace(s, shape=(s.shape[0], k), spec=(s.spec[0], wc),
+                                                 partial=s.partial | set(s.spec[1]))
         if kind is Kind.SUM:
             d = int(rng.integers(2))
             shape, spec = s.with_dim(d, (), 1)
-            return Op(kind, dim=d), State(shape, spec, s.partial | set(s.spec[d]))
+            return Op(kind, dim=d), replace(s, shape=shape, spec=spec, partial=s.partial | set(s.spec[d]))
         if kind is Kind.SCALE:
             return Op(kind, value=self.pick([-2, 2, 3])), s
         if kind is Kind.BIAS:
@@ -201,6 +226,10 @@ class Gen:
             return Op(kind, param=self.add_input("b", b, ((), s.spec[1]))), s
         if kind in (Kind.RELU, Kind.ABS):
             return Op(kind), s
+        if kind is Kind.TRANSPOSE:
+            return Op(kind), replace(s, shape=s.shape[::-1], spec=s.spec[::-1])
+        if kind is Kind.TAP:
+            return Op(kind, out=s), s
         if kind in (Kind.PSUM, Kind.NESTED):
             axes = tuple(rng.permutation(sorted(s.partial)))
             if kind is Kind.PSUM and len(axes) == 2 and rng.random() < 0.3:
@@ -210,28 +239,26 @@ class Gen:
             axes = tuple(str(a) for a in rng.permutation(sorted(s.partial)))
             if kind is Kind.BLUECONNECT and len(axes) < 2:
                 return None
-            need = SIZE ** 2 if kind is Kind.BLUECONNECT else SIZE
-            dims = [d for d in (0, 1) if s.local(d) % need == 0]
+            dims = [d for d in (0, 1) if s.splits(d, axes if kind is Kind.BLUECONNECT else axes[:1])]
             if not dims:
                 return None
             d = self.pick(dims)
             op = Op(kind, axes, d, gather=axes[0])
             if kind is Kind.RS_KEEP:
                 shape, spec = s.with_dim(d, (*s.spec[d], axes[0]))
-                return op, State(shape, spec)
+                return op, replace(s, shape=shape, spec=spec, partial=frozenset())
             return op, replace(s, partial=frozenset())
         if kind is Kind.SLICE:
-            dims = [d for d in (0, 1) if s.local(d) % SIZE == 0]
-            free = self.free(s)
-            if not dims or not free:
+            cuts = [(d, a) for d in (0, 1) for a in self.free(s) if s.splits(d, (a,))]
+            if not cuts:
                 return None
-            d, a = self.pick(dims), self.pick(free)
+            d, a = self.pick(cuts)
             shape, spec = s.with_dim(d, (*s.spec[d], a))
-            return Op(kind, (a,), d), State(shape, spec, s.partial)
+            return Op(kind, (a,), d), replace(s, shape=shape, spec=spec)
         if kind is Kind.GATHER:
             d = self.pick([d for d in (0, 1) if s.spec[d]])
             shape, spec = s.with_dim(d, s.spec[d][:-1])
-            return Op(kind, (s.spec[d][-1],), d), State(shape, spec, s.partial)
+            return Op(kind, (s.spec[d][-1],), d), replace(s, shape=shape, spec=spec)
         raise AssertionError(kind)
 
     def close(self, s: State) -> tuple[list[Op], State]:
@@ -274,7 +301,7 @@ class Gen:
 
 
 BUGS = (Finding.MISSING_REDUCTION, Finding.WRONG_AXIS, Finding.NONLINEAR_ON_PARTIAL, Finding.BIAS_ON_PARTIAL,
-        Finding.DOUBLE_COUNT, Finding.SWAPPED_OUTPUTS, Finding.SHARDED_AFTER_SLICE)
+        Finding.DOUBLE_COUNT, Finding.SWAPPED_OUTPUTS, Finding.SHARDED_AFTER_SLICE, Finding.PARTIAL_TO_OUTPUT)
 
 
 def draw(index: int, seed: int, bug_rate: float) -> Program:
@@ -285,7 +312,8 @@ def draw(index: int, seed: int, bug_rate: float) -> Program:
     for attempt in range(2000):
         rng = np.random.default_rng([seed, index, attempt])
         order = tuple(range(16)) if rng.random() < 0.85 else tuple(int(i) for i in rng.permutation(16))
-        prog = Program(index, AXIS_NAMES[int(rng.integers(len(AXIS_NAMES)))], order)
+        prog = Program(index, AXIS_NAMES[int(rng.integers(len(AXIS_NAMES)))],
+                       MESHES[int(rng.integers(len(MESHES)))], order)
         gen = Gen(rng, prog)
         pytree = rng.random() < 0.2  # every leaf a gradient: partial sums reduced together
         for _ in range(int(rng.choice([1, 2, 3], p=[0.4, 0.35, 0.25])) + pytree):
@@ -321,14 +349,17 @@ def inject(rng: np.random.Generator, prog: Program, finding: Finding) -> bool:
                 sites.append((Finding.MISSING_REDUCTION, (i, j)))
                 sites.append((Finding.NONLINEAR_ON_PARTIAL, (i, j)))
                 sites.append((Finding.BIAS_ON_PARTIAL, (i, j)))
-                if len(op.axes) == 1:
+                other = b if op.axes[0] == a else a
+                if len(op.axes) == 1 and (op.kind is not Kind.RS_AG or replay(prog, i, j).splits(op.dim, (other,))):
                     sites.append((Finding.WRONG_AXIS, (i, j)))
+            if j and replay(prog, i, j).partial:
+                sites.append((Finding.PARTIAL_TO_OUTPUT, (i, j)))
     for i, s in enumerate(prog.outs):
         free = [x for x in (a, b) if x not in s.used()]
         if free:
             sites.append((Finding.DOUBLE_COUNT, (i, free[0])))
         for d in (0, 1):
-            if s.local(d) % SIZE == 0 and free:
+            if free and s.splits(d, free[:1]):
                 sites.append((Finding.SHARDED_AFTER_SLICE, (i, d, free[0])))
     local = [tuple(s.local(d) for d in (0, 1)) for s in prog.outs]
     for i in range(len(prog.outs)):
@@ -352,7 +383,7 @@ def inject(rng: np.random.Generator, prog: Program, finding: Finding) -> bool:
             _, d, axis = site
             prog.leaves[i] += [Op(Kind.SLICE, (axis,), d), Op(Kind.SUM, dim=d)]
             shape, spec = s.with_dim(d, (), 1)
-            prog.outs[i] = State(shape, spec)
+            prog.outs[i] = replace(s, shape=shape, spec=spec, partial=frozenset())
             if s.spec[d]:
                 prog.leaves[i].append(Op(Kind.PSUM, s.spec[d]))
         return True
@@ -366,6 +397,8 @@ def inject(rng: np.random.Generator, prog: Program, finding: Finding) -> bool:
             prog.leaves[i][j] = replace(op, gather=other)  # scattered over one axis, gathered over the other
         else:
             prog.leaves[i][j] = replace(op, axes=(other,), gather=other)
+    elif finding is Finding.PARTIAL_TO_OUTPUT:  # a partial sum returned mid-chain, declared as if summed
+        prog.leaves[i].insert(j, Op(Kind.TAP, out=replace(replay(prog, i, j), partial=frozenset())))
     elif finding is Finding.NONLINEAR_ON_PARTIAL:
         prog.leaves[i].insert(j, Op(Kind.RELU if rng.random() < 0.5 else Kind.ABS))
     else:  # a bias of the partial sum's width, added before the psum
@@ -383,21 +416,25 @@ def replay(prog: Program, leaf: int, upto: int) -> State:
     x = prog.inputs[prog.starts[leaf]]
     spec = prog.in_specs[prog.starts[leaf]]
     axes = [() if e is None else (e,) if isinstance(e, str) else tuple(e) for e in (*spec, None, None)[:2]]
-    s = State(x.shape, (axes[0], axes[1]))
+    s = State(x.shape, (axes[0], axes[1]), sizes=prog.sizes)
     for op in prog.leaves[leaf][:upto]:
         if op.kind is Kind.MATMUL:
             w = prog.in_specs[op.param]
             wc = () if w[1] is None else (w[1],) if isinstance(w[1], str) else tuple(w[1])
-            s = State((s.shape[0], prog.inputs[op.param].shape[1]), (s.spec[0], wc), s.partial | set(s.spec[1]))
+            s = replace(s, shape=(s.shape[0], prog.inputs[op.param].shape[1]), spec=(s.spec[0], wc),
+                        partial=s.partial | set(s.spec[1]))
         elif op.kind is Kind.SUM:
             shape, sp = s.with_dim(op.dim, (), 1)
-            s = State(shape, sp, s.partial | set(s.spec[op.dim]))
+            s = replace(s, shape=shape, spec=sp, partial=s.partial | set(s.spec[op.dim]))
         elif op.kind in (Kind.SLICE, Kind.RS_KEEP):
             shape, sp = s.with_dim(op.dim, (*s.spec[op.dim], op.axes[0]))
-            s = State(shape, sp, s.partial - set(op.axes) if op.kind is Kind.RS_KEEP else s.partial)
+            s = replace(s, shape=shape, spec=sp, partial=s.partial - set(op.axes) if op.kind is Kind.RS_KEEP
+                        else s.partial)
         elif op.kind is Kind.GATHER:
             shape, sp = s.with_dim(op.dim, s.spec[op.dim][:-1])
-            s = State(shape, sp, s.partial)
+            s = replace(s, shape=shape, spec=sp)
+        elif op.kind is Kind.TRANSPOSE:
+            s = replace(s, shape=s.shape[::-1], spec=s.spec[::-1])
         elif op.kind in REDUCE:
             s = replace(s, partial=s.partial - set(op.axes))
     return s
@@ -423,18 +460,24 @@ def global_op(op: Op, v: np.ndarray, inputs: dict, magnitude: bool = False) -> n
         return v if magnitude else np.maximum(v, 0)
     if k is Kind.ABS:
         return np.abs(v)
+    if k is Kind.TRANSPOSE:
+        return v.T
     return v
 
 
 def reference(prog: Program, inputs: dict) -> tuple:
-    """The intended outputs: each leaf's ops on global numpy values (int64), in declared order."""
-    outs = []
+    """The intended outputs: each leaf's ops on global numpy values (int64), the leaves in declared order,
+    then the taps (leaf by leaf, in op order)."""
+    outs, taps = [], []
+    ints = {k: a.astype(np.int64) for k, a in inputs.items()}
     for i, ops in enumerate(prog.leaves):
-        v = inputs[prog.starts[i]].astype(np.int64)
+        v = ints[prog.starts[i]]
         for op in ops:
-            v = global_op(op, v, {k: a.astype(np.int64) for k, a in inputs.items()})
+            v = global_op(op, v, ints)
+            if op.kind is Kind.TAP:
+                taps.append(v.astype(np.float32))
         outs.append(v.astype(np.float32))
-    return tuple(outs)
+    return (*outs, *taps)
 
 
 def bound(prog: Program) -> int:
@@ -464,6 +507,10 @@ def local_op(op: Op, v, env: dict):
         return jnp.maximum(v, 0)
     if k is Kind.ABS:
         return jnp.abs(v)
+    if k is Kind.TRANSPOSE:
+        return v.T
+    if k is Kind.TAP:
+        return v
     if k is Kind.PSUM:
         return lax.psum(v, op.axes)
     if k is Kind.NESTED:
@@ -482,7 +529,7 @@ def local_op(op: Op, v, env: dict):
         v = lax.psum_scatter(v, second, scatter_dimension=d, tiled=True)
         return lax.all_gather(lax.all_gather(v, second, axis=d, tiled=True), first, axis=d, tiled=True)
     if k is Kind.SLICE:
-        n = v.shape[d] // SIZE
+        n = v.shape[d] // jax.lax.axis_size(op.axes[0])
         return lax.dynamic_slice_in_dim(v, lax.axis_index(op.axes[0]) * n, n, axis=d)
     if k is Kind.GATHER:
         return lax.all_gather(v, op.axes[0], axis=d, tiled=True)
@@ -491,31 +538,33 @@ def local_op(op: Op, v, env: dict):
 
 def build(prog: Program):
     """The jitted program, its argument (a dict of sharded inputs) and its mesh."""
-    mesh = js.Mesh(np.array(jax.devices())[list(prog.order)].reshape(SIZE, SIZE), prog.names)
+    mesh = js.Mesh(np.array(jax.devices())[list(prog.order)].reshape(prog.shape), prog.names)
 
     def body(env):
-        vals, rest = [], []
-        for i, ops in enumerate(prog.leaves):  # each leaf up to its op of the tuple's psum
-            k = next((j for j, op in enumerate(ops) if op.joint), len(ops))
-            v = env[prog.starts[i]]
-            for op in ops[:k]:
-                v = local_op(op, v, env)
-            vals.append(v)
-            rest.append(ops[k:])
-        joint = [i for i, r in enumerate(rest) if r and r[0].joint]
+        vals, taps = [env[name] for name in prog.starts], {}
+
+        def run(i: int, start: int, stop: int) -> None:
+            for j in range(start, stop):
+                vals[i] = local_op(prog.leaves[i][j], vals[i], env)
+                if prog.leaves[i][j].kind is Kind.TAP:
+                    taps[i, j] = vals[i]
+
+        stops = [next((j for j, op in enumerate(ops) if op.joint), len(ops)) for ops in prog.leaves]
+        for i, stop in enumerate(stops):  # each leaf up to its op of the tuple's psum
+            run(i, 0, stop)
+        joint = [i for i, ops in enumerate(prog.leaves) if stops[i] < len(ops)]
         if joint:
-            summed = jax.lax.psum(tuple(vals[i] for i in joint), rest[joint[0]][0].axes)
+            summed = jax.lax.psum(tuple(vals[i] for i in joint), prog.leaves[joint[0]][stops[joint[0]]].axes)
             for i, v in zip(joint, summed, strict=True):
-                vals[i], rest[i] = v, rest[i][1:]
-        for i, ops in enumerate(rest):
-            for op in ops:
-                vals[i] = local_op(op, vals[i], env)
+                vals[i] = v
+        for i, ops in enumerate(prog.leaves):
+            run(i, stops[i] + (i in joint), len(ops))
         if prog.swap:
             i, k = prog.swap
             vals[i], vals[k] = vals[k], vals[i]
-        return tuple(vals)
+        return (*vals, *(taps[key] for key in sorted(taps)))
 
-    out_specs = tuple(pspec(s.spec) for s in prog.outs)
+    out_specs = tuple(pspec(s.spec) for s in (*prog.outs, *prog.taps))
     fn = js.smap(body, mesh, (dict(prog.in_specs),), out_specs)
     args = ({k: js.put(mesh, a, prog.in_specs[k]) for k, a in prog.inputs.items()},)
     return fn, args, mesh
@@ -636,9 +685,9 @@ def main(argv: list[str] | None = None) -> int:
             (out / f"{index:03d}.{suffix}").write_text(text)
         got = jax.tree.map(np.asarray, compiled(*fargs))
         correct = js.same(got, reference(prog, prog.inputs))
-        row = {"index": index, "axes": list(prog.names), "device_order": list(prog.order),
+        row = {"index": index, "axes": list(prog.names), "mesh": list(prog.shape), "device_order": list(prog.order),
                "leaves": prog.describe(), "joint_psum": list(prog.joint), "swap": list(prog.swap or ()),
-               "out_specs": [str(pspec(s.spec)) for s in prog.outs],
+               "out_specs": [str(pspec(s.spec)) for s in (*prog.outs, *prog.taps)],
                "bug": prog.bug.value if prog.bug else None, "correct": correct}
         if prog.bug is None and not correct:
             generator_errors.append(index)  # a program meant right computed something else: the generator's bug
@@ -658,7 +707,7 @@ def main(argv: list[str] | None = None) -> int:
         summary["table"] = tabulate(rows)
         print_table(summary["table"])
     else:
-        print("p2smt.audit is not importable here: generation and ground truth only")
+        print("not audited (--no-audit, or p2smt.audit is not importable here): generation and ground truth only")
     (out / "programs.json").write_text(json.dumps(rows, indent=1) + "\n")
     (out / "summary.json").write_text(json.dumps(summary, indent=1) + "\n")
     if generator_errors:

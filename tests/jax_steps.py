@@ -566,6 +566,65 @@ def wrong_gspmd_inserted() -> Step:
                 doc=wrong_gspmd_inserted.__doc__ or "")
 
 
+# ---------------------------------------------------------------- forms XLA prints differently
+
+
+def data_parallel_bf16() -> Step:
+    """Data parallelism in bfloat16 (small integers: exact): a psum over ``data`` of bf16 gradients, which XLA
+    on CPU may carry out in float32 between converts."""
+    mesh = mesh_of(("data",), (DEVICES,))
+    g = jnp.asarray(small_ints((DEVICES * 4, 8), 70, 3), jnp.bfloat16)
+    fn = smap(lambda v: psum(v, "data"), mesh, P("data"), P(), True)
+    return Step("data-parallel-bf16", fn, (put(mesh, g, P("data")),), mesh,
+                lambda v: v.astype(np.float32).reshape(DEVICES, 4, 8).sum(0).astype(v.dtype), True,
+                doc=data_parallel_bf16.__doc__ or "")
+
+
+def all_gather_untiled_sum() -> Step:
+    """JAX's default ``all_gather(tiled=False)`` (a new leading axis) over ``gpu``, summed over that axis: a
+    psum over ``gpu`` written the long way."""
+    mesh = mesh_of(NG)
+    fn = smap(lambda x, y: jnp.sum(all_gather(x, "gpu"), axis=0), mesh, (P(NG), P(NG)), P("node"))
+    return Step("all-gather-untiled-sum", fn, _ng_args(mesh), mesh,
+                lambda x, y: x.reshape(4, 4, -1).sum(1).reshape(-1), True, doc=all_gather_untiled_sum.__doc__ or "")
+
+
+def _accumulate(sum_inside: bool) -> Callable:
+    def body(x):  # x: (micro-batches, n) on each device
+        def step(i, acc):
+            if sum_inside:
+                return psum(acc + x[i], "data")  # the accumulator summed again every micro-batch
+            return acc + psum(x[i], "data")
+        return jax.lax.fori_loop(0, x.shape[0], step, jnp.zeros(x.shape[1:], x.dtype))
+
+    return body
+
+
+def _micro_args(mesh: Mesh) -> tuple:
+    return (put(mesh, distinct((3, 4 * D)), P(None, "data")),)
+
+
+def _micro_reference(x):
+    return x.reshape(3, 4, D).sum((0, 1))
+
+
+def grad_accumulation_loop() -> Step:
+    """Gradient accumulation: a fori_loop over 3 micro-batches, each one's psum over ``data`` added to the
+    accumulator (a collective in a loop of known trip count)."""
+    mesh = mesh_of()
+    fn = smap(_accumulate(False), mesh, P(None, "data"), P())
+    return Step("grad-accumulation-loop", fn, _micro_args(mesh), mesh, _micro_reference, True,
+                doc=grad_accumulation_loop.__doc__ or "")
+
+
+def wrong_accumulator_summed_in_loop() -> Step:
+    """The accumulator itself summed over ``data`` each micro-batch: earlier micro-batches counted again."""
+    mesh = mesh_of()
+    fn = smap(_accumulate(True), mesh, P(None, "data"), P())
+    return Step("wrong-accumulator-summed-in-loop", fn, _micro_args(mesh), mesh, _micro_reference, False,
+                Finding.DOUBLE_COUNT, doc=wrong_accumulator_summed_in_loop.__doc__ or "")
+
+
 BUILDERS: dict[str, Callable[[], Step]] = {
     "transformer-dp-tp": transformer_dp_tp,
     "tp-backward-manual": tp_backward_manual,
@@ -579,6 +638,9 @@ BUILDERS: dict[str, Callable[[], Step]] = {
     "slice-reduce-scatter": slice_reduce_scatter,
     "custom-partitioning-sum": custom_partitioning_sum,
     "gspmd-sum": gspmd_sum,
+    "data-parallel-bf16": data_parallel_bf16,
+    "all-gather-untiled-sum": all_gather_untiled_sum,
+    "grad-accumulation-loop": grad_accumulation_loop,
     "wrong-tp-backward-missing-psum": wrong_tp_backward_missing_psum,
     "wrong-missing-psum-before-nonlinearity": wrong_missing_psum_before_nonlinearity,
     "wrong-psum-after-nonlinearity": wrong_psum_after_nonlinearity,
@@ -586,6 +648,7 @@ BUILDERS: dict[str, Callable[[], Step]] = {
     "wrong-bias-before-psum": wrong_bias_before_psum,
     "wrong-partial-to-output": wrong_partial_to_output,
     "wrong-double-count": wrong_double_count,
+    "wrong-accumulator-summed-in-loop": wrong_accumulator_summed_in_loop,
     "wrong-swapped-outputs": wrong_swapped_outputs,
     "wrong-sharded-after-slice": wrong_sharded_after_slice,
     "wrong-hidden-custom-partitioning": wrong_hidden_custom_partitioning,
