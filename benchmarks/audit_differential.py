@@ -636,12 +636,14 @@ def tabulate(rows: list[dict]) -> dict:
     agree = [r for r in audited if len({r["audit"][w]["verdict"] for w in WAYS}) == 1]
     table["agreement"] = {"all_three": len(agree), "of": len(audited),
                           "disagreeing": [r["index"] for r in audited if r not in agree]}
-    bugs: dict[str, Counter] = {}
-    for r in audited:
-        if r["bug"]:
-            bugs.setdefault(r["bug"], Counter())[
-                f"{'wrong' if not r['correct'] else 'benign'}:{r['audit']['hlo']['verdict']}"] += 1
-    table["by_bug_compiled_hlo"] = {k: dict(v) for k, v in sorted(bugs.items())}
+    for way in WAYS:
+        bugs: dict[str, Counter] = {}
+        for r in audited:
+            if r["bug"]:
+                bugs.setdefault(r["bug"], Counter())[
+                    f"{'wrong' if not r['correct'] else 'benign'}:{r['audit'][way]['verdict']}"] += 1
+        table[way]["by_bug"] = {k: dict(v) for k, v in sorted(bugs.items())}
+    table["audit_seconds"] = round(sum(r["audit"][w]["seconds"] for r in audited for w in WAYS), 1)
     return table
 
 
