@@ -28,9 +28,12 @@ from p2smt.frontend.hlo_program import (
     Flow,
     HloCollective,
     HloProgram,
+    carried,
+    joined,
     require_sum,
     unsupported,
 )
+from p2smt.frontend.loops import counted
 from p2smt.frontend.reading import ModuleReading, ReadCollective
 from p2smt.frontend.sdy_text import sdy_meshes
 from p2smt.frontend.stablehlo import read_stablehlo
@@ -375,6 +378,45 @@ def read_hlo_text(text: str, where: str = "<hlo>", split: bool = False) -> Modul
 
     inlined: set[str] = set()
     budget = [MAX_RUN]
+    followed: dict[int, set[str]] = {}  # read split: the loop bodies and branches run, by the line naming them
+    holds = _Holds(by_name)
+    source = text.splitlines()
+
+    def loop(ins: _Instruction, operands: list[Value], stack: tuple[str, ...]) -> Value | None:
+        """Read split, a ``while`` whose body (not its condition) runs communication: the body read as a scope of
+        its own that runs the loop's trip count times, on what the loop carries (``carried``: read again until it
+        settles); what the loop gives is what it carries. None: not such a loop."""
+        names = [_attribute_token(ins.attrs, key, here(ins)) for key in ("condition", "body")]
+        if len(operands) != 1 or not all(n in by_name for n in names) or holds(names[0]) or not holds(names[1]) \
+                or names[1] in stack:
+            return None
+        runs = known_trip_count(source[ins.line - 1])
+        token = chain.enter(runs if runs is not None else _counted_loop(ins, by_name, *names))
+        carry = chain.settle(operands[0], lambda now: run(by_name[names[1]], [now], (*stack, names[1])), _carried)
+        if carry is None:
+            raise P2Error(f"{where}:{ins.line}: what the while carries does not settle; p2smt cannot follow it")
+        chain.leave(token)
+        inlined.add(names[1])
+        followed[ins.line] = {names[1]}
+        return carry
+
+    def branches(ins: _Instruction, operands: list[Value], stack: tuple[str, ...]) -> Value | None:
+        """Read split, a ``conditional`` whose branches run communication: each branch a scope of its own that runs
+        once or not at all (``runs`` None); what it gives is any branch's result. None: not such a one."""
+        listed = _hlo_attribute(ins.attrs, "branch_computations")
+        names = re.findall(r"%?([\w.\-]+)", listed.strip("{}")) if listed else \
+            [_attribute_token(ins.attrs, key, here(ins)) for key in ("true_computation", "false_computation")]
+        if not names or len(operands) != len(names) + 1 or not all(n in by_name and n not in stack for n in names) \
+                or not any(holds(n) for n in names):
+            return None
+        given = []
+        for name, arg in zip(names, operands[1:], strict=True):
+            token = chain.enter(None)
+            given.append(run(by_name[name], [arg], (*stack, name)))
+            chain.leave(token)
+        inlined.update(names)
+        followed[ins.line] = set(names)
+        return _either(given)
 
     def run(comp: _Computation, args: list[Value], stack: tuple[str, ...]) -> Value:
         """Run ``comp`` in line on its arguments' values (the entry's parameters are the module's input); its
@@ -422,6 +464,9 @@ def read_hlo_text(text: str, where: str = "<hlo>", split: bool = False) -> Modul
             return run(by_name[callee], operands, (*stack, callee))
         if ins.op in _DONE and len(operands) == 1 and isinstance(operands[0], _Started):
             return operands[0] if ins.op == "async-update" else operands[0].result
+        if split and ins.op in ("while", "conditional") and \
+                (taken := (loop if ins.op == "while" else branches)(ins, operands, stack)) is not None:
+            return taken
         if ins.op == "tuple":
             return tuple(operands)
         if ins.op == "get-tuple-element" and len(operands) == 1:
@@ -444,40 +489,72 @@ def read_hlo_text(text: str, where: str = "<hlo>", split: bool = False) -> Modul
         if stray and not comp.entry and comp.name not in wrapped and comp.name not in inlined:
             raise P2Error(f"{where}:{stray[0].line}: {stray[0].op} lies in computation %{comp.name}, not in the "
                           "entry computation; p2smt reads straight-line entry code only")
-    _follows_every_collective(comps, by_name, {entries[0].name} | inlined | wrapped, where)
+    _follows_every_collective(comps, by_name, {entries[0].name} | inlined | wrapped, where, followed)
     outputs = [_flat(v) for v in output] if isinstance(output, tuple) else [_flat(output)]
+    if chain.in_loops:
+        chain.reread = lambda: read_hlo_text(text, where).program()
     meshes = sdy_meshes(text.splitlines()[lexed.splitlines().index(header)], where) if split else ()
     return ModuleReading.of(name, "hlo", space, meshes, chain, outputs, [_flat(output)])
 
 
+class _Holds:
+    """Which computations run communication, also through the computations they name (cached)."""
+
+    def __init__(self, by_name: dict[str, _Computation]):
+        self.by_name = by_name
+        self.holds: dict[str, bool] = {}
+
+    def named(self, ins: _Instruction) -> list[str]:
+        """The computations an instruction names: values only, a name after '=', '{' or ',' that no '=' follows
+        (``body=%b``, not the key ``body``)."""
+        return [t for t in re.findall(r"[={,]\s*%?([\w.\-]+)(?![\w.\-])(?!\s*=)", ins.attrs) if t in self.by_name]
+
+    def __call__(self, name: str) -> bool:
+        if name not in self.holds:
+            self.holds[name] = False  # a cycle adds nothing
+            comp = self.by_name[name]
+            self.holds[name] = any(_communicates(i) or any(self(n) for n in self.named(i)) for i in comp.body)
+        return self.holds[name]
+
+
 def _follows_every_collective(comps: list[_Computation], by_name: dict[str, _Computation], ran: set[str],
-                              where: str) -> None:
+                              where: str, followed: dict[int, set[str]]) -> None:
     """Refuse a computation that runs a collective, also through the computations it names, when a computation
-    the reader ran names it other than as a ``call`` or an ``async-start`` it ran in line (a while body, a
-    branch, a fusion's): how often that collective runs is not in the text."""
-    holds: dict[str, bool] = {}
-
-    def named(ins: _Instruction) -> list[str]:
-        # values only: a name after '=', '{' or ',' that no '=' follows (``body=%b``, not the key ``body``)
-        return [t for t in re.findall(r"[={,]\s*%?([\w.\-]+)(?![\w.\-])(?!\s*=)", ins.attrs) if t in by_name]
-
-    def collective_in(name: str) -> bool:
-        if name not in holds:
-            holds[name] = False  # a cycle adds nothing
-            comp = by_name[name]
-            holds[name] = any(_communicates(i) or any(collective_in(n) for n in named(i)) for i in comp.body)
-        return holds[name]
-
+    the reader ran names it other than as a ``call`` or an ``async-start`` it ran in line, or (read split) the
+    body of a ``while`` or the branches of a ``conditional`` it followed (``followed``: by line): how often a
+    collective runs elsewhere (a loop's condition, a fusion's computation) is not in the text."""
+    holds = _Holds(by_name)
     for comp in comps:
         if comp.name not in ran:
             continue
         for ins in comp.body:
             inline = _attribute_token(ins.attrs, "to_apply" if ins.op == "call" else "calls") \
                 if ins.op in ("call", "async-start") else None
-            for ref in named(ins):
-                if ref != inline and collective_in(ref):
+            for ref in holds.named(ins):
+                if ref != inline and ref not in followed.get(ins.line, ()) and holds(ref):
                     raise P2Error(f"{where}:{ins.line}: {ins.op} runs %{ref}, which runs a collective, in a way "
                                   "p2smt does not follow; it reads straight-line code only (calls run in line)")
+
+
+def known_trip_count(line: str) -> int | None:
+    """XLA's ``known_trip_count`` in a ``while`` instruction's top-level ``backend_config`` (the line as written,
+    strings kept). One in a string, a comment or nested deeper is no count of this loop, nor one of two."""
+    def blank(m: re.Match) -> str:  # the same length, so positions in it are positions in the line
+        token = m.group(0)
+        return '"' + "x" * (len(token) - 2) + '"' if token.startswith('"') else " " * len(token)
+
+    try:
+        at = _top_level(_TOKENS.sub(blank, line), "backend_config")
+    except P2Error:  # given twice
+        return None
+    try:
+        config, _ = json.JSONDecoder().raw_decode(line[at:]) if at is not None else (None, 0)
+        if isinstance(config, str):  # an older XLA prints backend_config as a string
+            config = json.loads(config)
+        n = config["known_trip_count"]["n"]
+        return int(n) if str(n).isdigit() else None
+    except (ValueError, KeyError, TypeError, AttributeError):
+        return None
 
 
 def _adds_its_parameters(comp: _Computation) -> bool:
@@ -516,6 +593,68 @@ MAX_RUN = 1_000_000  # instructions run once calls are expanded: a bound on time
 _DONE = frozenset({"all-reduce-done", "all-gather-done", "reduce-scatter-done", "async-done", "async-update"})
 _PASSES = frozenset({"copy", "opt-barrier", "optimization-barrier"})
 """Ops whose result is their operand, tuple elements in place (a fusion may reorder them: it is read whole)."""
+
+
+def _carried(before: Value, init: Value, out: Value) -> Value:
+    """``carried`` on each element of a tuple a loop carries."""
+    if all(isinstance(v, tuple) and len(v) == len(init) for v in (before, out)) and isinstance(init, tuple):
+        return tuple(_carried(b, i, o) for b, i, o in zip(before, init, out, strict=True))
+    return carried(_flat(before), _flat(init), _flat(out))
+
+
+def _either(values: list[Value]) -> Value:
+    """``joined`` on each element of the tuples the branches of a conditional give."""
+    if all(isinstance(v, tuple) and len(v) == len(values[0]) for v in values):
+        return tuple(_either([v[k] for v in values]) for k in range(len(values[0])))
+    return joined("conditional", (_flat(v) for v in values))
+
+
+def _counted_loop(ins: _Instruction, by_name: dict[str, _Computation], cond: str, body: str) -> int | None:
+    """The iterations of a ``while`` that is a counted loop (``loops.py``) written out (HLO before XLA's passes):
+    the condition's root compares element k of its parameter with a constant, the body's root tuple gives
+    element k plus a constant back, and the loop starts from a tuple whose element k is a constant."""
+    def by(comp: _Computation) -> dict[str, _Instruction]:
+        return {i.name: i for i in comp.body}
+
+    def root(comp: _Computation) -> _Instruction | None:
+        return next((i for i in comp.body if i.root), None)
+
+    def element(ins: _Instruction | None, comp: _Computation) -> int | None:  # get-tuple-element(param), index=k
+        if ins is None or ins.op != "get-tuple-element" or len(ins.operands) != 1 or \
+                getattr(by(comp).get(ins.operands[0]), "op", None) != "parameter":
+            return None
+        index = _attribute_token(ins.attrs, "index")
+        return int(index) if index and index.isdigit() else None
+
+    def value(ins: _Instruction | None) -> int | None:
+        text = ins.args.strip() if ins is not None and ins.op == "constant" else ""
+        return int(text) if re.fullmatch(r"-?\d+", text) else None
+
+    home = next((c for c in by_name.values() if any(i is ins for i in c.body)), None)
+    cond_c, body_c = by_name[cond], by_name[body]
+    test, ret = root(cond_c), root(body_c)
+    if home is None or test is None or ret is None or test.op != "compare" or len(test.operands) != 2 or \
+            ret.op != "tuple" or len(ins.operands) != 1:
+        return None
+    direction = _attribute_token(test.attrs, "direction") or ""
+    left, right = (by(cond_c).get(o) for o in test.operands)
+    if element(left, cond_c) is None:
+        left, right, direction = right, left, {"LT": "GT", "LE": "GE", "GT": "LT", "GE": "LE"}.get(direction, direction)
+    k, limit = element(left, cond_c), value(right)
+    init = by(home).get(ins.operands[0])
+    if k is None or limit is None or init is None or init.op != "tuple" or k >= len(init.operands) or \
+            k >= len(ret.operands):
+        return None
+    add = by(body_c).get(ret.operands[k])
+    if add is None or add.op != "add" or len(add.operands) != 2:
+        return None
+    a, b = (by(body_c).get(o) for o in add.operands)
+    step = value(b) if element(a, body_c) == k else value(a) if element(b, body_c) == k else None
+    start = value(by(home).get(init.operands[k]))
+    kind = re.match(r"\s*([su])(\d+)\[\]", left.shape)
+    if step is None or start is None or kind is None:
+        return None
+    return counted(direction, start, step, limit, int(kind.group(2)), kind.group(1) == "s")
 
 
 def _flat(value: Value) -> Flow:

@@ -17,9 +17,10 @@ same two rules before a collective joins the program:
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from enum import Enum
+from typing import Any
 
 from p2smt.errors import P2Error
 from p2smt.model.collectives import Collective, Group
@@ -99,6 +100,27 @@ class Flow:
         return Flow(sources, moved if moved is not None or keeps else op, reshaped, opaque)
 
 
+def joined(op: str, flows: Iterable[Flow]) -> Flow:
+    """A value that is any of ``flows`` (``op`` chose it: a loop, a branch), or the one flow when all are it."""
+    flows = list(flows)
+    if all(f == flows[0] for f in flows[1:]):
+        return flows[0] if flows else Flow()
+    sources = frozenset().union(*(f.sources for f in flows))
+    opaque = frozenset().union(*(f.opaque for f in flows))
+    return Flow(sources, op, any(f.reshaped for f in flows), opaque) if sources or opaque else Flow()
+
+
+def carried(before: Flow, init: Flow, out: Flow) -> Flow:
+    """What a loop carries into an iteration, from what it carried into the one ``before``, what it starts from
+    (``init``) and what the body gives back (``out``): ``init`` while the body gives it back unchanged, else any
+    of them, changed by the loop (a collective reading it starts a chain: a chain never spans iterations)."""
+    return init if before == init == out else joined("while", (before, init, out))
+
+
+MAX_SETTLE = 100
+"""Readings of a loop body at most, until what the loop carries settles (it only grows: a few readings)."""
+
+
 INPUT_FLOW = Flow(frozenset({INPUT}))
 UNTRACED = -2
 """A value the reader cannot trace (a name it never saw defined): a collective that reads one is refused."""
@@ -125,6 +147,10 @@ class ReadChain:
     opaque: tuple[int, ...] = ()
     with_input: bool = False
     escapes: tuple[int, ...] = ()
+    runs: int | None = 1
+    """How often the chain runs per run of the module: 1 outside loops, a loop's trip count (times the trip
+    counts of the loops around it) inside one, None when that count is not known (a loop that is not a counted
+    one, or a branch of a ``case``/``if``, which runs once or not at all)."""
 
 
 def unsupported(op: str, line: int, where: str) -> P2Error:
@@ -154,6 +180,60 @@ class Chain:
         self._through_reshape: set[int] = set()
         self.reshaped_at: HloCollective | None = None  # the first collective that read through a reshape
         self.off_zero: HloCollective | None = None  # the first working along a dimension other than 0
+        # read split, a loop body or a branch is a scope of its own (``enter``): a chain never crosses one
+        self.runs: int | None = 1  # how often what is read now runs per run of the module
+        self._scope = 0
+        self._scopes = 0
+        self._scope_of: list[int] = []  # the scope of each collective
+        self._runs: list[int | None] = []  # how often each chain runs
+        self.opaque_runs: list[int | None] = []  # how often each unverified communication op runs
+        self.reread: Callable[[], HloProgram] | None = None  # the verify reading, where a replay is not it
+        self.in_loops = False  # communication read in a loop body or a branch (read split)
+
+    @property
+    def in_scope(self) -> bool:
+        """Whether communication read now lies in a loop body or a branch."""
+        return self._scope != 0
+
+    def enter(self, runs: int | None) -> tuple[int, int | None]:
+        """Start reading a loop body (``runs``: its trip count, None if not known) or a branch (None); what
+        ``leave`` takes to return to the scope around it."""
+        token = (self._scope, self.runs)
+        self._scopes += 1
+        self._scope = self._scopes
+        self.runs = None if runs is None or self.runs is None else self.runs * runs
+        return token
+
+    def leave(self, token: tuple[int, int | None]) -> None:
+        self._scope, self.runs = token
+
+    def mark(self) -> tuple:
+        """The state read so far, for ``restore``: a loop body is read again until what it carries settles."""
+        return (len(self.collectives), [list(c) for c in self.chains], len(self.starts), len(self.reads),
+                len(self.opaque), len(self._order), len(self._chain_of), set(self._through_reshape),
+                self.reshaped_at, self.off_zero, len(self._scope_of), len(self._runs), len(self.opaque_runs))
+
+    def settle(self, init: Any, read: Callable[[Any], Any], carry: Callable[[Any, Any, Any], Any]) -> Any:
+        """What a loop carries once it settles: ``read`` reads the body on what the loop carries (its collectives
+        joining this chain) and gives what the body gives back; ``carry`` (``carried``) joins them. Only the last
+        reading stays in the chain. None if it does not settle in ``MAX_SETTLE`` readings."""
+        start, now = self.mark(), init
+        for _ in range(MAX_SETTLE):
+            self.restore(start)
+            settled = carry(now, init, read(now))
+            if settled == now:
+                return now
+            now = settled
+        return None
+
+    def restore(self, mark: tuple) -> None:
+        (n, chains, starts, reads, opaque, order, chain_of, through, self.reshaped_at, self.off_zero, scope_of,
+         runs, opaque_runs) = mark
+        del self.collectives[n:], self.starts[starts:], self.reads[reads:], self.opaque[opaque:]
+        del self._order[order:], self._chain_of[chain_of:], self._scope_of[scope_of:], self._runs[runs:]
+        del self.opaque_runs[opaque_runs:]
+        self.chains[:] = chains
+        self._through_reshape = through
 
     def communicate(self, line: int, op: str, flow: Flow) -> Flow:
         """A communication op p2smt does not verify (a collective_permute, an all_to_all, …): refused, or,
@@ -165,6 +245,8 @@ class Chain:
                           "to a collective; it refuses rather than guess where the value comes from")
         self._order.append((True, len(self.opaque)))
         self.opaque.append((line, op))
+        self.opaque_runs.append(self.runs)
+        self.in_loops = self.in_loops or self.in_scope
         return Flow(flow.sources, op, flow.reshaped, flow.opaque | {len(self.opaque) - 1})
 
     def add(self, found: HloCollective, flow: Flow) -> Flow:
@@ -174,9 +256,10 @@ class Chain:
             raise P2Error(f"{self.where}:{found.line}: {found.op} reads a value p2smt cannot trace to the module's "
                           "input or to a collective; it refuses rather than guess where the value comes from")
         read = sorted(flow.sources - {INPUT})
+        crosses = self._crosses(read)
         if not read and not flow.opaque:  # the input (or constants) only: a new chain
             chain = self._start(ChainStart.INPUT, (), (), True)
-        elif (why := self._refusal(found, flow, read)) is None:
+        elif not crosses and (why := self._refusal(found, flow, read)) is None:
             chain = self._chain_of[read[0]]
             if flow.reshaped:
                 self._through_reshape.add(index)
@@ -187,6 +270,8 @@ class Chain:
         else:
             raise why
         self.collectives.append(found)
+        self._scope_of.append(self._scope)
+        self.in_loops = self.in_loops or self.in_scope
         self.reads.append(flow)
         self._order.append((False, index))
         self._chain_of.append(chain)
@@ -200,7 +285,13 @@ class Chain:
                           f"{off.dimension}: a reshape keeps positions along dimension 0 only")
         return Flow(frozenset({index}))
 
+    def _crosses(self, read: list[int]) -> bool:
+        """Whether the value read comes from a collective of another scope (around the loop or the branch, or in
+        it: then of an iteration before, as a value read before its collective ran this iteration)."""
+        return bool(read) and (read[0] >= len(self.collectives) or self._scope_of[read[0]] != self._scope)
+
     def _start(self, start: ChainStart, sources: tuple[int, ...], opaque: tuple[int, ...], with_input: bool) -> int:
+        self._runs.append(self.runs)
         self.chains.append([])
         self.starts.append((start, sources, opaque, with_input and start is ChainStart.COMPUTED))
         return len(self.chains) - 1
@@ -285,7 +376,7 @@ class Chain:
             self._traced(flow)
         out = set().union(*(f.sources - {INPUT} for f in outputs))
         chains = []
-        for steps, (start, sources, opaque, with_input) in zip(self.chains, self.starts, strict=True):
+        for steps, (start, sources, opaque, with_input), runs in zip(self.chains, self.starts, self._runs, strict=True):
             pieces, cut = [[steps[0]]], any(self.collectives[i].dimension not in (None, 0) for i in steps)
             for i in steps[1:]:
                 if cut and i in self._through_reshape:
@@ -294,7 +385,7 @@ class Chain:
             for k, piece in enumerate(pieces):
                 head = (start, sources, opaque, with_input) if k == 0 else \
                     (ChainStart.COMPUTED, (pieces[k - 1][-1],), (), False)
-                chains.append(ReadChain(tuple(piece), *head, tuple(i for i in piece[:-1] if i in out)))
+                chains.append(ReadChain(tuple(piece), *head, tuple(i for i in piece[:-1] if i in out), runs))
         return tuple(sorted(chains, key=lambda c: c.steps[0]))
 
 

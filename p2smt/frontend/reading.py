@@ -77,10 +77,12 @@ class ModuleMesh:
 
 @dataclass(frozen=True)
 class OpaqueCollective:
-    """A communication op p2smt does not verify (collective_permute, all_to_all, send, recv, …), where it is."""
+    """A communication op p2smt does not verify (collective_permute, all_to_all, send, recv, …), where it is and
+    how often it runs per run of the module (``ReadChain.runs``)."""
 
     line: int
     op: str
+    runs: int | None = 1
 
 
 @dataclass(frozen=True)
@@ -111,10 +113,15 @@ class ModuleReading:
             chain.program(checked)
         one = meshes[0] if len({(m.axes, m.device_ids) for m in meshes}) == 1 else None
         return cls(name, dialect, space, one, tuple(chain.collectives), chain.read(outputs),
-                   tuple(OpaqueCollective(line, op) for line, op in chain.opaque), tuple(outputs), meshes, chain,
+                   tuple(OpaqueCollective(line, op, runs) for (line, op), runs in zip(chain.opaque, chain.opaque_runs,
+                                                                                        strict=True)),
+                   tuple(outputs), meshes, chain,
                    checked)
 
     def program(self) -> HloProgram:
-        """The verify reading: the one reduction program, or the refusal the verify path gives."""
+        """The verify reading: the one reduction program, or the refusal the verify path gives (a module read
+        split through loops or branches is read again to verify: the split reading's chains are not its)."""
+        if self._chain.reread is not None:
+            return self._chain.reread()
         return HloProgram(self.name, self.dialect, self.space, self._chain.program(self._checked),
                           len(self._chain.chains))

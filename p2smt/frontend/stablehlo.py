@@ -24,9 +24,12 @@ from p2smt.frontend.hlo_program import (
     Flow,
     HloCollective,
     HloProgram,
+    carried,
+    joined,
     require_sum,
     unsupported,
 )
+from p2smt.frontend.loops import trip_count
 from p2smt.frontend.mlir import MlirModule, bindings, nested, ops_of, parse_mlir, region_ops
 from p2smt.frontend.reading import ModuleMesh, ModuleReading, ReadCollective
 from p2smt.model.collectives import Collective, Group
@@ -38,7 +41,7 @@ _REDUCTIONS = {"all_reduce": Collective.ALL_REDUCE, "reduce_scatter": Collective
                "all_gather": Collective.ALL_GATHER}
 _OTHERS = ("collective_permute", "all_to_all", "collective_broadcast", "send", "recv")
 _IN_LINE = ("sdy.manual_computation",)  # ops whose one region runs once, where the op stands
-_RETURNS = ("func.return", "sdy.return")
+_RETURNS = ("func.return", "sdy.return", "stablehlo.return", "mhlo.return")
 _CALLS = ("func.call",)
 KEEPS = frozenset({"reshape", "optimization_barrier", "constant", "iota"})
 """StableHLO ops that keep every value and its position (a constant or an iota brings no contribution; not
@@ -331,12 +334,18 @@ def read_stablehlo(text: str, where: str = "<stablehlo>", split: bool = False) -
             elif len(op.regions):
                 inside = region_ops(op)
                 found = first_collective(inside, stack)
-                if found is not None:
+                if found is not None and split and kind == "while" and \
+                        first_collective(ops_of(op.regions[0].blocks[0]), stack) is None:
+                    results = loop(op, flows, scope, stack)
+                elif found is not None and split and kind in ("case", "if"):
+                    results = branches(op, flows, scope, stack)
+                elif found is not None:
                     raise P2Error(f"{mod.at(found)}: {_kind(found)} runs inside the {op.name} at line "
                                   f"{mod.line(op)}; p2smt reads straight-line code only (no loops, branches "
                                   "or other regions)")
-                used = [scope[v] for o in nested(inside) for v in o.operands if v in scope]
-                results = [Flow.through(kind, flows + used, False)]
+                else:
+                    used = [scope[v] for o in nested(inside) for v in o.operands if v in scope]
+                    results = [Flow.through(kind, flows + used, False)]
             elif kind == "optimization_barrier":  # each result is its operand
                 results = flows
             else:
@@ -345,6 +354,32 @@ def read_stablehlo(text: str, where: str = "<stablehlo>", split: bool = False) -
                 scope[r] = results[i] if i < len(results) else Flow.through(kind, results, True)
         return returned
 
+    def loop(op: Any, init: list[Flow], scope: dict[Any, Flow], stack: tuple[str, ...]) -> list[Flow]:
+        """Read split, a ``while`` whose body runs collectives: the body read once as a scope of its own that runs
+        the loop's trip count times, on what the loop carries: what it starts from and, once an iteration has
+        run, what the body gives back (read again until that settles). What the loop gives is what it carries."""
+        block = op.regions[1].blocks[0]
+        token = chain.enter(trip_count(mod, op))
+        carry = chain.settle(list(init), lambda now: run(ops_of(block), dict(scope) | bind(block.arguments, now), stack),
+                             lambda now, first, out: [carried(*f) for f in zip(now, first, out, strict=False)])
+        if carry is None:
+            raise P2Error(f"{mod.at(op)}: what the while carries does not settle; p2smt cannot follow it")
+        chain.leave(token)
+        return carry
+
+    def branches(op: Any, flows: list[Flow], scope: dict[Any, Flow], stack: tuple[str, ...]) -> list[Flow]:
+        """Read split, a ``case`` or an ``if`` whose branches run collectives: each branch a scope of its own that
+        runs once or not at all (``runs`` None); what it gives is any branch's result."""
+        given = []
+        for region in op.regions:
+            token = chain.enter(None)
+            given.append(run(ops_of(region.blocks[0]), dict(scope), stack))
+            chain.leave(token)
+        return [joined(_kind(op), [out[i] for out in given if i < len(out)])
+                for i in range(len(op.results))]
+
     block = body(entry, funcs[entry])
     outputs = run(ops_of(block), bind(block.arguments, [], INPUT_FLOW), (entry,))
+    if chain.in_loops:
+        chain.reread = lambda: read_stablehlo(text, where).program()
     return ModuleReading.of(name, "stablehlo", space, _meshes(mod) if split else (), chain, outputs)
