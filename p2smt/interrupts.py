@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import _thread
 import contextlib
+import fcntl
 import gc
 import os
 import signal
@@ -106,13 +107,23 @@ def install() -> None:
     import z3
 
     z3.set_param("ctrl_c", False)  # Z3's handler would swallow SIGINT as an 'unknown'
-    read, write = os.pipe()
+    read, write = (_above_stdio(fd) for fd in os.pipe())
     os.set_blocking(write, False)
     signal.set_wakeup_fd(write, warn_on_full_buffer=False)
     for signum in SIGNALS:
         signal.signal(signum, _handler)
     threading.Thread(target=_watch, args=(read,), name="p2smt-signals", daemon=True).start()
     os.register_at_fork(after_in_child=_forked)
+
+
+def _above_stdio(fd: int) -> int:
+    """``fd`` moved to 3 or above: with stdout closed (``>&-``) a new pipe takes descriptor 1, which the
+    command then points at /dev/null."""
+    if fd > 2:
+        return fd
+    moved = fcntl.fcntl(fd, fcntl.F_DUPFD_CLOEXEC, 3)
+    os.close(fd)
+    return moved
 
 
 def _handler(signum: int, frame: FrameType | None) -> None:
@@ -138,7 +149,10 @@ def _watch(read: int) -> None:
     """Wait for a signal; then cancel Z3's work and re-deliver the signal until the main thread stopped."""
     global _received
     while True:
-        data = os.read(read, 64)
+        try:
+            data = os.read(read, 64)
+        except OSError:  # the descriptor is gone: the handler still stops the main thread, Z3 uncancelled
+            return
         signum = next((b for b in data if b in SIGNALS), None)
         if signum is not None:
             break
