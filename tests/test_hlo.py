@@ -432,3 +432,18 @@ def test_between_collectives_only_ops_that_keep_values_in_place():
         "  ROOT %g = f32[4,2]{1,0} all-gather(%s), replica_groups={{0,1},{2,3}}, dimensions={1}")
     with pytest.raises(P2Error, match="keeps positions along dimension 0 only"):
         parse_hlo_text(along_1)
+
+
+def test_a_named_computation_runs_in_line_like_a_call(tmp_path, capsys):
+    """sdy.named_computation is a named call (its region runs once, on its operands): the psum inside it is the
+    first step of the chain; run twice (a second psum over gpu inside it), the double count is refuted."""
+    path = HLO / "handwritten" / "named-computation.mlir"
+    order = mesh_order(tmp_path, capsys, "16", "[[4,4]]")
+    rc, out = verify([*ALL, "--hlo", str(path), "--device-order", order], capsys)
+    assert (rc, out["status"], out["steps"]) == (0, "proved", 2)
+    text = path.read_text()
+    twice = tmp_path / "twice.mlir"
+    twice.write_text(text.replace("[[0, 4, 8, 12], [1, 5, 9, 13], [2, 6, 10, 14], [3, 7, 11, 15]]",
+                                  "[[0, 1, 2, 3], [4, 5, 6, 7], [8, 9, 10, 11], [12, 13, 14, 15]]"))
+    rc, out = verify([*ALL, "--hlo", str(twice), "--device-order", order], capsys)
+    assert rc == 1 and out["status"] != "proved"

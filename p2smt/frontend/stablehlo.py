@@ -3,7 +3,8 @@
 jaxlib's MLIR parses and verifies the text (``mlir.py``); the reader walks the ops it gives, their operands'
 defining ops and block arguments, and their typed attributes. The module is run from ``@main`` as straight-line
 code: ``func.call`` runs its callee (twice when called twice), ``stablehlo.composite`` its decomposition,
-``sdy.manual_computation`` and a collective's own combiner region run in line. A collective inside any other
+``sdy.manual_computation``, ``sdy.named_computation`` (a named call: its region runs once on its operands) and a
+collective's own combiner region run in line. A collective inside any other
 region (a ``while`` loop, a ``case`` or ``if`` branch, …), directly or through a call, is an error: p2smt reads
 straight-line code only, and counting a loop's collective once would prove a double count. A region of several
 blocks and a module inside the module are refused too. Each collective must sum and start or extend a chain
@@ -40,7 +41,7 @@ __all__ = ["parse_stablehlo", "read_stablehlo"]
 _REDUCTIONS = {"all_reduce": Collective.ALL_REDUCE, "reduce_scatter": Collective.REDUCE_SCATTER,
                "all_gather": Collective.ALL_GATHER}
 _OTHERS = ("collective_permute", "all_to_all", "collective_broadcast", "send", "recv")
-_IN_LINE = ("sdy.manual_computation",)  # ops whose one region runs once, where the op stands
+_IN_LINE = ("sdy.manual_computation", "sdy.named_computation")  # ops whose one region runs once, where they stand
 _RETURNS = ("func.return", "sdy.return", "stablehlo.return", "mhlo.return")
 _CALLS = ("func.call",)
 KEEPS = frozenset({"reshape", "optimization_barrier", "constant", "iota"})
