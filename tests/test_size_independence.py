@@ -9,7 +9,6 @@ slow."""
 
 from __future__ import annotations
 
-import os
 from itertools import product
 
 import pytest
@@ -22,7 +21,7 @@ from p2smt.semantics.pieces import check_program
 from p2smt.synth.lockstep import included, lockstep, real_included
 from p2smt.synth.symmetric import generic_hierarchy, one_group_hierarchy, search
 
-slow = pytest.mark.skipif(not os.environ.get("P2SMT_SLOW"), reason="heavy: set P2SMT_SLOW=1")
+slow = pytest.mark.slow  # skipped unless P2SMT_SLOW=1 (tests/conftest.py)
 
 COUNTEREXAMPLE = (
     "(l1, InsideGroup, ReduceScatter)",

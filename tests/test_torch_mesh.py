@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -42,7 +43,9 @@ def test_torch_mesh_export_builds_the_same_groups_under_gloo(tmp_path, data_dir,
     assert spec["mesh_dim_names"] == ["dp", "tp"]
     (tmp_path / "spec.json").write_text(json.dumps(spec))
     (tmp_path / "worker.py").write_text(WORKER)
-    port = 29500 + (abs(hash(str(tmp_path))) % 2000)
+    with socket.socket() as probe:  # a port the OS says is free (tests run in parallel under pytest-xdist)
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
     subprocess.run([sys.executable, str(tmp_path / "worker.py"), str(tmp_path / "spec.json"), str(tmp_path), str(port)],
                    check=True, timeout=600)
     placement = Placement(load_system(system).sizes, (2, 4), ((1, 2), (2, 2)))
