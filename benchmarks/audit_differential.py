@@ -65,7 +65,6 @@ class Kind(Enum):
     TAP = "output"  # the value here is also an output (a fork: the chain goes on)
 
 
-COLLECTIVE = {Kind.PSUM, Kind.NESTED, Kind.RS_AG, Kind.BLUECONNECT, Kind.RS_KEEP, Kind.SLICE, Kind.GATHER}
 REDUCE = {Kind.PSUM, Kind.NESTED, Kind.RS_AG, Kind.BLUECONNECT}  # a partial sum over axes made whole in place
 
 
@@ -79,11 +78,13 @@ class Op:
     gather: str = ""  # RS_AG's all_gather axis (its scatter axis, unless a bug)
     joint: bool = False  # a PSUM run as one psum of the tuple of every leaf's joint op
     out: State | None = None  # TAP: the output's declared state
+    shift: int = 0  # SLICE: takes block (axis_index + shift) mod the axis size (another device's, unless 0)
 
     def label(self) -> str:
         extra = f" {self.param}" if self.param else f" x{self.value}" if self.kind is Kind.SCALE else ""
         axes = f" {','.join(self.axes)}" if self.axes else ""
         gather = f" gather {self.gather}" if self.gather and self.gather != self.axes[0] else ""
+        gather += f" block +{self.shift}" if self.shift else ""
         dim = f" dim {self.dim}" if self.kind in DIMMED else ""
         return f"{self.kind.value}{axes}{gather}{extra}{dim}" + (" (of the tuple)" if self.joint else "")
 
@@ -301,7 +302,8 @@ class Gen:
 
 
 BUGS = (Finding.MISSING_REDUCTION, Finding.WRONG_AXIS, Finding.NONLINEAR_ON_PARTIAL, Finding.BIAS_ON_PARTIAL,
-        Finding.DOUBLE_COUNT, Finding.SWAPPED_OUTPUTS, Finding.SHARDED_AFTER_SLICE, Finding.PARTIAL_TO_OUTPUT)
+        Finding.DOUBLE_COUNT, Finding.SWAPPED_OUTPUTS, Finding.SHARDED_AFTER_SLICE, Finding.PARTIAL_TO_OUTPUT,
+        Finding.PERMUTED_SLICE)
 
 
 def draw(index: int, seed: int, bug_rate: float) -> Program:
@@ -354,6 +356,13 @@ def inject(rng: np.random.Generator, prog: Program, finding: Finding) -> bool:
                     sites.append((Finding.WRONG_AXIS, (i, j)))
             if j and replay(prog, i, j).partial:
                 sites.append((Finding.PARTIAL_TO_OUTPUT, (i, j)))
+            if op.kind is Kind.SLICE:
+                sites.append((Finding.PERMUTED_SLICE, (i, j)))
+            if op.kind is Kind.GATHER:  # the major axis of two, or an axis the dimension is not sharded over
+                held = replay(prog, i, j).spec[op.dim]
+                wrong = held[0] if len(held) == 2 else next((x for x in (a, b) if x not in held), "")
+                if wrong and wrong != op.axes[0] and prog.shape[0] == prog.shape[1]:  # the same block size
+                    sites.append((Finding.WRONG_AXIS, (i, j, wrong)))
     for i, s in enumerate(prog.outs):
         free = [x for x in (a, b) if x not in s.used()]
         if free:
@@ -387,9 +396,13 @@ def inject(rng: np.random.Generator, prog: Program, finding: Finding) -> bool:
             if s.spec[d]:
                 prog.leaves[i].append(Op(Kind.PSUM, s.spec[d]))
         return True
-    i, j = site
+    i, j = site[:2]
     op = prog.leaves[i][j]
-    if finding is Finding.MISSING_REDUCTION:
+    if finding is Finding.WRONG_AXIS and op.kind is Kind.GATHER:
+        prog.leaves[i][j] = replace(op, axes=(site[2],))
+    elif finding is Finding.PERMUTED_SLICE:
+        prog.leaves[i][j] = replace(op, shift=1)
+    elif finding is Finding.MISSING_REDUCTION:
         del prog.leaves[i][j]
     elif finding is Finding.WRONG_AXIS:
         other = b if op.axes[0] == a else a
@@ -530,7 +543,8 @@ def local_op(op: Op, v, env: dict):
         return lax.all_gather(lax.all_gather(v, second, axis=d, tiled=True), first, axis=d, tiled=True)
     if k is Kind.SLICE:
         n = v.shape[d] // jax.lax.axis_size(op.axes[0])
-        return lax.dynamic_slice_in_dim(v, lax.axis_index(op.axes[0]) * n, n, axis=d)
+        block = (lax.axis_index(op.axes[0]) + op.shift) % lax.axis_size(op.axes[0])
+        return lax.dynamic_slice_in_dim(v, block * n, n, axis=d)
     if k is Kind.GATHER:
         return lax.all_gather(v, op.axes[0], axis=d, tiled=True)
     raise AssertionError(k)

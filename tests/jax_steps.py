@@ -48,6 +48,7 @@ class Finding(Enum):
     NONLINEAR_ON_PARTIAL = "nonlinear-on-partial"  # a nonlinearity applied before the psum it needs
     BIAS_ON_PARTIAL = "bias-on-partial"  # a replicated bias added before the psum: counted once per device
     DOUBLE_COUNT = "double-count"  # a value summed twice over the same axis
+    PERMUTED_SLICE = "permuted-slice"  # an axis_index dynamic_slice that takes another device's block
 
 
 @dataclass(frozen=True)
@@ -494,16 +495,29 @@ def wrong_sharded_after_slice() -> Step:
                 doc=wrong_sharded_after_slice.__doc__ or "")
 
 
+def _scatter_by_slice(shift: int) -> Callable:
+    def body(x):
+        block = (axis_index("tensor") + shift) % 4
+        return jax.lax.dynamic_slice_in_dim(psum(x, "tensor"), block * 2, 2, axis=1)
+
+    return body
+
+
 def slice_reduce_scatter() -> Step:
     """A psum over ``tensor`` and a dynamic_slice at ``axis_index``, declared sharded: a reduce-scatter."""
     mesh = mesh_of()
-
-    def body(x):
-        return jax.lax.dynamic_slice_in_dim(psum(x, "tensor"), axis_index("tensor") * 2, 2, axis=1)
-
-    fn = smap(body, mesh, P("data", "tensor"), P("data", "tensor"))
+    fn = smap(_scatter_by_slice(0), mesh, P("data", "tensor"), P("data", "tensor"))
     return Step("slice-reduce-scatter", fn, _stats_args(mesh), mesh, lambda x: x.reshape(B, 4, D).sum(1), True,
                 doc=slice_reduce_scatter.__doc__ or "")
+
+
+def wrong_permuted_slice() -> Step:
+    """The same reduce-scatter by slicing, but each device keeps its neighbour's block (``axis_index + 1``):
+    sharded over ``tensor`` as declared, in the wrong order."""
+    mesh = mesh_of()
+    fn = smap(_scatter_by_slice(1), mesh, P("data", "tensor"), P("data", "tensor"))
+    return Step("wrong-permuted-slice", fn, _stats_args(mesh), mesh, lambda x: x.reshape(B, 4, D).sum(1), False,
+                Finding.PERMUTED_SLICE, doc=wrong_permuted_slice.__doc__ or "")
 
 
 # ---------------------------------------------------------------- collectives hidden from StableHLO
@@ -651,6 +665,7 @@ BUILDERS: dict[str, Callable[[], Step]] = {
     "wrong-accumulator-summed-in-loop": wrong_accumulator_summed_in_loop,
     "wrong-swapped-outputs": wrong_swapped_outputs,
     "wrong-sharded-after-slice": wrong_sharded_after_slice,
+    "wrong-permuted-slice": wrong_permuted_slice,
     "wrong-hidden-custom-partitioning": wrong_hidden_custom_partitioning,
     "wrong-gspmd-inserted": wrong_gspmd_inserted,
 }
