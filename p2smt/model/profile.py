@@ -133,9 +133,7 @@ def load_profile(name_or_path: Profile | str | Path) -> Profile:
         path = profiles_dir() / f"{name_or_path}.yaml"
         if not path.is_file():
             raise P2Error(f"unknown profile {str(name_or_path)!r}; shipped: {', '.join(shipped_profiles())}")
-    if not path.is_file():
-        raise P2Error(f"profile file {str(path)!r} does not exist")
-    data = read_yaml(path, "profile")
+    data = read_yaml(path, "profile file")  # a missing file, a FIFO or a folder: one line saying which
     if not isinstance(data, dict):
         raise P2Error(f"{path}: a profile must be a mapping")
     try:

@@ -15,16 +15,36 @@ import tempfile
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, StrictInt, ValidationError, field_validator
+from pydantic import (
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    Field,
+    StrictInt,
+    ValidationError,
+    field_validator,
+)
 
 from p2smt.errors import P2Error
 from p2smt.model.limits import MAX_SECONDS
+from p2smt.model.profile import MAX_BYTES
 from p2smt.model.yamlfile import read_yaml
 from p2smt.smt.budget import DEFAULT_PROOF_BUDGET
 
 PositiveInt = Annotated[StrictInt, Field(ge=1)]
 AxisSpec = PositiveInt | Literal["auto"]
-BytesSpec = Annotated[float, Field(gt=0, allow_inf_nan=False)] | Literal["default"]
+
+
+def _no_bool(value: Any) -> Any:
+    """``true`` is not a number of bytes (pydantic would read it as 1)."""
+    if isinstance(value, bool):
+        raise ValueError("a message size is a number of bytes or 'default', not true/false")  # noqa: TRY004 (pydantic reports ValueError)
+    return value
+
+
+# as --bytes: positive, finite, at most a profile's largest message
+BytesSpec = Annotated[float, BeforeValidator(_no_bool), Field(gt=0, le=MAX_BYTES, allow_inf_nan=False)] | Literal[
+    "default"]
 BLOCK_FIELDS = ("systems", "nodes", "axes", "reductions", "algorithms", "bytes")
 
 
@@ -231,7 +251,7 @@ def load_grid(path: str | Path) -> Grid:
     p = Path(path)
     if not p.exists() and p.suffix == "" and (grids_dir() / f"{p.name}.yaml").is_file():
         p = grids_dir() / f"{p.name}.yaml"
-    if not p.is_file():
+    if not os.path.lexists(p):
         raise P2Error(f"grid file {str(path)!r} does not exist (shipped grids: {', '.join(shipped_grids())})")
     data = read_yaml(p, "grid file")
     return parse_grid(data, str(p), p.resolve().parent)
