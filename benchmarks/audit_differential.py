@@ -5,12 +5,14 @@ or 8 x 2, sometimes in a permuted device order). Every output is a chain of ops 
 (column-parallel, row-parallel, both), sums over a dimension (sharded or not), scalings, transposes, biases,
 nonlinearities (ReLU, abs), values also returned mid-chain, and the collectives that keep it right: psum over
 one axis or both, nested psums, psum_scatter + all_gather pairs, BlueConnect, a psum_scatter that keeps its
-result sharded, an axis_index dynamic_slice (a reshard), an all_gather; some programs are pytrees of
-gradient-like partial sums reduced by one psum of the tuple. A third of the programs carry one deliberate
-bug, the classes in turn (a dropped psum, a psum over the wrong axis, a nonlinearity or a bias before the
-psum, an extra psum, swapped outputs, a sum left sharded after an axis_index slice, a partial sum returned). The reference is the intended global math in numpy (every
-collective is the identity on the global value); the inputs are distinct integers (the first input of each
-chain) and small integers (weights), bounded so that every float32 sum is exact. Ground truth: the program
+result sharded, a fori_loop adding a psum each trip, an axis_index dynamic_slice (a reshard), an all_gather;
+some programs are pytrees of gradient-like partial sums reduced by one psum of the tuple. A third of the
+programs carry one deliberate bug, the classes in turn (a dropped psum, a psum or all_gather over the wrong
+axis, a nonlinearity or a bias before the psum, an extra psum or an accumulator summed in its loop, swapped
+outputs, a sum left sharded after an axis_index slice, a slice of another device's block, a partial sum
+returned). The reference is the intended global math in numpy (every collective is the identity on the
+global value); the inputs are distinct integers (the first input of each chain) and small integers
+(weights), bounded so that every float32 sum of a right program is exact. Ground truth: the program
 run on the devices equals the reference exactly, or not.
 
 For each program the script writes ``NNN.mlir`` (StableHLO) and ``NNN.hlo`` (compiled HLO) into ``--out``,
@@ -62,10 +64,11 @@ class Kind(Enum):
     SLICE = "axis_index-slice"
     GATHER = "all_gather"
     TRANSPOSE = "transpose"
+    LOOP = "fori_loop"  # acc += psum(v) VALUE times: VALUE x the sum (a collective in a loop of known trip count)
     TAP = "output"  # the value here is also an output (a fork: the chain goes on)
 
 
-REDUCE = {Kind.PSUM, Kind.NESTED, Kind.RS_AG, Kind.BLUECONNECT}  # a partial sum over axes made whole in place
+REDUCE = {Kind.PSUM, Kind.NESTED, Kind.RS_AG, Kind.BLUECONNECT, Kind.LOOP}  # a partial sum over axes made whole in place
 
 
 @dataclass(frozen=True)
@@ -79,9 +82,11 @@ class Op:
     joint: bool = False  # a PSUM run as one psum of the tuple of every leaf's joint op
     out: State | None = None  # TAP: the output's declared state
     shift: int = 0  # SLICE: takes block (axis_index + shift) mod the axis size (another device's, unless 0)
+    inside: bool = False  # LOOP: the accumulator itself summed each trip (acc = psum(acc + v)): a bug
 
     def label(self) -> str:
-        extra = f" {self.param}" if self.param else f" x{self.value}" if self.kind is Kind.SCALE else ""
+        extra = f" {self.param}" if self.param else f" x{self.value}" if self.kind in (Kind.SCALE, Kind.LOOP) else ""
+        extra += " (accumulator summed)" if self.inside else ""
         axes = f" {','.join(self.axes)}" if self.axes else ""
         gather = f" gather {self.gather}" if self.gather and self.gather != self.axes[0] else ""
         gather += f" block +{self.shift}" if self.shift else ""
@@ -199,7 +204,8 @@ class Gen:
         if not s.partial:
             opts += [(Kind.BIAS, 1), (Kind.RELU, 1), (Kind.ABS, 1), (Kind.TAP, 1)]
         else:
-            opts += [(Kind.PSUM, 3), (Kind.NESTED, 1), (Kind.RS_AG, 2), (Kind.BLUECONNECT, 1), (Kind.RS_KEEP, 1)]
+            opts += [(Kind.PSUM, 3), (Kind.NESTED, 1), (Kind.RS_AG, 2), (Kind.BLUECONNECT, 1), (Kind.RS_KEEP, 1),
+                     (Kind.LOOP, 2)]
         if any(s.splits(d, (a,)) for d in (0, 1) for a in self.free(s)):
             opts.append((Kind.SLICE, 1))
         if s.spec[0] or s.spec[1]:
@@ -231,6 +237,9 @@ class Gen:
             return Op(kind), replace(s, shape=s.shape[::-1], spec=s.spec[::-1])
         if kind is Kind.TAP:
             return Op(kind, out=s), s
+        if kind is Kind.LOOP:
+            axes = tuple(str(a) for a in rng.permutation(sorted(s.partial)))
+            return Op(kind, axes, value=self.pick([2, 3])), replace(s, partial=frozenset())
         if kind in (Kind.PSUM, Kind.NESTED):
             axes = tuple(rng.permutation(sorted(s.partial)))
             if kind is Kind.PSUM and len(axes) == 2 and rng.random() < 0.3:
@@ -347,6 +356,9 @@ def inject(rng: np.random.Generator, prog: Program, finding: Finding) -> bool:
     sites: list[tuple[Finding, Any]] = []
     for i, ops in enumerate(prog.leaves):
         for j, op in enumerate(ops):
+            if op.kind is Kind.LOOP:
+                sites.append((Finding.DOUBLE_COUNT, (i, j)))
+                sites.append((Finding.NONLINEAR_ON_PARTIAL, (i, j)))
             if op.kind in (Kind.PSUM, Kind.NESTED, Kind.RS_AG) and not op.joint:
                 sites.append((Finding.MISSING_REDUCTION, (i, j)))
                 sites.append((Finding.NONLINEAR_ON_PARTIAL, (i, j)))
@@ -382,6 +394,9 @@ def inject(rng: np.random.Generator, prog: Program, finding: Finding) -> bool:
     prog.bug = finding
     if finding is Finding.SWAPPED_OUTPUTS:
         prog.swap = site
+        return True
+    if finding is Finding.DOUBLE_COUNT and len(site) == 2 and isinstance(site[1], int):
+        prog.leaves[site[0]][site[1]] = replace(prog.leaves[site[0]][site[1]], inside=True)
         return True
     if finding in (Finding.DOUBLE_COUNT, Finding.SHARDED_AFTER_SLICE):
         i = site[0]
@@ -475,6 +490,8 @@ def global_op(op: Op, v: np.ndarray, inputs: dict, magnitude: bool = False) -> n
         return np.abs(v)
     if k is Kind.TRANSPOSE:
         return v.T
+    if k is Kind.LOOP:
+        return v * op.value
     return v
 
 
@@ -530,6 +547,11 @@ def local_op(op: Op, v, env: dict):
         for a in op.axes:
             v = lax.psum(v, a)
         return v
+    if k is Kind.LOOP:
+        def trip(_, acc):
+            return lax.psum(acc + v, op.axes) if op.inside else acc + lax.psum(v, op.axes)
+
+        return lax.fori_loop(0, op.value, trip, jnp.zeros_like(v))
     d = op.dim
     if k in (Kind.RS_AG, Kind.RS_KEEP):
         v = lax.psum_scatter(v, op.axes[0], scatter_dimension=d, tiled=True)
@@ -543,7 +565,9 @@ def local_op(op: Op, v, env: dict):
         return lax.all_gather(lax.all_gather(v, second, axis=d, tiled=True), first, axis=d, tiled=True)
     if k is Kind.SLICE:
         n = v.shape[d] // jax.lax.axis_size(op.axes[0])
-        block = (lax.axis_index(op.axes[0]) + op.shift) % lax.axis_size(op.axes[0])
+        block = lax.axis_index(op.axes[0])
+        if op.shift:
+            block = (block + op.shift) % lax.axis_size(op.axes[0])
         return lax.dynamic_slice_in_dim(v, block * n, n, axis=d)
     if k is Kind.GATHER:
         return lax.all_gather(v, op.axes[0], axis=d, tiled=True)

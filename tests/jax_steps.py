@@ -497,7 +497,7 @@ def wrong_sharded_after_slice() -> Step:
 
 def _scatter_by_slice(shift: int) -> Callable:
     def body(x):
-        block = (axis_index("tensor") + shift) % 4
+        block = (axis_index("tensor") + shift) % 4 if shift else axis_index("tensor")
         return jax.lax.dynamic_slice_in_dim(psum(x, "tensor"), block * 2, 2, axis=1)
 
     return body

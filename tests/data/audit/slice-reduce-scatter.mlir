@@ -8,49 +8,22 @@ module @jit_body attributes {mhlo.num_partitions = 16 : i32, mhlo.num_replicas =
       %2 = stablehlo.divide %1, %c : tensor<ui32>
       %3 = stablehlo.remainder %2, %c_0 : tensor<ui32>
       %4 = stablehlo.convert %3 : (tensor<ui32>) -> tensor<i32>
-      %c_1 = stablehlo.constant dense<0> : tensor<i32>
-      %5 = stablehlo.add %4, %c_1 : tensor<i32>
-      %c_2 = stablehlo.constant dense<4> : tensor<i32>
-      %6 = func.call @remainder(%5, %c_2) : (tensor<i32>, tensor<i32>) -> tensor<i32>
-      %7 = "stablehlo.all_reduce"(%arg1) <{channel_handle = #stablehlo.channel_handle<handle = 1, type = 1>, replica_groups = dense<[[0, 1, 2, 3], [4, 5, 6, 7], [8, 9, 10, 11], [12, 13, 14, 15]]> : tensor<4x4xi64>, use_global_device_ids}> ({
+      %5 = "stablehlo.all_reduce"(%arg1) <{channel_handle = #stablehlo.channel_handle<handle = 1, type = 1>, replica_groups = dense<[[0, 1, 2, 3], [4, 5, 6, 7], [8, 9, 10, 11], [12, 13, 14, 15]]> : tensor<4x4xi64>, use_global_device_ids}> ({
       ^bb0(%arg2: tensor<f32>, %arg3: tensor<f32>):
-        %13 = stablehlo.add %arg2, %arg3 : tensor<f32>
-        stablehlo.return %13 : tensor<f32>
+        %11 = stablehlo.add %arg2, %arg3 : tensor<f32>
+        stablehlo.return %11 : tensor<f32>
       }) : (tensor<2x8xf32>) -> tensor<2x8xf32>
-      %c_3 = stablehlo.constant dense<2> : tensor<i32>
-      %8 = stablehlo.multiply %6, %c_3 : tensor<i32>
+      %c_1 = stablehlo.constant dense<2> : tensor<i32>
+      %6 = stablehlo.multiply %4, %c_1 : tensor<i32>
+      %c_2 = stablehlo.constant dense<0> : tensor<i32>
+      %7 = stablehlo.compare LT, %6, %c_2, SIGNED : (tensor<i32>, tensor<i32>) -> tensor<i1>
+      %c_3 = stablehlo.constant dense<8> : tensor<i32>
+      %8 = stablehlo.add %6, %c_3 : tensor<i32>
+      %9 = stablehlo.select %7, %8, %6 : tensor<i1>, tensor<i32>
       %c_4 = stablehlo.constant dense<0> : tensor<i32>
-      %9 = stablehlo.compare LT, %8, %c_4, SIGNED : (tensor<i32>, tensor<i32>) -> tensor<i1>
-      %c_5 = stablehlo.constant dense<8> : tensor<i32>
-      %10 = stablehlo.add %8, %c_5 : tensor<i32>
-      %11 = stablehlo.select %9, %10, %8 : tensor<i1>, tensor<i32>
-      %c_6 = stablehlo.constant dense<0> : tensor<i32>
-      %12 = stablehlo.dynamic_slice %7, %c_6, %11, sizes = [2, 2] : (tensor<2x8xf32>, tensor<i32>, tensor<i32>) -> tensor<2x2xf32>
-      sdy.return %12 : tensor<2x2xf32>
+      %10 = stablehlo.dynamic_slice %5, %c_4, %9, sizes = [2, 2] : (tensor<2x8xf32>, tensor<i32>, tensor<i32>) -> tensor<2x2xf32>
+      sdy.return %10 : tensor<2x2xf32>
     } : (tensor<8x32xf32>) -> tensor<8x8xf32>
     return %0 : tensor<8x8xf32>
-  }
-  func.func private @remainder(%arg0: tensor<i32>, %arg1: tensor<i32>) -> tensor<i32> {
-    %0 = stablehlo.convert %arg1 : tensor<i32>
-    %c = stablehlo.constant dense<0> : tensor<i32>
-    %1 = stablehlo.compare EQ, %0, %c, SIGNED : (tensor<i32>, tensor<i32>) -> tensor<i1>
-    %c_0 = stablehlo.constant dense<1> : tensor<i32>
-    %2 = call @_where(%1, %c_0, %0) : (tensor<i1>, tensor<i32>, tensor<i32>) -> tensor<i32>
-    %3 = stablehlo.remainder %arg0, %2 : tensor<i32>
-    %c_1 = stablehlo.constant dense<0> : tensor<i32>
-    %4 = stablehlo.compare NE, %3, %c_1, SIGNED : (tensor<i32>, tensor<i32>) -> tensor<i1>
-    %c_2 = stablehlo.constant dense<0> : tensor<i32>
-    %5 = stablehlo.compare LT, %3, %c_2, SIGNED : (tensor<i32>, tensor<i32>) -> tensor<i1>
-    %c_3 = stablehlo.constant dense<0> : tensor<i32>
-    %6 = stablehlo.compare LT, %2, %c_3, SIGNED : (tensor<i32>, tensor<i32>) -> tensor<i1>
-    %7 = stablehlo.compare NE, %5, %6, UNSIGNED : (tensor<i1>, tensor<i1>) -> tensor<i1>
-    %8 = stablehlo.and %7, %4 : tensor<i1>
-    %9 = stablehlo.add %3, %2 : tensor<i32>
-    %10 = stablehlo.select %8, %9, %3 : tensor<i1>, tensor<i32>
-    return %10 : tensor<i32>
-  }
-  func.func private @_where(%arg0: tensor<i1>, %arg1: tensor<i32>, %arg2: tensor<i32>) -> tensor<i32> {
-    %0 = stablehlo.select %arg0, %arg1, %arg2 : tensor<i1>, tensor<i32>
-    return %0 : tensor<i32>
   }
 }
