@@ -35,6 +35,7 @@ class ChainVerdict(str, Enum):
     PROVED = "proved"
     COUNTEREXAMPLE = "counterexample"
     SHARDED_GOAL = "sharded reduction: goal not supported yet"
+    UNSUPPORTED = "not in p2smt's model"
     UNKNOWN = "unknown"
 
 
@@ -58,6 +59,11 @@ class ChainAudit:
     best_seconds: float | None = None
     best_note: str = ""
     plan: ExplicitPlan = ()
+
+    @property
+    def per_step(self) -> int:
+        """How many times a step runs this chain, for totals (a loop's trip count; 1 where unknown)."""
+        return int(self.runs.split()[0]) if self.runs.endswith("times") else 1
 
     @property
     def speedup(self) -> float | None:
@@ -147,20 +153,27 @@ def audit_chains(reading: ModuleReading, system: System, device_order: Sequence[
     for chain in reading.chains:
         cs = [reading.collectives[i] for i in chain.steps]
         key = tuple((c.collective, c.groups, c.mode, c.dimension) for c in cs) + (cs[0].bytes,)
+        key += (chain.runs,)
         merged.setdefault(key, [chain, cs, 0])[2] += 1
     out: list[ChainAudit] = []
     best_cache: dict[tuple, tuple[str | None, float | None, str]] = {}
     for index, (chain, cs, count) in enumerate(merged.values()):
-        program = HloProgram(reading.name, reading.dialect, reading.space, tuple(cs))
-        plan = hlo_plan(program, n, device_order)
-        groups = connected_groups(plan, n)
-        axes = axes_of_groups(mesh, [tuple(sorted(xla_id[d] for d in g)) for g in groups],
-                              ordered=False) if mesh is not None else None
         kinds = [c.collective for c in cs]
         lines = tuple(c.line for c in cs)
         steps = tuple(_step_text(c, mesh) for c in cs)
-        common = {"index": index, "lines": lines, "steps": steps, "axes": axes, "groups": groups, "bytes": cs[0].bytes,
-                      "count": count, "runs": "once"}
+        runs = "once" if chain.runs == 1 else "unknown" if chain.runs is None else f"{chain.runs} times"
+        program = HloProgram(reading.name, reading.dialect, reading.space, tuple(cs))
+        try:
+            plan = hlo_plan(program, n, device_order)
+        except P2Error as err:  # a chain p2smt's model does not take (steps along two dimensions)
+            out.append(ChainAudit(index, lines, steps, None, (), cs[0].bytes, count, runs,
+                                  ChainVerdict.UNSUPPORTED, str(err), "not proved", None))
+            continue
+        groups = connected_groups(plan, n)
+        axes = axes_of_groups(mesh, [tuple(sorted(xla_id[d] for d in g)) for g in groups],
+                              ordered=False) if mesh is not None else None
+        common = {"index": index, "lines": lines, "steps": steps, "axes": axes, "groups": groups,
+                  "bytes": cs[0].bytes, "count": count, "runs": runs}
         if len({len(g) for g in groups}) != 1 or _sharded_end(kinds):
             why = ("its groups differ in size" if len({len(g) for g in groups}) != 1 else
                    "it ends sharded (or starts from shards): its goal is a sharded result")

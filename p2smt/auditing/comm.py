@@ -48,7 +48,13 @@ def all_reduce(op: Op, ins: Sequence[Layout], reduced: tuple[str, ...] | None, i
                 else:
                     x = _replicated_along(x, a)
                 continue
-            if s in (P, V, S):  # a shard's sum over a is the sum of the value's blocks: the same on every device
+            if s is S and a in x.mixed:
+                findings.append(_finding(op, FindingKind.ADDED_TO_PARTIAL, a,
+                                         f"{op.short} at {op.location} sums over {a} blocks that each had a value "
+                                         f"replicated over {a} added: it is counted once per device along {a} (an "
+                                         "accumulator or a bias summed again?)"))
+                x = x.lost(a, f"the finding at {op.location}")
+            elif s in (P, V, S):  # a shard's sum over a is the sum of the value's blocks: the same on every device
                 x = _replicated_along(x, a)
             elif s is R and constant:  # psum(1, a): the axis's size
                 continue
@@ -64,7 +70,7 @@ def all_reduce(op: Op, ins: Sequence[Layout], reduced: tuple[str, ...] | None, i
 
 def _replicated_along(x: Layout, axis: str) -> Layout:
     return Layout(tuple(tuple(a for a in axes if a != axis) for axes in x.dims), x.partial - {axis},
-                  tuple(v for v in x.varying if v[0] != axis), x.unknown)
+                  tuple(v for v in x.varying if v[0] != axis), x.unknown, x.mixed - {axis})
 
 
 def reduce_scatter(op: Op, ins: Sequence[Layout], reduced: tuple[str, ...] | None, dim: int) -> Outcome:
@@ -78,7 +84,7 @@ def reduce_scatter(op: Op, ins: Sequence[Layout], reduced: tuple[str, ...] | Non
         if ok:
             dims = list(x.dims)
             dims[dim] = dims[dim] + reduced
-            x = Layout(tuple(dims), x.partial - set(reduced), x.varying, x.unknown)
+            x = x.keep(tuple(dims), x.partial - set(reduced))
         else:
             for a in reduced:
                 s = x.state(a)
@@ -106,7 +112,7 @@ def all_gather(op: Op, ins: Sequence[Layout], reduced: tuple[str, ...] | None, d
         if axes[len(axes) - k:] == reduced and all(x.state(a) is S for a in reduced):
             dims = list(x.dims)
             dims[dim] = axes[:len(axes) - k]
-            x = Layout(tuple(dims), x.partial, x.varying, x.unknown)
+            x = x.keep(tuple(dims))
         else:
             for a in reduced:
                 s = x.state(a)

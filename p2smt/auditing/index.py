@@ -63,7 +63,9 @@ def _remainder(x: Affine, n: int, sizes: Mapping[str, int]) -> Affine | None:
     return rest if rest.bounds(sizes)[1] < n else None
 
 
-_COMPARE = {"LT": lambda lo, hi, c: 1 if hi < c else 0 if lo >= c else None,
+_COMPARE = {"EQ": lambda lo, hi, c: 1 if lo == hi == c else 0 if c < lo or c > hi else None,
+            "NE": lambda lo, hi, c: 0 if lo == hi == c else 1 if c < lo or c > hi else None,
+            "LT": lambda lo, hi, c: 1 if hi < c else 0 if lo >= c else None,
             "GE": lambda lo, hi, c: 1 if lo >= c else 0 if hi < c else None,
             "GT": lambda lo, hi, c: 1 if lo > c else 0 if hi <= c else None,
             "LE": lambda lo, hi, c: 1 if hi <= c else 0 if lo > c else None}
@@ -71,8 +73,17 @@ _COMPARE = {"LT": lambda lo, hi, c: 1 if hi < c else 0 if lo >= c else None,
 
 def evaluate(kind: str, args: list[Affine | None], sizes: Mapping[str, int], direction: str = "") -> Affine | None:
     """The affine value of an integer op on affine operands, where it is exact (else None)."""
+    if kind == "select" and args and args[0] is not None and not args[0].coeffs:
+        return args[1] if args[0].const else args[2]
+    if kind in ("and", "or"):
+        consts = [a.const for a in args if a is not None and not a.coeffs]
+        if kind == "and" and 0 in consts or kind == "or" and any(consts):
+            return Affine((), 0 if kind == "and" else 1)
     if any(a is None for a in args):
         return None
+    if kind in ("and", "or") and all(not a.coeffs for a in args):
+        return Affine((), int(bool(args[0].const) and bool(args[1].const) if kind == "and"
+                              else bool(args[0].const) or bool(args[1].const)))
     if kind in ("convert", "copy", "reshape", "broadcast_in_dim"):
         return args[0]
     if kind == "add":

@@ -68,6 +68,15 @@ class Layout:
     partial: frozenset[str] = frozenset()
     varying: tuple[tuple[str, str], ...] = ()
     unknown: tuple[tuple[str, str], ...] = field(default=())
+    mixed: frozenset[str] = frozenset()  # sharded axes whose blocks each had a replicated value added
+
+    def keep(self, dims: tuple[tuple[str, ...], ...] | None = None, partial: frozenset[str] | None = None) -> Layout:
+        """The same value under new ``dims`` or ``partial`` (the rest carried over; ``mixed`` kept only along
+        axes that still shard it)."""
+        dims = self.dims if dims is None else dims
+        sharded = {a for axes in dims for a in axes}
+        return Layout(dims, self.partial if partial is None else partial, self.varying, self.unknown,
+                      self.mixed & sharded)
 
     def state(self, axis: str) -> AxisState:
         """This value's state along ``axis`` (unknown wins over varying, over partial, over sharded)."""
@@ -93,7 +102,8 @@ class Layout:
         if self.state(axis) is AxisState.UNKNOWN:
             return self
         return Layout(tuple(tuple(a for a in axes if a != axis) for axes in self.dims), self.partial - {axis},
-                      tuple(v for v in self.varying if v[0] != axis), self.unknown + ((axis, why),))
+                      tuple(v for v in self.varying if v[0] != axis), self.unknown + ((axis, why),),
+                      self.mixed - {axis})
 
     def varies(self, axis: str, why: str) -> Layout:
         """The same value, varying along ``axis`` untracked."""

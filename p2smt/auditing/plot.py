@@ -18,9 +18,9 @@ def plot_report(report: AuditReport, path: str | Path) -> None:
 
     priced = [c for c in report.chains if c.seconds is not None]
     labels = [f"#{c.index} {'; '.join(c.steps)}" + (f" ×{c.count}" if c.count > 1 else "") for c in priced]
-    now = [c.seconds * c.count * 1e6 for c in priced]
+    now = [c.seconds * c.count * c.per_step * 1e6 for c in priced]
     best = [(c.best_seconds if c.best_seconds is not None and c.best_seconds < c.seconds else c.seconds)
-            * c.count * 1e6 for c in priced]
+            * c.count * c.per_step * 1e6 for c in priced]
     fig, ax = plt.subplots(figsize=(9, 1.2 + 0.45 * max(len(priced), 1)))
     ys = range(len(priced))
     ax.barh([y + 0.2 for y in ys], now, height=0.4, label="now")

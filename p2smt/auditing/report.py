@@ -61,12 +61,15 @@ class AuditReport:
 
     @property
     def seconds_now(self) -> float:
-        return sum((c.seconds or 0.0) * c.count for c in self.chains)
+        """Predicted communication seconds per step of the priced chains (a loop's chains times its trip
+        count; chains of unknown count once)."""
+        return sum((c.seconds or 0.0) * c.count * c.per_step for c in self.chains)
 
     @property
     def seconds_best(self) -> float:
-        return sum((c.best_seconds if c.best_seconds is not None else c.seconds or 0.0) * c.count
-                   for c in self.chains)
+        """The same with each chain's best program where it is faster."""
+        return sum(min(c.seconds or 0.0, c.best_seconds if c.best_seconds is not None else c.seconds or 0.0)
+                   * c.count * c.per_step for c in self.chains)
 
     def to_json(self) -> dict[str, Any]:
         return {"verdict": self.verdict.value, "module": self.module, "sources": list(self.sources),

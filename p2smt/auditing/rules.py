@@ -85,7 +85,13 @@ def elementwise(op: Op, ins: Sequence[Layout]) -> Outcome:
     rank = len(op.result_shapes[0])
     dims, clash = _merge_dims(op, ins, rank)
     findings: list[Finding] = []
-    out = Layout(dims)
+    additive = op.short in LINEAR_BINARY or op.short == "select"
+    mixed = frozenset().union(*(x.mixed for x in ins)) | {
+        a for a in op.axes
+        if additive and any(x.state(a) is S for x in ins)
+        and any(x.state(a) is R and i not in op.attrs.get("zeros", ()) for i, x in enumerate(ins)
+                if i or op.short != "select")}
+    out = Layout(dims, mixed=frozenset(a for a in mixed if any(a in d for d in dims)))
     kind = op.short
     for a in op.axes:
         states = [x.state(a) for x in ins]
@@ -113,7 +119,7 @@ def elementwise(op: Op, ins: Sequence[Layout]) -> Outcome:
             or (kind == "select" and 0 not in partial and len(partial) == 2)
         )
         if linear:
-            out = Layout(out.dims, out.partial | {a}, out.varying, out.unknown)
+            out = out.keep(partial=out.partial | {a})
             continue
         if kind in LINEAR_BINARY or (kind == "select" and 0 not in partial):
             findings.append(_finding(op, FindingKind.ADDED_TO_PARTIAL, a,
@@ -142,7 +148,7 @@ def broadcast_in_dim(op: Op, ins: Sequence[Layout]) -> Outcome:
             out_lost += list(axes)
         else:
             dims[target] = axes
-    out = Layout(tuple(dims), x.partial, x.varying, x.unknown)
+    out = x.keep(tuple(dims))
     for a in out_lost:
         out = out.lost(a, f"broadcast_in_dim at {op.location} stretches a dimension sharded over {a}")
     return Outcome([out])
@@ -150,7 +156,7 @@ def broadcast_in_dim(op: Op, ins: Sequence[Layout]) -> Outcome:
 
 def transpose(op: Op, ins: Sequence[Layout]) -> Outcome:
     (x,), perm = ins, op.attrs["permutation"]
-    return Outcome([Layout(tuple(x.dims[p] for p in perm), x.partial, x.varying, x.unknown)])
+    return Outcome([x.keep(tuple(x.dims[p] for p in perm))])
 
 
 def _reshape_groups(src: Sequence[int], dst: Sequence[int]) -> list[tuple[list[int], list[int]]] | None:
@@ -192,7 +198,7 @@ def reshape(op: Op, ins: Sequence[Layout]) -> Outcome:
             out_lost += list(x.dims[d])
         else:
             dims[group[1][0]] = x.dims[d]
-    out = Layout(tuple(dims), x.partial, x.varying, x.unknown)
+    out = x.keep(tuple(dims))
     for a in out_lost:
         out = out.lost(a, f"reshape at {op.location} moves a dimension sharded over {a}")
     return Outcome([out])
@@ -262,8 +268,10 @@ def dot_general(op: Op, ins: Sequence[Layout]) -> Outcome:
             continue
         i = order.index((pos, side[1]))
         dims[i] = (lhs if pos == "l" else rhs).dims[side[1]]
-    out = Layout(tuple(d if not any(x in {u for u, _ in out.unknown} for x in d) else () for d in dims),
-                 frozenset(partial) - {u for u, _ in out.unknown}, out.varying, out.unknown)
+    gone = {u for u, _ in out.unknown}
+    mixed = frozenset(a for a in lhs.mixed | rhs.mixed if a not in gone)
+    out = Layout(tuple(d if not any(x in gone for x in d) else () for d in dims), frozenset(partial) - gone,
+                 out.varying, out.unknown, mixed & {a for d in dims for a in d})
     return Outcome([out], findings)
 
 
@@ -278,7 +286,7 @@ def reduce(op: Op, ins: Sequence[Layout]) -> Outcome:
     reduced = op.attrs["dimensions"]
     is_sum = op.attrs.get("sum", False) and op.attrs.get("zero_init", False)
     dims = tuple(axes for d, axes in enumerate(x.dims) if d not in reduced)
-    out = Layout(dims, x.partial, x.varying, x.unknown)
+    out = x.keep(dims)
     findings: list[Finding] = []
     for a in op.axes:
         if init.state(a) is not R:
@@ -287,7 +295,7 @@ def reduce(op: Op, ins: Sequence[Layout]) -> Outcome:
         d = x.sharded_dim(a)
         if is_sum:
             if d is not None and d in reduced:
-                out = Layout(out.dims, out.partial | {a}, out.varying, out.unknown)
+                out = out.keep(partial=out.partial | {a})
             continue
         if x.state(a) is P:
             findings.append(_finding(op, FindingKind.NONLINEAR_ON_PARTIAL, a,
@@ -364,7 +372,7 @@ def dynamic_slice(op: Op, ins: Sequence[Layout]) -> Outcome:
         dims = list(out.dims)
         for d, axes in taken.items():
             dims[d] = dims[d] + axes
-        out = Layout(tuple(dims), out.partial, out.varying, out.unknown)
+        out = out.keep(tuple(dims))
     return Outcome([out])
 
 

@@ -417,12 +417,10 @@ class _Walker:
             for a in manual:
                 lay = lay.varies(a, f"{name.split('.', 1)[1]} at {location(op)} (the device's position)")
             return Outcome([lay])
-        if name == "func.call":
-            callee = self.funcs[self.ir.FlatSymbolRefAttr(op.attributes["callee"]).value]
-            return Outcome(self._body(callee.regions[0].blocks[0], ins, manual, mesh, depth + 1))
-        if name == "stablehlo.composite":
-            callee = self.funcs[self.ir.FlatSymbolRefAttr(op.attributes["decomposition"]).value]
-            return Outcome(self._body(callee.regions[0].blocks[0], ins, manual, mesh, depth + 1))
+        if name in ("func.call", "stablehlo.composite"):
+            key = "callee" if name == "func.call" else "decomposition"
+            return Outcome(self._call(op, self.funcs[self.ir.FlatSymbolRefAttr(op.attributes[key]).value], ins,
+                                      manual, mesh, depth))
         if name == "stablehlo.custom_call":
             self._hidden_check(op, name)
         if name == "sdy.manual_computation":
@@ -437,6 +435,19 @@ class _Walker:
             # a while, case or if may use values of the body it stands in without naming them as operands
             ins = ins + [env[v] if v in env else self._outside(v, manual) for v in self._captures(op)]
         return apply(self._op(op, name, manual, self._attrs(op, name)), ins)
+
+    def _call(self, op, callee, ins: list[Layout], manual, mesh: Mesh, depth: int) -> list[Layout]:
+        """A function run in line, the mesh-coordinate arithmetic of its arguments and results carried over."""
+        block = callee.regions[0].blocks[0]
+        for arg, v in zip(block.arguments, op.operands):
+            if v in self.affine:
+                self.affine[arg] = self.affine[v]
+        out = self._body(block, ins, manual, mesh, depth + 1)
+        ret = list(block.operations)[-1]
+        for r, v in zip(op.results, ret.operands):
+            if v in self.affine:
+                self.affine[r] = self.affine[v]
+        return out
 
     def _loop(self, op, ins: list[Layout], manual, mesh: Mesh, depth: int, env: Mapping) -> list[Layout]:
         """A while loop: its body run on the carried layouts until they no longer change (what differs
@@ -526,6 +537,8 @@ class _Walker:
         if name == "stablehlo.reduce":
             return {"dimensions": ints("dimensions"), "sum": self._adds(op),
                     "zero_init": len(op.operands) == 2 and self._zero(op.operands[1])}
+        if name in ("stablehlo.add", "stablehlo.subtract", "stablehlo.select"):
+            return {"zeros": tuple(i for i, v in enumerate(op.operands) if self._zero(v))}
         if name == "stablehlo.convert":
             src, dst = (str(v.type.element_type) for v in (op.operands[0], op.results[0]))
             return {"linear": not dst.startswith(("i", "ui")) or src.startswith(("i", "ui"))}
@@ -544,6 +557,9 @@ class _Walker:
 
     def _zero(self, value) -> bool:
         """Whether a value is the constant zero (a sum's start)."""
+        while not isinstance(value, self.ir.BlockArgument) and value.owner.name in (
+                "stablehlo.broadcast_in_dim", "stablehlo.convert", "stablehlo.reshape"):
+            value = value.owner.operands[0]
         if isinstance(value, self.ir.BlockArgument) or value.owner.name != "stablehlo.constant":
             return False
         try:

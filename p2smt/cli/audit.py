@@ -90,14 +90,15 @@ def render(c: Console, report, written: list[str]) -> None:
             f"({report.num_devices} devices; mesh {escape(mesh)}; read from {' and '.join(report.sources)})")
     if report.placement:
         c.print(f"  placement of the mesh axes on the system's levels: {[list(r) for r in report.placement]}")
-    t = Table(title=f"chains (each run once per step; NCCL {report.algo})")
-    for col in ("#", "lines", "steps", "over", "bytes/device", "x", "verdict", "now", "best program", "best",
+    t = Table(title=f"chains (x: how many alike; runs: per step; NCCL {report.algo})")
+    for col in ("#", "lines", "steps", "over", "bytes/device", "x", "runs", "verdict", "now", "best program", "best",
                 "speedup"):
         t.add_column(col, justify="right" if col in ("#", "bytes/device", "x", "now", "best", "speedup") else "left")
     for ch in report.chains:
         speed = ch.speedup
         t.add_row(str(ch.index), ",".join(map(str, ch.lines)), escape("; ".join(ch.steps)),
-                  escape("+".join(ch.axes)) if ch.axes else "-", str(ch.bytes), str(ch.count), ch.verdict.value,
+                  escape("+".join(ch.axes)) if ch.axes else "-", str(ch.bytes), str(ch.count), ch.runs,
+                  ch.verdict.value,
                   _us(ch.seconds), escape(ch.best_program or ch.best_note or "-"), _us(ch.best_seconds),
                   "-" if speed is None else f"{speed:.2f}x" if speed > 1 else "keep")
     if report.chains:
