@@ -447,3 +447,160 @@ def test_a_named_computation_runs_in_line_like_a_call(tmp_path, capsys):
                                   "[[0, 1, 2, 3], [4, 5, 6, 7], [8, 9, 10, 11], [12, 13, 14, 15]]"))
     rc, out = verify([*ALL, "--hlo", str(twice), "--device-order", order], capsys)
     assert rc == 1 and out["status"] != "proved"
+
+
+STEPS = ("", "-unpartitioned")
+"""Suffixes of generate_steps.py's HLO: compiled, and printed before partitioning."""
+
+
+@pytest.mark.parametrize(("name", "steps"), [("gather-untiled", 3), ("bf16-two-psums", 2)])
+@pytest.mark.parametrize("suffix", [".mlir", ".hlo", "-unpartitioned.hlo"])
+def test_correct_steps_refused_before_are_proved(name, steps, suffix, tmp_path, capsys):
+    """JAX's default all_gather(tiled=False) (a broadcast_in_dim adding the gathered dimension, then a reshape),
+    and bf16 psums XLA promotes to f32 all-reduces with a convert to bf16 and back between them (each step is
+    widen, sum, narrow back: the bf16 all-reduce computed wider): both are sums over the 16 devices."""
+    order = mesh_order(tmp_path, capsys, "16", "[[4,4]]")
+    rc, out = verify([*ALL, "--hlo", str(HLO / f"{name}{suffix}"), "--device-order", order], capsys)
+    assert (rc, out["status"], out["steps"]) == (0, "proved", steps)
+
+
+@pytest.mark.parametrize("suffix", [".mlir", ".hlo", "-unpartitioned.hlo"])
+def test_a_rounding_between_steps_stays_refused(suffix, capsys):
+    """f32 psums with a cast to bf16 and back between them: narrowing then widening rounds the partial sums."""
+    assert main(["verify", *ALL, "--hlo", str(HLO / f"f32-rounded-between{suffix}")]) == 2
+    assert "through convert" in capsys.readouterr().err
+
+
+def test_a_sharding_annotation_inside_a_combiner_is_read_as_the_compiled_module():
+    """A shard_map manual over one axis: before partitioning (HLO custom-call "Sharding", GSPMD's StableHLO
+    custom_call @Sharding, Shardy's StableHLO) the combiners hold a sharding annotation; each reads as the
+    collectives XLA compiled."""
+    def steps(name: str) -> list:
+        return [(c.collective, c.groups, c.dimension) for c in parse_module((HLO / name).read_text(), name).collectives]
+
+    compiled = steps("partial-manual.hlo")
+    assert [c[0] for c in compiled] == [Collective.REDUCE_SCATTER, Collective.ALL_GATHER]
+    for name in ("partial-manual-unpartitioned.hlo", "partial-manual-gspmd.mlir", "partial-manual.mlir"):
+        assert steps(name) == compiled, name
+    text = (HLO / "partial-manual-unpartitioned.hlo").read_text()
+    assert 'custom_call_target="Sharding"' in text.split("ENTRY")[0]
+    # another custom call in the combiner, or the target only in a string elsewhere, is no annotation
+    for fake in ('custom_call_target="Other"', 'custom_call_target="Other", metadata={op_name="custom_call_target=\\"Sharding\\""}'):
+        with pytest.raises(P2Error, match="reduces with custom-call"):
+            parse_module(text.replace('custom_call_target="Sharding"', fake, 1), "m")
+
+
+ADD = {t: f"""%add_{t} (a: {t}[], b: {t}[]) -> {t}[] {{
+  %a = {t}[] parameter(0)
+  %b = {t}[] parameter(1)
+  ROOT %s = {t}[] add({t}[] %a, {t}[] %b)
+}}
+""" for t in ("f32", "s32", "f16", "f64")}
+
+
+def _converts(narrow: str, wide: str, between: list[str]) -> str:
+    """Two all-reduces on ``wide`` values of a ``narrow`` input, with converts through ``between`` types."""
+    lines, last, t = [f"  %w = {wide}[8]{{0}} convert({narrow}[8]{{0}} %p)"], "%w", wide
+    lines.append(f"  %a = {wide}[8]{{0}} all-reduce(%w), replica_groups={{{{0,1}},{{2,3}}}}, to_apply=%add_{wide}")
+    last = "%a"
+    for k, u in enumerate(between):
+        lines.append(f"  %c{k} = {u}[8]{{0}} convert({t}[8]{{0}} {last})")
+        last, t = f"%c{k}", u
+    lines.append(f"  ROOT %b = {t}[8]{{0}} all-reduce({last}), replica_groups={{{{0,2}},{{1,3}}}}, to_apply=%add_{t}")
+    return "HloModule m, num_partitions=4\n" + ADD[wide] + (ADD[t] if t != wide else "") + \
+        f"ENTRY %main (p: {narrow}[8]) -> {t}[8] {{\n  %p = {narrow}[8]{{0}} parameter(0)\n" + "\n".join(lines) + "\n}\n"
+
+
+@pytest.mark.parametrize(("narrow", "wide", "between", "kept"), [
+    ("bf16", "f32", ["bf16", "f32"], True),  # XLA's promotion: narrow back the widened sum, widen again
+    ("s8", "s32", ["s8", "s32"], True),  # integers wrap alike whichever width sums them
+    ("f16", "f32", ["f64"], True),  # an exact widening
+    ("f32", "f32", ["bf16", "f32"], False),  # narrowing then widening a value never widened: rounds
+    ("f16", "f32", ["bf16", "f32"], False),  # back to another type than it was widened from
+    ("s8", "f32", ["s8", "f32"], False),  # integers summed as floats, converted back: may not fit
+    ("s32", "s32", ["f32"], False),  # s32 to f32 rounds
+])
+def test_converts_between_steps_keep_a_value_only_when_provably_exact(narrow, wide, between, kept):
+    text = _converts(narrow, wide, between)
+    if kept:
+        assert len(parse_hlo_text(text).collectives) == 2
+    else:
+        with pytest.raises(P2Error, match="through convert"):
+            parse_hlo_text(text)
+
+
+def _gathered(broadcast: str) -> str:
+    return f"""module @m attributes {{mhlo.num_partitions = 4 : i32, mhlo.num_replicas = 1 : i32}} {{
+  func.func public @main(%arg0: tensor<8xf32>) -> tensor<16xf32> {{
+    %0 = "stablehlo.reduce_scatter"(%arg0) <{{replica_groups = dense<[[0, 1], [2, 3]]> : tensor<2x2xi64>, scatter_dimension = 0 : i64}}> ({{
+    ^bb0(%a: tensor<f32>, %b: tensor<f32>):
+      %s = stablehlo.add %a, %b : tensor<f32>
+      stablehlo.return %s : tensor<f32>
+    }}) : (tensor<8xf32>) -> tensor<4xf32>
+    {broadcast}
+    %2 = "stablehlo.all_gather"(%1) <{{all_gather_dim = 0 : i64, replica_groups = dense<[[0, 1], [2, 3]]> : tensor<2x2xi64>}}> : (tensor<1x4xf32>) -> tensor<2x4xf32>
+    %3 = stablehlo.reshape %2 : (tensor<2x4xf32>) -> tensor<8xf32>
+    %4 = stablehlo.concatenate %3, %3, dim = 0 : (tensor<8xf32>, tensor<8xf32>) -> tensor<16xf32>
+    return %4 : tensor<16xf32>
+  }}
+}}
+"""
+
+
+def test_only_a_broadcast_that_adds_unit_dimensions_is_a_reshape():
+    unit = "%1 = stablehlo.broadcast_in_dim %0, dims = [1] : (tensor<4xf32>) -> tensor<1x4xf32>"
+    assert len(parse_module(_gathered(unit), "m.mlir").collectives) == 2
+    spread = ("%r = stablehlo.slice %0 [0:1] : (tensor<4xf32>) -> tensor<1xf32>\n"
+              "    %1 = stablehlo.broadcast_in_dim %r, dims = [0] : (tensor<1xf32>) -> tensor<1x4xf32>")
+    with pytest.raises(P2Error, match="through slice|through broadcast_in_dim"):
+        parse_module(_gathered(spread), "m.mlir")
+    copies = ("%r = stablehlo.slice %0 [0:1] : (tensor<4xf32>) -> tensor<1xf32>\n"
+              "    %1 = stablehlo.broadcast_in_dim %r, dims = [1] : (tensor<1xf32>) -> tensor<1x4xf32>")
+    with pytest.raises(P2Error, match="through"):
+        parse_module(_gathered(copies), "m.mlir")
+
+
+NUMBERS = """
+import importlib.util, sys
+import jax, jax.numpy as jnp, numpy as np
+from jax.sharding import Mesh
+spec = importlib.util.spec_from_file_location("generate_steps", sys.argv[1])
+gen = importlib.util.module_from_spec(spec)
+spec.loader.exec_module(gen)
+mesh = Mesh(np.array(jax.devices()).reshape(4, 4), gen.AXES)
+steps = gen.steps(mesh)
+def run(name, *args):
+    fn, _ = steps[name]
+    with jax.set_mesh(mesh):
+        return np.asarray(jax.jit(fn)(*args), np.float64)
+x = np.arange(256) % 8  # small integers: every sum exact, in bf16 too
+total = np.tile(x.reshape(16, 16).sum(0), 16)
+assert (run("gather-untiled", jnp.asarray(x, jnp.float32)) == total).all()
+assert (run("bf16-two-psums", jnp.asarray(x, jnp.bfloat16)) == total).all()
+assert (run("fori-psum", jnp.asarray(x, jnp.float32)) == 16 * total).all()  # the 2nd and 3rd psum: 4 times each
+y = np.arange(1024) % 8
+assert (run("partial-manual", jnp.asarray(y, jnp.float32)) == np.tile(y.reshape(4, 256).sum(0), 4)).all()
+ws = jnp.asarray(np.random.default_rng(0).normal(size=(3, 8, 8)) / 4, jnp.float32)
+h0 = jnp.asarray(np.random.default_rng(1).normal(size=(8, 8)), jnp.float32)
+def loss(ws):
+    h = h0
+    for w in ws:
+        h = jnp.tanh(h @ w)
+    return jnp.sum(h)
+assert np.allclose(run("scan-mlp", ws, h0), 4 * np.asarray(jax.grad(loss)(ws)), atol=1e-4)
+print("ok")
+"""
+
+
+@pytest.mark.skipif(os.environ.get("P2SMT_SKIP_JAX") == "1", reason="JAX run disabled")
+def test_the_step_fixtures_compute_what_their_verdicts_say(tmp_path):
+    """generate_steps.py's functions run on 16 CPU devices on small integers: the untiled gather, the bf16
+    psums and the partially manual scatter-gather are the sums proved above; the fori_loop's psum runs 3 times
+    (the second and the third multiply by the 4 tensor devices, then over data); the scanned MLP's step is the gradient of the unsharded
+    MLP's loss as each of the 16 devices computes it (each data shard's on its 4 tensor devices: 4 times)."""
+    script = tmp_path / "step_numbers.py"  # not numbers.py: the script would shadow the standard library module
+    script.write_text(NUMBERS)
+    env = {**os.environ, "XLA_FLAGS": "--xla_force_host_platform_device_count=16", "JAX_PLATFORMS": "cpu"}
+    done = subprocess.run([sys.executable, str(script), str(HLO / "generate_steps.py")], check=False,
+                          capture_output=True, text=True, env=env, timeout=600)
+    assert done.returncode == 0 and done.stdout.strip() == "ok", done.stderr[-2000:]

@@ -15,7 +15,7 @@ from __future__ import annotations
 import json
 import re
 import stat
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from math import prod
 from pathlib import Path
@@ -23,12 +23,14 @@ from pathlib import Path
 from p2smt.errors import P2Error
 from p2smt.frontend.hlo_program import (
     INPUT_FLOW,
+    SHARDING,
     UNTRACED_FLOW,
     Chain,
     Flow,
     HloCollective,
     HloProgram,
     carried,
+    converted,
     joined,
     require_sum,
     unsupported,
@@ -353,8 +355,9 @@ def read_hlo_text(text: str, where: str = "<hlo>", split: bool = False) -> Modul
             if apply is None or apply not in by_name:
                 raise P2Error(f"{where}:{ins.line}: {ins.op} names no reduction computation (to_apply)")
             comp = by_name[apply]
-            require_sum((i.op for i in comp.body), f"to_apply=%{comp.name}", where, ins.line, ins.op)
-            if not _adds_its_parameters(comp):
+            require_sum((SHARDING if sharding(i) else i.op for i in comp.body), f"to_apply=%{comp.name}", where,
+                        ins.line, ins.op)
+            if not _adds_its_parameters(comp, sharding):
                 raise P2Error(f"{where}:{ins.line}: {ins.op} reduces with an add that is not of its two parameters "
                               f"(to_apply=%{comp.name}); p2smt proves sums only")
         count = max(len(operands), 1)
@@ -379,8 +382,14 @@ def read_hlo_text(text: str, where: str = "<hlo>", split: bool = False) -> Modul
     inlined: set[str] = set()
     budget = [MAX_RUN]
     followed: dict[int, set[str]] = {}  # read split: the loop bodies and branches run, by the line naming them
+    source = text.splitlines()  # the lines as written (strings kept)
+
+    def sharding(ins: _Instruction) -> bool:
+        """Whether ``ins`` is a sharding annotation: a ``custom-call`` of one operand to ``"Sharding"``."""
+        return ins.op == "custom-call" and len(ins.operands) == 1 and \
+            _top_string(source[ins.line - 1], "custom_call_target") == "Sharding"
+
     holds = _Holds(by_name)
-    source = text.splitlines()
 
     def loop(ins: _Instruction, operands: list[Value], stack: tuple[str, ...]) -> Value | None:
         """Read split, a ``while`` whose body (not its condition) runs communication: the body read as a scope of
@@ -464,6 +473,12 @@ def read_hlo_text(text: str, where: str = "<hlo>", split: bool = False) -> Modul
             return run(by_name[callee], operands, (*stack, callee))
         if ins.op in _DONE and len(operands) == 1 and isinstance(operands[0], _Started):
             return operands[0] if ins.op == "async-update" else operands[0].result
+        if ins.op == "convert" and len(operands) == 1 and ins.operand_shapes:
+            types = [leaves[0][0] if (leaves := _leaves(sh)) else "" for sh in (ins.operand_shapes[0], ins.shape)]
+            return converted(_flat(operands[0]), *types)
+        if ins.op == "fusion" and (comp := called(ins)) is not None and any(i.op == "convert" for i in comp.body) \
+                and all(i.op in ("parameter", "convert") or i.keeps for i in comp.body) and comp.name not in stack:
+            return run(comp, operands, (*stack, comp.name))  # converts XLA fused: each read as it converts
         if split and ins.op in ("while", "conditional") and \
                 (taken := (loop if ins.op == "while" else branches)(ins, operands, stack)) is not None:
             return taken
@@ -536,17 +551,30 @@ def _follows_every_collective(comps: list[_Computation], by_name: dict[str, _Com
                                   "p2smt does not follow; it reads straight-line code only (calls run in line)")
 
 
-def known_trip_count(line: str) -> int | None:
-    """XLA's ``known_trip_count`` in a ``while`` instruction's top-level ``backend_config`` (the line as written,
-    strings kept). One in a string, a comment or nested deeper is no count of this loop, nor one of two."""
+def _top_value(line: str, key: str) -> int | None:
+    """Where the value of an instruction's top-level attribute ``key=`` starts in its line as written (strings
+    kept): a ``key=`` in a string, a comment or nested deeper is none; None also when given twice."""
     def blank(m: re.Match) -> str:  # the same length, so positions in it are positions in the line
         token = m.group(0)
         return '"' + "x" * (len(token) - 2) + '"' if token.startswith('"') else " " * len(token)
 
     try:
-        at = _top_level(_TOKENS.sub(blank, line), "backend_config")
-    except P2Error:  # given twice
+        return _top_level(_TOKENS.sub(blank, line), key)
+    except P2Error:
         return None
+
+
+def _top_string(line: str, key: str) -> str | None:
+    """A top-level string attribute's value (``custom_call_target="Sharding"``: ``Sharding``)."""
+    at = _top_value(line, key)
+    m = re.match(r'"((?:[^"\\]|\\.)*)"', line[at:]) if at is not None else None
+    return m.group(1) if m else None
+
+
+def known_trip_count(line: str) -> int | None:
+    """XLA's ``known_trip_count`` in a ``while`` instruction's top-level ``backend_config`` (the line as written,
+    strings kept). One in a string, a comment or nested deeper is no count of this loop, nor one of two."""
+    at = _top_value(line, "backend_config")
     try:
         config, _ = json.JSONDecoder().raw_decode(line[at:]) if at is not None else (None, 0)
         if isinstance(config, str):  # an older XLA prints backend_config as a string
@@ -557,14 +585,16 @@ def known_trip_count(line: str) -> int | None:
         return None
 
 
-def _adds_its_parameters(comp: _Computation) -> bool:
+def _adds_its_parameters(comp: _Computation, sharding: Callable[[_Instruction], bool]) -> bool:
     """Whether a reduction computation's result is ``add`` of its parameters 0 and 1, one each (through
-    converts and copies): an add of one parameter twice passes a check of op names alone."""
+    converts, copies and ``sharding`` annotations): an add of one parameter twice passes a check of op names
+    alone."""
     by = {i.name: i for i in comp.body}
 
     def source(name: str) -> _Instruction | None:
         ins = by.get(name)
-        while ins is not None and ins.op in ("convert", "copy", "bitcast") and len(ins.operands) == 1:
+        while ins is not None and (ins.op in ("convert", "copy", "bitcast") or sharding(ins)) and \
+                len(ins.operands) == 1:
             ins = by.get(ins.operands[0])
         return ins
 

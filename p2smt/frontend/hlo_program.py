@@ -17,8 +17,9 @@ same two rules before a collective joins the program:
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from enum import Enum
 from typing import Any
 
@@ -26,9 +27,13 @@ from p2smt.errors import P2Error
 from p2smt.model.collectives import Collective, Group
 from p2smt.model.replica_groups import DeviceSpace, GroupMode
 
-SUM_OPS = frozenset({"add", "parameter", "tuple", "convert", "copy", "bitcast", "return", "sdy.sharding_constraint"})
+SHARDING = "sharding annotation"
+"""What the readers call a sharding annotation (HLO ``custom-call`` to ``"Sharding"``, StableHLO ``custom_call
+@Sharding``): it passes its operand on."""
+SUM_OPS = frozenset({"add", "parameter", "tuple", "convert", "copy", "bitcast", "return", "sdy.sharding_constraint",
+                     SHARDING})
 """Ops a reduction computation may hold and still be a sum (besides the add, ops that pass values on or widen
-them); the readers also check that the add takes each of its two arguments once."""
+them, a sharding annotation); the readers also check that the add takes each of its two arguments once."""
 
 
 @dataclass(frozen=True)
@@ -85,6 +90,7 @@ class Flow:
     op: str | None = None
     reshaped: bool = False  # a reshape on the way since the last collective (it keeps positions along dim 0 only)
     opaque: frozenset[int] = frozenset()
+    promoted: str = ""  # the narrower type the value was widened from exactly, then at most summed (``converted``)
 
     @staticmethod
     def through(op: str, flows: Iterable[Flow], keeps: bool, reshapes: bool = False) -> Flow:
@@ -97,7 +103,45 @@ class Flow:
             return Flow()
         moved = next((f.op for f in flows if f.op is not None), None)
         reshaped = reshapes or any(f.reshaped for f in flows)
-        return Flow(sources, moved if moved is not None or keeps else op, reshaped, opaque)
+        promoted = flows[0].promoted if keeps and all(f.promoted == flows[0].promoted for f in flows) else ""
+        return Flow(sources, moved if moved is not None or keeps else op, reshaped, opaque, promoted)
+
+
+def _element(name: str) -> tuple[str, int] | None:
+    """(kind, bits) of an HLO (``bf16``, ``s32``, ``u8``) or MLIR (``bf16``, ``i32``, ``ui8``) element type:
+    kind ``f`` (float, ``bf`` for bfloat16), ``s`` (signed; MLIR's signless too) or ``u``."""
+    m = re.fullmatch(r"(bf|f|s|si|i|u|ui)(\d+)", name.strip().lower())
+    if m is None:
+        return None
+    return {"si": "s", "i": "s", "ui": "u"}.get(m.group(1), m.group(1)), int(m.group(2))
+
+
+def widens_exactly(src: str, dst: str) -> bool:
+    """Whether converting ``src`` elements to ``dst`` keeps every value exactly, and converting back gives it
+    again: a float to a wider float that holds all its values (bf16 or f16 to f32 or f64, f32 to f64), an
+    integer to a wider one of the same sign or an unsigned one to a wider signed one. Not between integers and
+    floats (a sum converted back could be out of range)."""
+    a, b = _element(src), _element(dst)
+    if a is None or b is None or a[1] >= b[1]:
+        return False
+    if a[0] in ("f", "bf") and b[0] == "f":
+        return b[1] >= 32
+    return a[0] == b[0] in ("s", "u") or (a[0], b[0]) == ("u", "s")
+
+
+def converted(flow: Flow, src: str, dst: str) -> Flow:
+    """The flow of a ``convert`` from ``src`` to ``dst`` elements. An exact widening keeps the value (and
+    records what it was widened from); converting a value widened from ``dst`` (then at most summed by
+    collectives, as XLA does when it promotes a bf16 all-reduce to f32) back to ``dst`` keeps it too: it is that
+    type's collective, computed wider. Any other convert can round or wrap: it changes values. A narrowing
+    then widening (f32 to bf16 to f32) rounds away what bf16 does not hold, so it is not kept."""
+    if not flow.sources and not flow.opaque:
+        return flow
+    if widens_exactly(src, dst):
+        return replace(flow, promoted=src.strip().lower())
+    if widens_exactly(dst, src) and flow.promoted == dst.strip().lower():
+        return replace(flow, promoted="")
+    return Flow.through("convert", [flow], False)
 
 
 def joined(op: str, flows: Iterable[Flow]) -> Flow:
@@ -283,7 +327,7 @@ class Chain:
             raise P2Error(f"{self.where}:{reshaped.line}: {reshaped.op} reads its predecessor's "
                           f"result through a reshape, and the {off.op} at line {off.line} works along dimension "
                           f"{off.dimension}: a reshape keeps positions along dimension 0 only")
-        return Flow(frozenset({index}))
+        return Flow(frozenset({index}), promoted=flow.promoted)
 
     def _crosses(self, read: list[int]) -> bool:
         """Whether the value read comes from a collective of another scope (around the loop or the branch, or in

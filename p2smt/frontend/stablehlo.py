@@ -13,6 +13,7 @@ blocks and a module inside the module are refused too. Each collective must sum 
 
 from __future__ import annotations
 
+from itertools import pairwise
 from typing import Any
 
 import numpy as np
@@ -20,12 +21,14 @@ import numpy as np
 from p2smt.errors import P2Error
 from p2smt.frontend.hlo_program import (
     INPUT_FLOW,
+    SHARDING,
     UNTRACED_FLOW,
     Chain,
     Flow,
     HloCollective,
     HloProgram,
     carried,
+    converted,
     joined,
     require_sum,
     unsupported,
@@ -146,7 +149,8 @@ def _collective(mod: MlirModule, op: Any) -> HloCollective:
     collective = _REDUCTIONS[kind]
     if collective is not Collective.ALL_GATHER:
         block = op.regions[0].blocks[0] if len(op.regions) and len(op.regions[0].blocks) else None
-        require_sum([_kind(o) for o in ops_of(block)] if block is not None else [], "its reduction region",
+        require_sum([SHARDING if _sharding(o) else _kind(o) for o in ops_of(block)] if block is not None else [],
+                    "its reduction region",
                     mod.where, line, kind)
         if not _adds_its_arguments(block):
             raise P2Error(f"{mod.at(op)}: {kind} reduces with an add that is not of its region's two arguments; "
@@ -162,7 +166,7 @@ def _adds_its_arguments(block: Any) -> bool:
     def source(value: Any) -> Any:
         owner = value.owner
         while isinstance(owner, ir.Operation | ir.OpView) and len(owner.operands) == 1 and \
-                (_kind(owner.operation) == "convert" or owner.operation.name == "sdy.sharding_constraint"):
+                (_kind(owner.operation) == "convert" or _sharding(owner.operation)):
             value = owner.operands[0]
             owner = value.owner
         return value
@@ -196,10 +200,31 @@ def _sized(mod: MlirModule, found: HloCollective, op: Any, k: int) -> ReadCollec
     return ReadCollective.of(found, operand, result, mod.where)
 
 
+def _sharding(op: Any) -> bool:
+    """Whether ``op`` is a sharding annotation (JAX's ``custom_call @Sharding``, Shardy's constraint) of one
+    operand: it passes its operand on."""
+    return len(op.operands) == 1 and (op.name == "sdy.sharding_constraint" or (
+        _kind(op) == "custom_call" and _string(op.attributes, "call_target_name") == "Sharding"))
+
+
+def _adds_unit_dims(op: Any) -> bool:
+    """Whether ``op`` is a ``broadcast_in_dim`` that only adds dimensions of size 1 (JAX's untiled all_gather
+    puts one before the gathered one): as many elements, in the same row-major order, so a reshape."""
+    if _kind(op) != "broadcast_in_dim" or len(op.operands) != 1:
+        return False
+    ir, _ = bindings()
+    try:
+        dims = list(ir.DenseI64ArrayAttr(op.attributes["broadcast_dimensions"]))
+        before, after = (ir.RankedTensorType(v.type).shape for v in (op.operands[0], op.results[0]))
+    except (KeyError, ValueError):
+        return False
+    return all(a < b for a, b in pairwise(dims)) and \
+        all(after[d] == size for d, size in zip(dims, before, strict=True)) and \
+        all(size == 1 for d, size in enumerate(after) if d not in dims)
+
+
 def _keeps(op: Any) -> bool:
-    if _kind(op) == "custom_call":  # JAX's sharding annotation only
-        return _string(op.attributes, "call_target_name") == "Sharding"
-    return _kind(op) in KEEPS or op.name == "sdy.sharding_constraint"
+    return _kind(op) in KEEPS or _sharding(op)
 
 
 def _callee(mod: MlirModule, op: Any) -> str | None:
@@ -349,8 +374,11 @@ def read_stablehlo(text: str, where: str = "<stablehlo>", split: bool = False) -
                     results = [Flow.through(kind, flows + used, False)]
             elif kind == "optimization_barrier":  # each result is its operand
                 results = flows
+            elif kind == "convert" and len(flows) == 1:
+                results = [converted(flows[0], _type(op.operands[0])[0], _type(op.results[0])[0])]
             else:
-                results = [Flow.through(kind, flows, _keeps(op), kind == "reshape")]
+                reshapes = kind == "reshape" or _adds_unit_dims(op)
+                results = [Flow.through(kind, flows, _keeps(op) or reshapes, reshapes)]
             for i, r in enumerate(op.results):
                 scope[r] = results[i] if i < len(results) else Flow.through(kind, results, True)
         return returned

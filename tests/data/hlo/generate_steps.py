@@ -6,13 +6,20 @@ Each ``shard_map`` function runs on a (data 4, tensor 4) mesh over ``jax.devices
 ``.as_text(dialect="hlo")``.
 
 - ``scan-mlp``: the gradient of a 3-layer MLP whose layers are scanned (``lax.scan``), each a row-parallel matmul
-  whose partial sums are ``psum``-ed over ``tensor``, forward and backward (two ``while`` loops of 3 iterations),
-  then the stacked gradients summed over ``data``;
+  whose partial sums are ``psum``-ed over ``tensor`` (two ``while`` loops of 3 iterations: forward, and backward
+  where JAX's varying-axes rules add a psum over ``tensor`` and one over ``data``), then the stacked gradients
+  summed over ``data``;
 - ``fori-psum``: ``fori_loop(0, 3, psum over tensor)`` whose result is summed over ``data`` once after the loop;
 - ``gather-untiled``: ``psum_scatter`` then JAX's default ``all_gather(tiled=False)`` (a ``broadcast_in_dim``
   adds the gathered dimension) and a reshape: an all-reduce over ``tensor``, then a ``psum`` over ``data``;
 - ``bf16-two-psums``: ``psum(psum(x, 'tensor'), 'data')`` on bfloat16, which XLA's CPU compiler promotes to f32
-  all-reduces with a convert to bfloat16 and back between them.
+  all-reduces with a convert to bfloat16 and back between them;
+- ``f32-rounded-between``: ``psum(psum(x, 'tensor').astype(bf16).astype(f32), 'data')`` on float32: a rounding
+  between the steps (narrowing then widening), which p2smt must keep refusing;
+- ``partial-manual``: a ``shard_map`` manual over ``tensor`` only (``data`` left to the partitioner) whose
+  ``psum_scatter`` + ``all_gather`` over ``tensor`` get a sharding annotation inside their reduction computation
+  (HLO before partitioning: ``custom-call`` to ``"Sharding"``); ``partial-manual-gspmd.mlir`` is the same function
+  lowered with GSPMD (``custom_call @Sharding`` in the region; XLA's CPU compiler aborts on it, so no HLO).
 """
 
 import os
@@ -61,12 +68,20 @@ def two_psums(x):
     return jax.lax.psum(jax.lax.psum(x, "tensor"), "data")
 
 
+def rounded_between(x):
+    return jax.lax.psum(jax.lax.psum(x, "tensor").astype(jnp.bfloat16).astype(jnp.float32), "data")
+
+
+def partial_manual(x):
+    return jax.lax.all_gather(jax.lax.psum_scatter(x, "tensor", tiled=True), "tensor", tiled=True)
+
+
 def steps(mesh: Mesh) -> dict:
     """name -> (function under jit, example arguments)."""
     flat = P(AXES)
     return {
         "scan-mlp": (shard_map(scan_mlp, mesh=mesh, in_specs=(P(None, "tensor", None), P("data", None)),
-                               out_specs=P(None, "tensor", None), check_vma=False),
+                               out_specs=P(None, "tensor", None)),
                      (jnp.zeros((3, WIDTH, WIDTH), jnp.float32), jnp.zeros((8, WIDTH), jnp.float32))),
         "fori-psum": (shard_map(fori_psum, mesh=mesh, in_specs=flat, out_specs=flat, check_vma=False),
                       (jnp.zeros((256,), jnp.float32),)),
@@ -74,6 +89,10 @@ def steps(mesh: Mesh) -> dict:
                            (jnp.zeros((256,), jnp.float32),)),
         "bf16-two-psums": (shard_map(two_psums, mesh=mesh, in_specs=flat, out_specs=flat),
                            (jnp.zeros((256,), jnp.bfloat16),)),
+        "f32-rounded-between": (shard_map(rounded_between, mesh=mesh, in_specs=flat, out_specs=flat),
+                                (jnp.zeros((256,), jnp.float32),)),
+        "partial-manual": (shard_map(partial_manual, mesh=mesh, in_specs=P("tensor"), out_specs=P("tensor"),
+                                     axis_names={"tensor"}), (jnp.zeros((1024,), jnp.float32),)),
     }
 
 
@@ -81,10 +100,15 @@ def main(out: Path) -> None:
     out.mkdir(parents=True, exist_ok=True)
     mesh = Mesh(np.array(jax.devices()).reshape(4, 4), AXES)
     for name, (fn, args) in steps(mesh).items():
-        lowered = jax.jit(fn).lower(*args)
-        (out / f"{name}.mlir").write_text(lowered.as_text())
-        (out / f"{name}.hlo").write_text(lowered.compile().as_text())
-        (out / f"{name}-unpartitioned.hlo").write_text(lowered.as_text(dialect="hlo"))
+        with jax.set_mesh(mesh):  # a shard_map manual over some axes only needs the mesh in context
+            lowered = jax.jit(fn).lower(*args)
+            (out / f"{name}.mlir").write_text(lowered.as_text())
+            (out / f"{name}.hlo").write_text(lowered.compile().as_text())
+            (out / f"{name}-unpartitioned.hlo").write_text(lowered.as_text(dialect="hlo"))
+    jax.config.update("jax_use_shardy_partitioner", False)
+    fn, args = steps(mesh)["partial-manual"]
+    with jax.set_mesh(mesh):
+        (out / "partial-manual-gspmd.mlir").write_text(jax.jit(fn).lower(*args).as_text())
 
 
 if __name__ == "__main__":
