@@ -10,6 +10,7 @@ from __future__ import annotations
 import argparse
 import multiprocessing
 import sys
+import threading
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -51,22 +52,21 @@ def add_bounds(p: argparse.ArgumentParser) -> None:
     p.add_argument("--progress", action="store_true", help="show progress on stderr (default: on a terminal)")
 
 
+HEARTBEAT_S = 5.0
+"""Seconds between the plain progress lines of a piece that takes long (a log shows the run is alive)."""
+
+
 @contextmanager
 def progress_display(args: argparse.Namespace, label: str, total: int | None) -> Iterator[Report]:
     """A rich progress line on stderr (when asked or on a terminal) advanced once per reported piece; when
-    asked with stderr not a terminal (a log file), one plain line per piece instead."""
+    asked with stderr not a terminal (a log file), one plain line per piece, and one every ``HEARTBEAT_S``
+    seconds without a finished piece."""
     if not (getattr(args, "progress", False) or sys.stderr.isatty()):
         yield lambda piece: None
         return
     if not sys.stderr.isatty():
-        start, done = time.monotonic(), [0]
-
-        def line(piece) -> None:
-            done[0] += 1
-            of = f"/{total}" if total is not None else ""
-            print(f"{label}: {done[0]}{of} done ({time.monotonic() - start:.1f} s)", file=sys.stderr, flush=True)
-
-        yield line
+        with _plain_lines(label, total) as line:
+            yield line
         return
     from rich.console import Console
     from rich.progress import (
@@ -86,6 +86,33 @@ def progress_display(args: argparse.Namespace, label: str, total: int | None) ->
     with Progress(*columns, TimeElapsedColumn(), console=Console(stderr=True), transient=True) as bar:
         task = bar.add_task(label, total=total)
         yield lambda piece: bar.advance(task)
+
+
+@contextmanager
+def _plain_lines(label: str, total: int | None) -> Iterator[Report]:
+    """``label: 3/8 done (12.0 s)`` per finished piece, and ``… still working`` from a timer thread."""
+    start, done, lock, stop = time.monotonic(), [0], threading.Lock(), threading.Event()
+    of = (lambda: f"/{total}") if total is not None else (lambda: "")
+
+    def say(what: str) -> None:
+        with lock:
+            print(f"{label}: {done[0]}{of()} done{what} ({time.monotonic() - start:.1f} s)", file=sys.stderr, flush=True)
+
+    def line(piece) -> None:
+        done[0] += 1
+        say("")
+
+    def beat() -> None:
+        while not stop.wait(HEARTBEAT_S):
+            say(", still working")
+
+    thread = threading.Thread(target=beat, daemon=True)
+    thread.start()
+    try:
+        yield line
+    finally:
+        stop.set()
+        thread.join()
 
 
 def run_bounded(args: argparse.Namespace, label: str, work: Callable[[Report], T],

@@ -26,6 +26,7 @@ def register(sub) -> None:
     add_plan_input(p, hlo=True)
     add_allow_noop(p)
     add_verbose(p)
+    p.add_argument("--progress", action="store_true", help="show progress on stderr (default: on a terminal)")
     add_json(p)
     p.set_defaults(func=run)
 
@@ -50,11 +51,15 @@ def render_violation(c: Console, label: str, v, verbose: bool, states: dict | No
 
 
 def run(args: argparse.Namespace) -> int:
+    from p2smt.cli.bounded import progress_display
     from p2smt.semantics.verdict import judge
 
-    pr = plan_request(args)
-    verdict = judge(pr.placement.num_devices, pr.steps, pr.goal_groups, pr.chunks, not args.allow_noop,
-                    layout=pr.program is None, labels=pr.labels)
+    with progress_display(args, "check: plan read, plan judged", 2) as show:
+        pr = plan_request(args)
+        show(pr)
+        verdict = judge(pr.placement.num_devices, pr.steps, pr.goal_groups, pr.chunks, not args.allow_noop,
+                        layout=pr.program is None, labels=pr.labels)
+        show(verdict)
     v = verdict.violation
     defects = [
         {"device": d.device, "chunk": d.chunk, "missing": list(d.missing), "foreign": list(d.foreign)}

@@ -13,7 +13,7 @@ from dataclasses import replace
 from rich.console import Console
 from rich.markup import escape
 
-from p2smt.cli.bounded import add_bounds, report_expired, run_bounded
+from p2smt.cli.bounded import add_bounds, progress_display, report_expired, run_bounded
 from p2smt.cli.check import add_verbose, render_violation
 from p2smt.cli.inputs import plan_request
 from p2smt.cli.options import add_allow_noop, add_json, add_plan_input, add_request, seconds, timeout_ms
@@ -105,13 +105,16 @@ def run(args: argparse.Namespace) -> int:
 
     if args.values and args.encoding:
         raise P2Error("--encoding selects the Boolean proof; --values proves with its own encoding")
-    pr = plan_request(args)
-    n = pr.placement.num_devices
-    if args.values and n > Z3_PLAN_DEVICES:
-        raise P2Error(f"verify --values proves at most {Z3_PLAN_DEVICES:,} devices (this request has {n:,}); "
-                      "without --values the Boolean proof runs one reduction group at a time")
     progress = not args.allow_noop
-    verdict = judge(n, pr.steps, pr.goal_groups, pr.chunks, progress, layout=False, labels=pr.labels)
+    with progress_display(args, "verify: plan read, plan checked by the interpreter", 2) as show:
+        pr = plan_request(args)
+        n = pr.placement.num_devices
+        if args.values and n > Z3_PLAN_DEVICES:
+            raise P2Error(f"verify --values proves at most {Z3_PLAN_DEVICES:,} devices (this request has {n:,}); "
+                          "without --values the Boolean proof runs one reduction group at a time")
+        show(pr)
+        verdict = judge(n, pr.steps, pr.goal_groups, pr.chunks, progress, layout=False, labels=pr.labels)
+        show(verdict)
     split = None
     if n > Z3_PLAN_DEVICES:
         from p2smt.model.components import split_plan

@@ -17,8 +17,10 @@ from p2smt.model.dsl import validate_plan
 from p2smt.model.failure import Rule, Violation, step_text, violation
 
 Step = tuple[Collective, Sequence[Group]]
-MAX_INTERPRETER_DEVICES = 512
-"""Devices of ``execute_all`` (many programs, the enumerative engine's search); ``execute`` is bounded by bytes."""
+MAX_INTERPRETER_DEVICES = 128
+"""Devices of ``execute_all`` (many programs) and of the enumerative engine's search, whose k×k×k states it keeps
+by the thousand (64 devices, length 4 on the superpod's shape: 150 MiB; 128: past 380 MiB and growing; 512: past
+2.5 GB); ``execute`` (one plan) is bounded by bytes instead."""
 MAX_STATE_BYTES = 256 << 20
 """Largest memory ``execute`` spends on one plan's states (k × chunks × k bytes per step, all kept)."""
 

@@ -63,6 +63,47 @@ INCLUSION_PAIRS = 5_000
 """The bound on the pairs of states the default inclusion proof explores (no decision above it)."""
 
 
+MEMORY_BOUND = 2 << 30
+"""Bytes the engine's estimates keep a request under (the search's states, the inclusion exploration's pairs);
+a request estimated above is refused up front."""
+SEARCH_BYTES_PER_UNIT = 16
+"""The explicit search's memory per candidate × device² (its states hold one k-bit set per device): 311 MiB
+for 320 candidates on 256 devices at length 2 (8 levels of size 2)."""
+PAIR_BYTES = 4
+"""The inclusion exploration's memory per pair of states × devices^1.5: 24,500 pairs took 2.2 GiB at 1,024
+devices (four levels), 40 pairs 2.5 GiB at 65,536 (two levels)."""
+
+
+def check_search_size(devices: int, candidates: int) -> None:
+    """Refuse, before any work, a search whose estimated memory (its first step's states, ``SEARCH_BYTES_PER_UNIT``
+    per candidate × device²) passes ``MEMORY_BOUND``."""
+    need = SEARCH_BYTES_PER_UNIT * candidates * devices ** 2
+    if need > MEMORY_BOUND:
+        raise P2Error(
+            f"the symmetric engine's explicit search on {devices:,} devices with {candidates:,} "
+            f"candidate instructions would hold about {need / 2**30:,.1f} GiB of states, above its "
+            f"{MEMORY_BOUND >> 30} GiB bound (it grows with candidates x devices^2: {SEARCH_BYTES_PER_UNIT} B each); "
+            "a hierarchy with fewer levels of size above 1 keeps it small")
+
+
+def max_inclusion_pairs(devices: int) -> int:
+    """The most pairs of states the inclusion exploration may explore on ``devices`` under ``MEMORY_BOUND``."""
+    return max(1, int(MEMORY_BOUND / (PAIR_BYTES * devices ** 1.5)))
+
+
+def inclusion_bound(asked: int | None, by_default: bool, devices: int) -> int:
+    """The pairs bound of the completeness proof: the user's (refused above ``max_inclusion_pairs``), else the
+    default one where it runs by default (capped the same way), else 0 (no proof)."""
+    cap = max_inclusion_pairs(devices)
+    if asked is not None:
+        if asked > cap:
+            raise P2Error(
+                f"--inclusion-pairs {asked:,}: at most {cap:,} at {devices:,} devices (the exploration's memory grows "
+                f"with pairs x devices^1.5; {MEMORY_BOUND >> 30} GiB bound)")
+        return asked
+    return min(INCLUSION_PAIRS, cap) if by_default else 0
+
+
 def proof_by_default(h: SynthesisHierarchy, devices: int) -> bool:
     """Whether the completeness proof runs without being asked (``INCLUSION_DEVICES``)."""
     return devices <= INCLUSION_DEVICES.get(sum(s > 1 for s in h.sizes), 0)
@@ -83,6 +124,7 @@ def search(prob: SynthesisProblem, max_len: int,
     state), and AllReduce, ReduceScatter and Reduce over the same groups share one check of their
     common precondition per state. ``on_first_step``: as in ``search_programs``.
     """
+    check_search_size(prob.num_devices, len(prob.candidates))
     machine = Machine(prob.num_devices)
     cands = prob.candidates
     progress = prob.require_progress
@@ -315,6 +357,8 @@ def synthesize(
     ``max_len`` steps that the generic instance misses, the engine searches at the real size instead."""
     why = why_not_generic(h, prob.num_devices)
     if why is None:
+        # the generic instance has the candidates of ``prob`` (checked below): its search is sized before it is built
+        check_search_size(prod(s if s == 1 else size for s in h.sizes), len(prob.candidates))
         small = problem(generic_hierarchy(h, size), prob.require_progress)
         if same_candidates(small, prob):  # same candidates in the same order: the indices carry over
             if small.num_devices == prob.num_devices:
@@ -328,8 +372,7 @@ def synthesize(
             # lockstep builds its hierarchies with this module: imported here, not at the top
             from p2smt.synth.lockstep import inclusion_proof
 
-            by_default = proof_by_default(h, prob.num_devices)
-            bound = inclusion_pairs if inclusion_pairs is not None else (INCLUSION_PAIRS if by_default else 0)
+            bound = inclusion_bound(inclusion_pairs, proof_by_default(h, prob.num_devices), prob.num_devices)
             proof = inclusion_proof(prob, small, h, size, bound) if bound > 0 else None
             if proof is not None and proof.missed_within(max_len):
                 programs, rests_on = proof.searched(prob, max_len, "the generic instance", on_first_step)
