@@ -162,7 +162,8 @@ class Complete(Enumerate):
         Measured: a query per length -> one for all lengths, 25% less solving on P²'s 64-device problems;
         one query -> a cube per first step, 14% less over P²'s grid and 40% / 18% less on BlueConnect's
         hierarchy at lengths 5 / 6 (cubes over the first two steps: no further gain). A written
-        certificate keeps the one query: one standard file instead of a copy of the formula per cube."""
+        certificate has a file per cube: the proof is the same with or without one, so a set certified
+        without ``--certificate`` is certified with it."""
         if max_len < 1:
             return
         if not self.cubes:
@@ -179,31 +180,57 @@ class Complete(Enumerate):
 
 
 class CertificateSink(Smt2Sink):
-    """Writes each query as standard SMT-LIB2 (``set-logic ALL``, cardinality constraints as clauses,
-    assumptions asserted, ``check-sat``) with Z3's answer as its expected ``:status``, for a second
-    solver to re-check. ``units`` bounds Z3's work on each standard form (None: unlimited)."""
+    """Writes the queries a finished proof rests on as standard SMT-LIB2 (``set-logic ALL``, cardinality
+    constraints as clauses, assumptions asserted, ``check-sat``) with Z3's answer as its expected
+    ``:status``, for a second solver to re-check. Queries are queued and written by ``publish`` once the
+    proof is complete, so a failure leaves no partial certificate. ``units`` bounds Z3's work on each
+    standard form (None: unlimited)."""
 
     flag = "--certificate"
 
     def __init__(self, folder: Path | None, tag: str, prefix: str = "", counter: list[int] | None = None,
-                 units: int | None = None):
+                 units: int | None = None, queued: list | None = None):
         super().__init__(folder, tag, prefix, counter)
         self.units = units
+        self._queued: list[tuple[bool, str, list[z3.BoolRef]]] = [] if queued is None else queued
 
     def scoped(self, prefix: str) -> CertificateSink:
-        return CertificateSink(self.folder, self.tag, f"{self.prefix}{prefix}-", self._counter, self.units)
+        return CertificateSink(self.folder, self.tag, f"{self.prefix}{prefix}-", self._counter, self.units,
+                               self._queued)
 
     def write(self, kind: str, solver: z3.Solver, assumptions: Iterable[z3.ExprRef]) -> None:
         if self.folder is not None:
             source = getattr(solver, "mirror", solver)
-            self._standard(kind, [*source.assertions(), *assumptions])
+            self._queued.append((True, f"{self.prefix}{kind}", [*source.assertions(), *assumptions]))
 
     def write_text(self, kind: str, text: str) -> None:
         if self.folder is not None:
             ctx = z3.Context()
-            self._standard(kind, list(z3.parse_smt2_string(text, ctx=ctx)))
+            self._queued.append((False, f"{self.prefix}{kind}", list(z3.parse_smt2_string(text, ctx=ctx))))
 
-    def _standard(self, kind: str, formulas: list[z3.BoolRef]) -> None:
+    def publish(self) -> None:
+        """Write the queued queries the proof rests on: every checker query and the last query of each run of
+        the solver loop's phase (its ``unsat``). The earlier ones of a phase gave a model the loop refined:
+        they prove nothing, and their standard forms, solved from scratch, cost more than the whole
+        proof (BlueConnect's hierarchy: 93 M units for one, past the default budget of 100 M)."""
+        queued = self._queued
+        kept = [(kind, formulas) for i, (loop, kind, formulas) in enumerate(queued)
+                if not (loop and i + 1 < len(queued) and queued[i + 1][:2] == (True, kind))]
+        texts = [(f"{self.tag}-{n:05d}-{kind}.smt2", self._standard(kind, formulas))
+                 for n, (kind, formulas) in enumerate(kept, self.count + 1)]
+        written: list[Path] = []
+        try:
+            for name, text in texts:
+                written.append(self.folder / name)
+                written[-1].write_text(text)
+        except OSError as err:
+            for path in written:
+                path.unlink(missing_ok=True)
+            raise P2Error(f"--certificate: cannot write {written[-1]}: {err.strerror}") from None
+        self._counter[0] += len(texts)
+        queued.clear()
+
+    def _standard(self, kind: str, formulas: list[z3.BoolRef]) -> str:
         ctx = formulas[0].ctx
         goal = z3.Goal(ctx=ctx)
         goal.add(*formulas)
@@ -219,8 +246,8 @@ class CertificateSink(Smt2Sink):
             raise P2Error(f"--certificate: Z3 gives no answer on the standard form of a {kind} query{within}")
         if "(_ at-most" in body or "(_ pbeq" in body or "(_ pble" in body or "(_ pbge" in body:
             raise InternalError(f"--certificate: a {kind} query keeps a Z3-only cardinality constraint")
-        super().write_text(kind, f"(set-info :smt-lib-version 2.6)\n(set-logic ALL)\n(set-info :status {answer})\n"
-                                 f"{body}(check-sat)\n(exit)\n")
+        return (f"(set-info :smt-lib-version 2.6)\n(set-logic ALL)\n(set-info :status {answer})\n"
+                f"{body}(check-sat)\n(exit)\n")
 
 
 def prove_valid(enc, programs: Sequence[Program], timeout_ms: int | None, sink: Smt2Sink,
@@ -280,12 +307,14 @@ def certify(
         stats |= {"resource_units": spend.used, "seconds": round(time.perf_counter() - start, 6)}
         return Certificate(SolveStatus.UNKNOWN, tuple(refuted), (), stats, unfinished("validity", spend),
                            spend.exhausted)
-    strategy = Complete(proposed, cubes=certificate is None)
+    strategy = Complete(proposed)
     res = run_encoding(enc, max_len, timeout_ms=timeout_ms, strategy=strategy, sink=sink.scoped("completeness"),
                        budget=spend)
     stats["completeness"] = completeness_stats(res, strategy, max_len, validity["solver_seconds"])
     stats |= {"resource_units": spend.used, "seconds": round(time.perf_counter() - start, 6)}
     reason = None if res.status is SolveStatus.COMPLETE else unfinished("completeness", spend)
+    if reason is None and not refuted and not strategy.missed:
+        sink.publish()  # written only now: an unfinished or failed proof leaves no partial certificate
     return Certificate(res.status, tuple(refuted), tuple(strategy.missed), stats, reason,
                        res.status is not SolveStatus.COMPLETE and spend.exhausted)
 

@@ -40,7 +40,7 @@ def certificate_proof(prob: SynthesisProblem, max_len: int, *, units: int | None
         raise InternalError(f"certified synthesis: the state-graph certificate is rejected: {err}") from None
     closed = time.perf_counter()
     proved = prove(checked.lemmas, prob.num_devices, units)
-    if folder is not None:
+    if folder is not None and proved.status == "unsat":  # only a finished proof: no partial certificate
         write(Path(folder), doc, proved.texts)
     if proved.status == "sat":
         raise InternalError("certified synthesis: Z3 refutes steps of the state graph against §4: "
