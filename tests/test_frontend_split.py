@@ -224,12 +224,13 @@ WHILE_MLIR = """module @m attributes {mhlo.num_partitions = 4 : i32, mhlo.num_re
 @pytest.mark.parametrize(("start", "limit", "step", "direction", "runs"), [
     (0, 5, 1, "LT", 5), (0, 5, 2, "LT", 3), (0, 5, 1, "LE", 6), (5, 0, -1, "GT", 5), (5, 0, -2, "GE", 3),
     (0, 6, 2, "NE", 3), (0, 5, 2, "NE", None), (0, 5, -1, "LT", None), (5, 0, 1, "LT", 0),
-    (2147483640, 2147483647, 4, "LT", None)])
+    (2147483640, 2147483647, 4, "LT", None), (-3, 2, 1, "LT", 5), (-3, 2, 1, "LT, UNSIGNED", None)])
 def test_trip_counts_of_counted_loops(start, limit, step, direction, runs):
     """A chain inside a loop body reading the module's input runs the trip count times, its two steps one chain
     (the same iteration); a count that wraps around the integer type, or a loop that never ends, is None."""
     text = WHILE_MLIR.replace("START", str(start)).replace("LIMIT", str(limit)).replace("STEP", str(step)).replace(
-        "DIRECTION", direction)
+        "DIRECTION", direction.split(", ")[0]).replace("SIGNED", direction.split(", ")[-1] if ", " in direction
+                                                       else "SIGNED")
     reading = read_module(text, "m", split=True)
     assert [(c.steps, c.start, c.runs) for c in reading.chains] == [((0, 1), ChainStart.INPUT, runs)]
 

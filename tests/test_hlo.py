@@ -558,6 +558,12 @@ def test_only_a_broadcast_that_adds_unit_dimensions_is_a_reshape():
               "    %1 = stablehlo.broadcast_in_dim %r, dims = [1] : (tensor<1xf32>) -> tensor<1x4xf32>")
     with pytest.raises(P2Error, match="through"):
         parse_module(_gathered(copies), "m.mlir")
+    square = _gathered(unit).replace("tensor<8xf32>) -> tensor<4xf32>", "tensor<8xf32>) -> tensor<4xf32>\n    %q = "
+                                      "stablehlo.reshape %0 : (tensor<4xf32>) -> tensor<2x2xf32>")
+    turned = square.replace(unit, "%t = stablehlo.broadcast_in_dim %q, dims = [1, 0] : (tensor<2x2xf32>) -> "
+                                  "tensor<2x2xf32>\n    %1 = stablehlo.reshape %t : (tensor<2x2xf32>) -> tensor<1x4xf32>")
+    with pytest.raises(P2Error, match="through broadcast_in_dim"):  # dims out of order: a transpose
+        parse_module(turned, "m.mlir")
 
 
 NUMBERS = """

@@ -67,7 +67,11 @@ def trip_count(mod: MlirModule, op: Any) -> int | None:
         width = ir.IntegerType(ir.RankedTensorType(left.type).element_type)
     except ValueError:  # not an integer: no count
         return None
-    return counted(direction, start, step, limit, width.width, not width.is_unsigned)
+    compared = str(compare.attributes["compare_type"]) if "compare_type" in compare.attributes else ""
+    if compared and "SIGNED" not in compared:  # FLOAT, TOTALORDER: not an integer count
+        return None
+    signed = "UNSIGNED" not in compared if compared else not width.is_unsigned
+    return counted(direction, start, step, limit, width.width, signed)
 
 
 def _argument_of(ir: Any, value: Any, block: Any, number: int | None = None) -> bool:
