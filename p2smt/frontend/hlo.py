@@ -238,11 +238,11 @@ def _computations(lexed: str, where: str, split: bool = False) -> list[_Computat
             raise unsupported(op, lineno, where)
         if current is None:
             raise P2Error(f"{where}:{lineno}: an instruction outside any computation")
-        split = _split(line, m.end() - 1)
-        if split is None and op not in _LITERALS:
+        parts = _split(line, m.end() - 1)
+        if parts is None and op not in _LITERALS:
             raise P2Error(f"{where}:{lineno}: an instruction whose operands go on past its line; p2smt reads one "
                           "instruction a line")
-        args, attrs = split or (line[m.end():], "")
+        args, attrs = parts or (line[m.end():], "")
         # a constant's or a parameter's parentheses hold a literal (``constant(-inf)``, ``parameter(0)``)
         operands = [] if op in _LITERALS else _operands(args, known, where, lineno)
         ins = _Instruction(lineno, m.group("name"), op, operands, line, m.group("shape"),
