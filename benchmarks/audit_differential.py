@@ -388,6 +388,9 @@ def inject(rng: np.random.Generator, prog: Program, finding: Finding) -> bool:
             if local[i] == local[k] and prog.outs[i].spec != prog.outs[k].spec:
                 sites.append((Finding.SWAPPED_OUTPUTS, (i, k)))
     where = [w for f, w in sites if f is finding]
+    loops = [w for w in where if finding is Finding.DOUBLE_COUNT and isinstance(w[1], int)]
+    if loops and rng.random() < 0.5:
+        where = loops  # an accumulator summed in its loop, as often as an extra psum
     if not where:
         return False
     site = where[int(rng.integers(len(where)))]
