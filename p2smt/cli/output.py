@@ -4,9 +4,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
-import stat
-import tempfile
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from enum import IntEnum
@@ -16,6 +13,7 @@ from typing import Any
 from rich.console import Console
 
 from p2smt.errors import InternalError, P2Error
+from p2smt.model.paths import output_file  # noqa: F401  (re-exported: every output is written by model/paths)
 
 
 class ExitCode(IntEnum):
@@ -113,70 +111,10 @@ def _parent_folder(path: Path, flag: str) -> Path:
     return parent
 
 
-def _scratch(out: Path, flag: str) -> str:
-    """A new empty file beside ``out`` (proves the folder is writable), or a one-line refusal."""
-    if out.is_dir():
-        raise P2Error(f"{flag} {str(out)!r} is a directory")
-    parent = _parent_folder(out, flag)
-    try:
-        fd, tmp = tempfile.mkstemp(prefix=f".{out.name[:40]}.", suffix=out.suffix, dir=parent)
-    except OSError as err:
-        raise P2Error(f"{flag} {str(out)!r}: cannot write there: {err.strerror}") from None
-    os.close(fd)
-    return tmp
-
-
-def _file_name(path: str | Path, flag: str) -> Path:
-    """``path`` as a file name: one ending in a slash names a folder (``Path`` would drop the slash)."""
-    if str(path).endswith(("/", os.sep)):
-        raise P2Error(f"{flag} {str(path)!r} names a folder; give a file name")
-    return Path(path)
-
-
-def writable_file(path: str | Path, flag: str) -> Path:
-    """``path`` checked up front for a file another module writes: not a folder, in a writable folder."""
-    os.unlink(_scratch(_file_name(path, flag), flag))
-    return Path(path)
-
-
 def png_path(path: str | Path, flag: str) -> Path:
     """A picture's name, refused unless it ends in ``.png`` (p2smt writes pictures as PNG only)."""
     if not str(path).lower().endswith(".png"):
         raise P2Error(f"{flag}: pictures are written as PNG; give a name ending in .png, got {str(path)!r}")
-    return Path(path)
-
-
-@contextmanager
-def output_file(path: str | Path, flag: str) -> Iterator[Path]:
-    """A temporary path beside ``path`` to write; moved onto ``path`` only when the block succeeds."""
-    out = _file_name(path, flag)
-    tmp = _scratch(out, flag)
-    try:
-        yield Path(tmp)
-        os.chmod(tmp, _mode_for(out))  # mkstemp makes it private
-        os.replace(tmp, out)
-    except OSError as err:
-        raise P2Error(f"{flag} {str(out)!r}: cannot write: {err.strerror}") from None
-    finally:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-
-
-def _mode_for(out: Path) -> int:
-    """The mode a written file gets: an existing file's own, else a new file's under the umask (read by
-    setting it and setting it back: the CLI writes its outputs from one thread)."""
-    try:
-        return stat.S_IMODE(os.stat(out).st_mode)
-    except OSError:
-        mask = os.umask(0o022)
-        os.umask(mask)
-        return 0o666 & ~mask
-
-
-def write_text(path: str | Path, text: str, flag: str) -> Path:
-    """Write ``text`` to ``path`` whole (or leave no file), refusing folders and missing parents."""
-    with output_file(path, flag) as tmp:
-        tmp.write_text(text, encoding="utf-8")
     return Path(path)
 
 
