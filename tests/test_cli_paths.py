@@ -317,3 +317,24 @@ def test_a_wide_table_is_printed_whole():
     whole(wide, table)
     text = wide.export_text()
     assert all(f"value-number-{i}" in text for i in range(12))
+
+
+def test_verify_values_unknown_does_not_call_a_wrong_prefix_valid(run_cli, monkeypatch):
+    """Under --values a step whose preconditions hold may already hold a wrong sum (AllReduce twice over
+    one group doubles it): the steps done are said to apply, not to be valid."""
+    from p2smt.smt import check
+
+    real = check.PlanChecker._node_failure
+
+    def hang_on_step_3(self, t, nd, detail):
+        if t == 2:
+            __import__("time").sleep(600)
+        return real(self, t, nd, detail)
+
+    monkeypatch.setattr(check.PlanChecker, "_node_failure", hang_on_step_3)
+    twice = "(node, InsideGroup, AllReduce); (node, InsideGroup, AllReduce); (node, Parallel(root), AllReduce)"
+    rc, out, _ = run_cli("verify", *REQ, "--values", "--program", twice, "--deadline", "2", "--json")
+    payload = json.loads(out)
+    assert rc == 4 and payload["steps_proved"] == 2
+    assert payload["message"] == ("deadline of 2 s reached: steps 1..2 proved to apply (sums are checked at the "
+                                  "goal), step 3 undecided")

@@ -89,7 +89,7 @@ def expired(args: argparse.Namespace, bounded, pr) -> int:
     from p2smt.smt.verify import undecided_words
 
     proved = max(bounded.pieces, default=0)
-    words = undecided_words(proved, len(pr.steps))
+    words = undecided_words(proved, len(pr.steps), args.values)
     return report_expired(args, bounded, "step",
                           {"program": pr.program_text(), "steps": len(pr.steps), "steps_proved": proved},
                           f"deadline of {bounded.deadline:g} s reached: {words}")

@@ -104,7 +104,7 @@ def verify_values(
     steps 1..t proved to apply.
     """
     start = time.perf_counter()
-    clock = ProofClock(timeout_ms, report)
+    clock = ProofClock(timeout_ms, report, values=True)
     run = (num_devices, goal_groups, require_progress, chunks, extra_dirs, clock, start, len(steps))
     if suspect is not None and 0 < suspect < len(steps):
         early = _verify(steps[:suspect], *run, prefix=True)

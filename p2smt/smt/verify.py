@@ -50,6 +50,7 @@ class ProofClock:
     proved: int = 0
     earlier_calls: int = 0  # solver calls of the proof's earlier checkers (a prefix proved first)
     start: float = field(default_factory=time.monotonic)
+    values: bool = False  # the proof over data values: a step that applies may already hold a wrong sum
 
     def left_ms(self) -> float | None:
         return None if self.timeout_ms is None else self.timeout_ms - (time.monotonic() - self.start) * 1000
@@ -74,15 +75,18 @@ class ProofClock:
 
     def undecided(self, steps: int) -> str:
         """Which steps were proved to apply before the proof stopped."""
-        return undecided_words(self.proved, steps)
+        return undecided_words(self.proved, steps, self.values)
 
 
-def undecided_words(proved: int, steps: int) -> str:
-    """The words "steps 1..n proved valid, step n+1 undecided" for a proof stopped after proving n steps."""
+def undecided_words(proved: int, steps: int, values: bool = False) -> str:
+    """The words "steps 1..n proved valid, step n+1 undecided" for a proof stopped after proving n steps;
+    with ``values`` (``verify --values``, whose sums are checked at the goal only) "proved to apply": such
+    a step's sums may already be wrong."""
+    word, note = ("proved to apply", " (sums are checked at the goal)") if values and proved else ("proved valid", "")
     if proved >= steps:
-        return f"steps 1..{steps} proved valid, the goal undecided"
-    done = {0: "no step proved valid", 1: "step 1 proved valid"}.get(proved, f"steps 1..{proved} proved valid")
-    return f"{done}, step {proved + 1} undecided"
+        return f"steps 1..{steps} {word}{note}, the goal undecided"
+    done = {0: f"no step {word}", 1: f"step 1 {word}"}.get(proved, f"steps 1..{proved} {word}")
+    return f"{done}{note}, step {proved + 1} undecided"
 
 
 def encode_steps(checker: PlanChecker, plan: Sequence[int], clock: ProofClock) -> None:
