@@ -93,3 +93,15 @@ def test_heartbeat_lines_while_a_piece_runs(monkeypatch):
         line("piece")
     text = stream.getvalue()
     assert "job: 0/2 done, still working" in text and "job: 1/2 done (" in text
+
+
+def test_sixteen_levels_of_two_refused_through_the_cli(run_cli, tmp_path):
+    """Issue 35's request: a legal 16-level, 65,536-device system at length 2; refused in one line (after its
+    1,280 candidates are built), not run for minutes."""
+    levels = "\n".join(f"  - {{name: l{i}, size: 2}}" for i in range(16))
+    system = tmp_path / "sixteen.yaml"
+    system.write_text(f"name: sixteen\ndescription: sixteen levels of two\nlevels:\n{levels}\ninterconnects:\n"
+                      "  - {name: net, kind: network, joins: [l0, l15], bandwidth_gbps: 100, latency_us: 5}\n")
+    rc, out, err = run_cli("synth", "--system", system, "--axes", "65536", "--reduce", "0", "--engine", "symmetric",
+                           "--max-len", "2", "--json")
+    _one_line_refusal(rc, out, err, "65,536 devices with 1,280 candidate instructions")
