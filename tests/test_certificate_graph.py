@@ -162,9 +162,19 @@ def test_another_problem_or_version_is_rejected():
         check(doc, checker_problem(TWO_LEVEL), 5)
 
 
-def test_a_wrong_goal_mark_is_rejected():
+@pytest.mark.parametrize("edge", [[0, ["AllReduce.disjoint"], 1], [0, "no.such_rule", 1], [9, "progress", 0], True])
+def test_a_malformed_refusal_is_rejected_not_a_crash(edge):
     doc = copy.deepcopy(GOOD)
-    doc["goal"] = 0
+    s, i = _edges(doc, False)[0]
+    doc["edges"][s][i] = edge
+    with pytest.raises(Rejected, match="malformed failure"):
+        check(doc, checker_problem(TWO_LEVEL), 5)
+
+
+@pytest.mark.parametrize("goal", [0, [1], "1", None])
+def test_a_wrong_goal_mark_is_rejected(goal):
+    doc = copy.deepcopy(GOOD)
+    doc["goal"] = goal
     with pytest.raises(Rejected, match="goal"):
         check(doc, checker_problem(TWO_LEVEL), 5)
 
@@ -200,7 +210,7 @@ def test_synth_certificate_writes_the_graph_and_its_query(tmp_path, capsys):
 
 def test_proof_is_only_for_the_certified_engine(capsys):
     assert main(["synth", "--system", "v100-2x8", "--axes", "2,8", "--reduce", "1", "--engine", "pieces",
-                 "--proof", "auto"]) == 2
+                 "--proof", "bmc"]) == 2
     assert "--proof: only with --engine certified" in capsys.readouterr().err
 
 
@@ -228,3 +238,19 @@ def test_above_the_search_limit_the_default_engine_answers_with_the_symmetric_en
     assert res.certified is False and str(res.status) == "conjectured" and len(m.programs) == 7636
     assert m.stats["rests_on"].startswith("NOT certified (8,192 devices: above the exact search's limit of 4,096")
     assert "completeness: NOT proved" in m.stats["rests_on"]
+
+
+def test_a_spent_budget_leaves_the_certificate_unclaimed_the_same_way_every_run(monkeypatch):
+    from p2smt.smt import budget
+
+    req = Request("a100-4x16", axes=(2, 32), reduce=(1,), matrix=((1, 2), (4, 8)))
+    proved = synthesize(req, EngineConfig(proof="certificate"))
+    used = proved.matrices[0].stats["certificate"]["resource_units"]
+    assert proved.certified is True and 10_000 < used < 1_000_000
+    monkeypatch.setattr(budget, "UNITS", 10_000)  # one budget unit: less than this proof spends
+    short = [synthesize(req, EngineConfig(proof="certificate", proof_budget=1)).to_json()["matrices"][0]
+             for _ in range(2)]
+    assert short[0]["certified"] is False and short[0]["certificate"] == short[1]["certificate"]
+    assert short[0]["why_not"] == ("the state-graph proof spent its budget of 10,000 Z3 resource units before it "
+                                   "finished (--proof-budget raises it; 0: no limit)")
+    assert short[0]["programs"] == [str(p) for p in proved.matrices[0].programs]

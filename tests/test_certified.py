@@ -90,7 +90,7 @@ def test_a_written_certificate_runs_the_same_cubes_and_finds_the_same_missed_pro
 
 
 def test_wrong_proposer_is_an_internal_error_naming_both(monkeypatch, capsys):
-    args = ["synth", "--system", "v100-2x8", "--axes", "16", "--reduce", "0", "--max-len", "3"]
+    args = ["synth", "--system", "v100-2x8", "--axes", "16", "--reduce", "0", "--max-len", "3", "--proof", "bmc"]
     system = load_system("v100-2x8")
     prob = problem(synthesis_hierarchy(Placement(system.sizes, (16,), ((2, 8),)), (0,), system.level_names))
     programs = enumerate_programs(prob, 3)
@@ -113,7 +113,7 @@ def test_main_command_says_certified_and_how_long(capsys):
 
 
 def test_json_has_certificate_statistics(capsys):
-    assert main(["synth", "--system", "v100-2x8", "--axes", "2,8", "--reduce", "1", "--json"]) == 0
+    assert main(["synth", "--system", "v100-2x8", "--axes", "2,8", "--reduce", "1", "--json", "--proof", "bmc"]) == 0
     data = json.loads(capsys.readouterr().out)
     assert data["engine"] == "certified" and data["certified"] is True and data["status"] == "complete"
     solved = [m for m in data["matrices"] if "certificate" in m]
@@ -127,7 +127,7 @@ def test_json_has_certificate_statistics(capsys):
 
 def test_out_of_reach_says_not_certified(monkeypatch):
     monkeypatch.setattr(driver, "CERTIFY_LIMIT", 4)
-    res = synthesize(Request("v100-2x8", axes=(2, 8), reduce=(1,)), EngineConfig(max_len=3))
+    res = synthesize(Request("v100-2x8", axes=(2, 8), reduce=(1,)), EngineConfig(max_len=3, proof="bmc"))
     assert res.status == "complete" and res.certified is False
     m = res.to_json()["matrices"][0]
     assert m["certified"] is False and "limit" in m["why_not"] and m["rests_on"].startswith("NOT certified")
@@ -145,7 +145,7 @@ def test_the_interpreter_re_checks_only_an_uncertified_set(monkeypatch):
     req = Request("v100-2x8", axes=(2, 8), reduce=(1,))
     assert synthesize(req, EngineConfig(max_len=3)).certified is True and calls == []
     monkeypatch.setattr(driver, "CERTIFY_LIMIT", 4)
-    res = synthesize(req, EngineConfig(max_len=3))
+    res = synthesize(req, EngineConfig(max_len=3, proof="bmc"))
     assert res.certified is False and calls == [len(m.programs) for m in res.matrices] and all(calls)
 
 
@@ -171,10 +171,10 @@ def test_a_spent_proof_budget_says_not_certified_and_why():
     """A budget of Z3 resource units bounds each placement's proof the same way on every machine: once
     spent, the set is the proposer's (re-checked), the result is not certified and says why."""
     req = Request("a100-4x16", axes=(2, 32), reduce=(1,), matrix=((1, 2), (4, 8)))
-    proved = synthesize(req, EngineConfig())
+    proved = synthesize(req, EngineConfig(proof="bmc"))
     used = proved.matrices[0].stats["certificate"]["resource_units"]
     assert proved.certified is True and 0 < used < 100 * 1_000_000
-    short = synthesize(req, EngineConfig(proof_budget=1))
+    short = synthesize(req, EngineConfig(proof_budget=1, proof="bmc"))
     (m,) = short.to_json()["matrices"]
     assert short.status == "complete" and short.certified is False and used > 1_000_000
     assert m["certificate"]["resource_units"] == 1_000_000
@@ -182,9 +182,9 @@ def test_a_spent_proof_budget_says_not_certified_and_why():
                             "finished (--proof-budget raises it; 0: no limit)")
     assert m["rests_on"].startswith("NOT certified (the completeness proof spent its budget")
     assert _texts(short) == _texts(proved)
-    again = synthesize(req, EngineConfig(proof_budget=1))
+    again = synthesize(req, EngineConfig(proof_budget=1, proof="bmc"))
     assert again.to_json()["matrices"][0]["certificate"] == m["certificate"]
-    unlimited = synthesize(req, EngineConfig(proof_budget=0))
+    unlimited = synthesize(req, EngineConfig(proof_budget=0, proof="bmc"))
     assert unlimited.certified is True and unlimited.matrices[0].stats["certificate"]["resource_units"] == used
 
 

@@ -38,7 +38,7 @@ def test_a_stored_proof_is_reused_with_the_same_result(tmp_path):
     fresh = synthesize(REQ, EngineConfig(proof_store=str(store)))
     path, entry = _entry(store)
     again = synthesize(REQ, EngineConfig(proof_store=str(store)))
-    plain = synthesize(REQ, EngineConfig())
+    plain = synthesize(REQ, EngineConfig(proof="bmc"))
     first, second, alone = ({k: v for k, v in r.to_json()["matrices"][0].items() if k != "stats"}
                             for r in (fresh, again, plain))
     assert fresh.certified is True and again.certified is True

@@ -85,7 +85,8 @@ def check(doc: dict, problem: Problem, max_len: int) -> Checked:
         for d in g:
             goal[d] = sum(row << (r * k) for r in range(k))
     goals = {i for i, s in enumerate(states) if s == tuple(goal)}
-    _need(goals == ({doc["goal"]} if doc["goal"] is not None else set()), "the goal is not the state the goal accepts")
+    _need(goals == ({doc["goal"]} if type(doc["goal"]) is int else set()) and (goals or doc["goal"] is None),
+          "the goal is not the state the goal accepts")
     depth, order, lemmas = {0: 0}, [0], set()
     for sid in order:  # breadth first: depth is the fewest steps from the initial state
         if depth[sid] >= max_len:
@@ -129,7 +130,8 @@ def _fact(sid: int, i: int, coll: str, groups, src: tuple[int, ...], edge) -> tu
     """The fact lemma of a failure ``[group, rule, member]``: the one precondition it breaks, on its members."""
     where = f"state {sid}, candidate {i}"
     _need(isinstance(edge, list) and len(edge) == 3 and type(edge[0]) is int and type(edge[2]) is int
-          and 0 <= edge[0] < len(groups) and edge[1] in RULES, f"{where}: a malformed failure {edge!r}")
+          and 0 <= edge[0] < len(groups) and isinstance(edge[1], str) and edge[1] in RULES,
+          f"{where}: a malformed failure {edge!r}")
     g, rule, a = edge
     owners, kind = RULES[rule]
     members = tuple(src[d] for d in groups[g])

@@ -32,10 +32,10 @@ def register(sub) -> None:
     p.add_argument("--emit-smt2", metavar="DIR", help="write each solver query as SMT-LIB2 into DIR")
     p.add_argument("--certificate", metavar="DIR",
                    help="certified engine: write Z3's validity and completeness queries as SMT-LIB2 into DIR")
-    p.add_argument("--proof", default="bmc", metavar="KIND",
-                   help="certified engine: bmc (Z3 searches the whole program space; default), certificate (a state "
-                        "graph closed by an independent checker, each step proved by one ground Z3 query), or auto "
-                        "(the certificate up to 32 devices, bmc beyond: the faster at each size measured)")
+    p.add_argument("--proof", default="auto", metavar="KIND",
+                   help="certified engine: certificate (a state graph closed by an independent checker, each step "
+                        "proved by one ground Z3 query), bmc (Z3 searches the whole program space), or auto (default: "
+                        "the certificate up to 32 devices, bmc beyond or with --proof-store, the faster at each size)")
     p.add_argument("--prune", default="none", help="named pruning of the complete set (see docs); default none")
     add_allow_noop(p)
     p.add_argument("--show", type=shown, default=20, help="programs shown per matrix (human output)")
@@ -53,7 +53,7 @@ def synth_config(args: argparse.Namespace):
     from dataclasses import replace
 
     config = engine_config(args)
-    return replace(config, proof=args.proof) if args.proof != "bmc" else config
+    return replace(config, proof=args.proof) if args.proof != "auto" else config
 
 
 def bounded_synthesis(args: argparse.Namespace, req, config, label: str, keep_partial: bool = False):
@@ -124,6 +124,22 @@ def program_table(title: str, programs, show: int) -> Table:
     return t
 
 
+def no_program_words(m, max_len: int) -> str | None:
+    """Why a finished placement has no program (None when it has some): every instruction of its synthesis
+    hierarchy has a group mixing several reduction groups, or none of at most ``max_len`` steps suffices."""
+    from p2smt.model.dsl import problem
+
+    if m.programs or m.status != "complete":
+        return None
+    prob = problem(m.hierarchy)
+    owner = {d: i for i, g in enumerate(prob.goal_groups) for d in g}
+    if not any(all(len({owner[d] for d in g}) == 1 for g in c.groups) for c in prob.candidates):
+        return ("no program: every instruction of this synthesis hierarchy has a group mixing devices of several "
+                "reduction groups (its levels do not separate the reduced axes from the others); --hierarchy d, "
+                "the default, splits each level by axis")
+    return f"no program of at most {max_len} steps reaches the goal (a larger --max-len may find one)"
+
+
 def hierarchy_words(m) -> str:
     return f"matrix {[list(r) for r in m.matrix]}  hierarchy {' > '.join(f'{n} {s}' for n, s in m.hierarchy.levels)}"
 
@@ -152,6 +168,8 @@ def run(args: argparse.Namespace) -> int:
             same = f"; same problem as {m.stats['same_problem_as']}" if "same_problem_as" in m.stats else ""
             c.print(program_table(f"{hierarchy_words(m)}  ({len(m.programs)} programs, {m.seconds:.3f} s, "
                                   f"{m.status}{same})", m.programs, args.show))
+            if why := no_program_words(m, args.max_len):
+                c.print(f"  {why}")
             if "rests_on" in m.stats:
                 c.print(f"  rests on: {m.stats['rests_on']}")
             if m.stats.get("dropped_at_real_size"):

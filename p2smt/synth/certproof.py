@@ -51,7 +51,9 @@ def certificate_proof(prob: SynthesisProblem, max_len: int, *, units: int | None
                "solver_seconds": round(proved.seconds, 6), "seconds": round(time.perf_counter() - start, 6)}
     stats: dict[str, Any] = {"certified": proved.status == "unsat", "certificate": figures}
     if proved.status != "unsat":
-        stats["why_not"] = f"the state-graph proof stopped: {proved.why or 'Z3 gave no answer'}"
+        stats["why_not"] = (f"the state-graph proof {proved.why} before it finished (--proof-budget raises it; 0: no "
+                            "limit)" if proved.why and proved.why.startswith("spent") else
+                            f"the state-graph proof stopped: {proved.why or 'Z3 gave no answer'}")
     return tuple(programs), stats
 
 

@@ -81,7 +81,7 @@ class EngineConfig:
     proof_budget: int = DEFAULT_PROOF_BUDGET  # the certified engine's Z3 work per placement, millions of units (0: none)
     proof_store: str | None = None  # the certified engine's folder of proofs to reuse and add to (proofstore.py)
     inclusion_pairs: int | None = None  # the symmetric engine's completeness proof: its bound (0: never)
-    proof: Proof = Proof.BMC  # the certified engine's proof: BMC, the state-graph certificate, or auto (by size)
+    proof: Proof = Proof.AUTO  # the certified engine's proof: the state-graph certificate or BMC, by size
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "engine", Engine.parse(self.engine))
@@ -103,7 +103,7 @@ class EngineConfig:
                                               ("--jobs", self.jobs != 1),
                                               ("--proof-budget", self.proof_budget != DEFAULT_PROOF_BUDGET),
                                               ("--proof-store", self.proof_store),
-                                              ("--proof", self.proof != Proof.BMC)) if value]
+                                              ("--proof", self.proof != Proof.AUTO)) if value]
         if cert_only and self.engine != Engine.CERTIFIED:
             raise P2Error(f"{', '.join(cert_only)}: only with --engine certified (got --engine {self.engine})")
         if isinstance(self.max_len, bool) or not isinstance(self.max_len, int):
@@ -122,7 +122,7 @@ class EngineConfig:
         """This configuration for the certified engine's proposer ``engine``: the certified-only settings (those
         ``__post_init__`` refuses with another engine) back at their defaults."""
         return replace(self, engine=engine, proposer=None, certificate=None, jobs=1,
-                       proof_budget=DEFAULT_PROOF_BUDGET, proof_store=None, proof=Proof.BMC)
+                       proof_budget=DEFAULT_PROOF_BUDGET, proof_store=None, proof=Proof.AUTO)
 
     def to_json(self) -> dict[str, Any]:
         return {

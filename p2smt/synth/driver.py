@@ -209,12 +209,13 @@ grows with the k²-bit device states, the BMC proof's per-cell counts do not (do
 
 def proof_of(opts: EngineOptions, prob: SynthesisProblem) -> Proof:
     """The certified engine's proof for ``prob``: ``--proof``, else (auto) the state-graph certificate up to
-    ``CERTIFICATE_UP_TO`` devices with the pieces proposer, the progress rule and no proof store (the store
-    keeps BMC proofs), BMC otherwise."""
+    ``CERTIFICATE_UP_TO`` devices with the pieces proposer and the progress rule, unless an option only the
+    BMC proof reads is given (``--proof-store``: the store keeps BMC proofs; ``--jobs`` other than 1: the
+    BMC proof's threads); BMC otherwise."""
     if opts.proof is not Proof.AUTO:
         return opts.proof
-    fits = prob.num_devices <= CERTIFICATE_UP_TO and prob.require_progress
-    return Proof.CERTIFICATE if fits and proposer_of(opts) is Engine.PIECES and not opts.proof_store else Proof.BMC
+    fits = prob.num_devices <= CERTIFICATE_UP_TO and prob.require_progress and proposer_of(opts) is Engine.PIECES
+    return Proof.CERTIFICATE if fits and not opts.proof_store and opts.jobs == 1 else Proof.BMC
 
 
 def _state_graph(prob: SynthesisProblem, max_len: int, opts: EngineOptions,
