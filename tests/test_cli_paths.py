@@ -338,3 +338,13 @@ def test_verify_values_unknown_does_not_call_a_wrong_prefix_valid(run_cli, monke
     assert rc == 4 and payload["steps_proved"] == 2
     assert payload["message"] == ("deadline of 2 s reached: steps 1..2 proved to apply (sums are checked at the "
                                   "goal), step 3 undecided")
+
+
+def test_synth_says_why_a_placement_has_no_program(run_cli):
+    rc, out, _ = run_cli("synth", "--system", "a100-4x16", "--axes", "4,16", "--reduce", "0", "--hierarchy", "a",
+                         "--matrix", "[[1,4],[4,4]]", "--engine", "pieces")
+    text = " ".join(out.split())
+    assert rc == 0 and "0 programs" in text
+    assert ("no program: every instruction of this synthesis hierarchy has a group mixing devices of several "
+            "reduction groups (its levels do not separate the reduced axes from the others); --hierarchy d, the "
+            "default, splits each level by axis") in text
