@@ -32,10 +32,10 @@ def register(sub) -> None:
     p.add_argument("--emit-smt2", metavar="DIR", help="write each solver query as SMT-LIB2 into DIR")
     p.add_argument("--certificate", metavar="DIR",
                    help="certified engine: write Z3's validity and completeness queries as SMT-LIB2 into DIR")
-    p.add_argument("--proof", default="bmc", metavar="KIND",
-                   help="certified engine: bmc (Z3 searches the whole program space; default), certificate (a state "
-                        "graph closed by an independent checker, each step proved by one ground Z3 query), or auto "
-                        "(the certificate up to 32 devices, bmc beyond: the faster at each size measured)")
+    p.add_argument("--proof", default="auto", metavar="KIND",
+                   help="certified engine: certificate (a state graph closed by an independent checker, each step "
+                        "proved by one ground Z3 query), bmc (Z3 searches the whole program space), or auto (default: "
+                        "the certificate up to 32 devices, bmc beyond or with --proof-store, the faster at each size)")
     p.add_argument("--prune", default="none", help="named pruning of the complete set (see docs); default none")
     add_allow_noop(p)
     p.add_argument("--show", type=shown, default=20, help="programs shown per matrix (human output)")
@@ -53,7 +53,7 @@ def synth_config(args: argparse.Namespace):
     from dataclasses import replace
 
     config = engine_config(args)
-    return replace(config, proof=args.proof) if args.proof != "bmc" else config
+    return replace(config, proof=args.proof) if args.proof != "auto" else config
 
 
 def bounded_synthesis(args: argparse.Namespace, req, config, label: str, keep_partial: bool = False):
