@@ -81,8 +81,14 @@ def verify(request: Request, program: str, *, values: bool = False, timeout_ms: 
         from p2smt.smt.cegis import verify_values
 
         return verify_values(placement.num_devices, steps, goal, **common)
-    from p2smt.smt.verify import prove_plan
+    from p2smt.smt.verify import Z3_PLAN_DEVICES, prove_plan, prove_split
 
+    if placement.num_devices > Z3_PLAN_DEVICES:  # as ``p2smt verify``: each reduction group shape apart
+        from p2smt.model.components import split_plan
+
+        split = split_plan(placement.num_devices, steps, goal)
+        if split is not None and split.size <= Z3_PLAN_DEVICES:
+            return prove_split(split, steps, len(steps), **common)
     return prove_plan(placement.num_devices, steps, goal, **common)
 
 

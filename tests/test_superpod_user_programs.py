@@ -76,6 +76,10 @@ def test_verify_above_the_z3_size_proves_each_shape(run_cli, monkeypatch):
     rc, out, _ = _json(run_cli, "verify", *BY_NODE, "--program",
                        "(su, InsideGroup, AllReduce); (su, InsideGroup, AllReduce)")
     assert rc == 1 and out["failing_step"] == 2 and out["violation"]["group"][:2] == [0, 8]
+    # the goal: Z3's facts of one reduction group, made real, must equal the interpreter's sentence
+    rc, out, _ = _json(run_cli, "verify", *ISSUE, "--program", "(pcie, InsideGroup, AllReduce)")
+    assert rc == 1 and out["rule"] == "goal" and "(1024 devices are off the goal)" in out["message"]
+    assert out["states"]["0"][0] == [0, 1] and out["defects"][0]["missing"] == [2, 3, 4, 5, 6, 7]
 
 
 def test_verify_where_z3_does_not_prove_says_so(run_cli, monkeypatch):

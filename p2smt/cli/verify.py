@@ -59,31 +59,6 @@ def _same_verdict(proof, verdict) -> None:
             f"Z3 says {proof.status} but the interpreter says {'valid' if verdict.execution.valid else 'invalid'}")
 
 
-def _agree_split(split_proof, verdict):
-    """Z3's proofs of a split plan's shapes against the interpreter's verdict on the whole plan: the same status,
-    and for a counterexample the same step, rule and (real) group; reported with the interpreter's facts,
-    which are in real device ids (Z3's are in one reduction group's)."""
-    from p2smt.cli.check import MAX_SHOWN
-
-    proof, comp = split_proof.proof, split_proof.component
-    if proof.status == "unknown":
-        return proof
-    _same_verdict(proof, verdict)
-    if proof.violation is None:
-        return proof
-    v, oracle = proof.violation, verdict.violation
-    group = comp.real_group(v.group) if v.group is not None else None
-    if (v.step, v.rule) != (oracle.step, oracle.rule) or (v.step is not None and group != oracle.group):
-        raise InternalError(f"Z3 refutes step {v.step} ({v.rule}) in reduction group {list(comp.devices)} but the "
-                            f"interpreter step {oracle.step} ({oracle.rule}: {oracle.message})")
-    shown = list(dict.fromkeys((*oracle.devices, *(oracle.group or ()))))[:MAX_SHOWN]
-    defects = tuple({"device": d.device, "chunk": d.chunk, "missing": list(d.missing), "foreign": list(d.foreign)}
-                    for d in verdict.execution.defects)
-    return replace(proof, violation=oracle, message=oracle.message, states=verdict.device_rows(shown),
-                   states_after=oracle.steps if oracle.step is None else oracle.step - 1, defects=defects,
-                   witness={})
-
-
 def expired(args: argparse.Namespace, bounded, pr) -> int:
     """The deadline's ``unknown``: which steps were proved to apply and which one was under way."""
     from p2smt.smt.verify import undecided_words
@@ -136,7 +111,8 @@ def run(args: argparse.Namespace) -> int:
         from p2smt.smt.verify import prove_split
 
         def work(report):
-            return prove_split(split, failing or len(pr.steps), encoding=encoding, report=report, **common)
+            return prove_split(split, pr.steps, failing or len(pr.steps), encoding=encoding, report=report,
+                               **common)
     else:
         from p2smt.smt.verify import prove_plan
 
@@ -150,8 +126,9 @@ def run(args: argparse.Namespace) -> int:
     if args.values:
         proof, rests_on = bounded.result, f"Z3 (all integer values) at the real size ({n} devices)"
     elif split is not None:
-        proof = _agree_split(bounded.result, verdict)
-        rests_on = f"Z3 on each reduction group shape ({split.describe()}), agreeing with {verdict.checked_by}"
+        proof = _agree(bounded.result, verdict, pr.labels)
+        shapes = "" if split.describe() in verdict.checked_by else f" ({split.describe()})"
+        rests_on = f"Z3 on each reduction group shape{shapes}, agreeing with {verdict.checked_by}"
     else:
         proof = _agree(bounded.result, verdict, pr.labels)
         rests_on = f"Z3 at the real size ({n} devices), agreeing with {verdict.checked_by}"

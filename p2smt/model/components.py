@@ -16,9 +16,14 @@ from dataclasses import dataclass
 from typing import Any
 
 from p2smt.model.collectives import Collective, Group
+from p2smt.model.failure import Violation, step_text, violation
 
 Step = tuple[Collective, Sequence[Group]]
 LocalPlan = tuple[tuple[Collective, tuple[Group, ...]], ...]
+DEVICE_FACTS = ("pair", "contribution", "counted_twice", "has", "lacks", "device", "root", "missing", "foreign")
+"""The facts of a ``Violation`` that name devices (``members`` too when it is a list, not a count)."""
+SETS = ("missing", "foreign", "counted_twice")
+"""Those listed in increasing id order (a renumbering need not keep it)."""
 
 
 @dataclass(frozen=True)
@@ -35,6 +40,34 @@ class Component:
 
     def real_group(self, group: Sequence[int]) -> tuple[int, ...]:
         return tuple(self.devices[d] for d in group)
+
+    def real_facts(self, facts: Any) -> dict[str, Any]:
+        """A violation's facts with every device id made real (chunks and counts are kept)."""
+        out = dict(facts)
+        for key in (*DEVICE_FACTS, "members"):
+            value = out.get(key)
+            if isinstance(value, int) and key != "members":
+                out[key] = self.real(value)
+            elif isinstance(value, (list, tuple)):
+                real = [self.real(d) for d in value]
+                out[key] = sorted(real) if key in SETS else real
+        return out
+
+    def real_violation(self, v: Violation, steps: Sequence[Step], labels: Sequence[str] | None = None,
+                       **overrides: Any) -> Violation:
+        """This component's violation in real device ids, with the whole plan's step text (``overrides``:
+        facts to set, e.g. the whole plan's devices off the goal)."""
+        facts = self.real_facts(v.facts)
+        facts.pop("chunk", None)
+        facts.update(overrides)
+        devices = facts.pop("devices", [self.real(d) for d in v.devices])
+        coll = steps[v.step - 1][0] if v.step is not None else None
+        text = None
+        if v.step is not None:
+            text = labels[v.step - 1] if labels else step_text(coll, steps[v.step - 1][1])
+        group = self.real_group(v.group) if v.group is not None else None
+        return violation(v.step, len(steps), text, v.rule, group, devices, v.chunk,
+                         Collective(coll).value if coll is not None else None, **facts)
 
     def first_group(self, step: int, group: Sequence[int] | None) -> int:
         """The index in the whole plan's step ``step`` (1-based) of this component's local ``group``."""

@@ -23,8 +23,6 @@ from p2smt.semantics.dense import Defect
 
 Step = tuple[Collective, Sequence[Group]]
 MAX_DEFECTS = 256
-DEVICE_FACTS = ("pair", "contribution", "counted_twice", "has", "lacks", "device", "root", "missing", "foreign")
-"""The facts of a ``Violation`` that name devices (``members`` too when it is a list, not a count)."""
 
 
 @dataclass(frozen=True)
@@ -70,33 +68,6 @@ class SplitVerdict:
         return {d: found[d] for d in devices if d in found}
 
 
-def _real_facts(facts: dict[str, Any], comp: Component) -> dict[str, Any]:
-    out = dict(facts)
-    for key in DEVICE_FACTS:
-        value = out.get(key)
-        if isinstance(value, int):
-            out[key] = comp.real(value)
-        elif isinstance(value, (list, tuple)):
-            out[key] = [comp.real(d) for d in value]
-    if isinstance(out.get("members"), (list, tuple)):
-        out["members"] = [comp.real(d) for d in out["members"]]
-    out.pop("chunk", None)
-    return out
-
-
-def real_violation(v: Violation, comp: Component, steps: Sequence[Step], labels: Sequence[str] | None) -> Violation:
-    """A component's violation with real device ids and the whole plan's step text."""
-    facts = _real_facts(dict(v.facts), comp)
-    coll = steps[v.step - 1][0] if v.step is not None else None
-    text = None
-    if v.step is not None:
-        text = labels[v.step - 1] if labels else step_text(coll, steps[v.step - 1][1])
-    group = comp.real_group(v.group) if v.group is not None else None
-    devices = [comp.real(d) for d in v.devices]
-    return violation(v.step, len(steps), text, v.rule, group, devices, v.chunk,
-                     Collective(coll).value if coll is not None else None, **facts)
-
-
 def _real_defect(d: Defect, comp: Component) -> Defect:
     return Defect(comp.real(d.device), d.chunk, tuple(sorted(comp.real(c) for c in d.missing)),
                   tuple(sorted(comp.real(c) for c in d.foreign)))
@@ -129,7 +100,7 @@ def judge_split(split: Split, steps: Sequence[Step], chunks: int, require_progre
     step, _, s, c, local = min(failures, key=lambda f: f[:2])
     comp = split.components[c]
     if step != float("inf"):
-        v = real_violation(local.violation, comp, steps, labels)
+        v = comp.real_violation(local.violation, steps, labels)
         return SplitVerdict(ChunkRun(False), None, v, what, ((comp, local),))
     return _goal_verdict(split, verdicts, [f for f in failures if f[0] == float("inf")], len(steps), what)
 

@@ -26,7 +26,7 @@ import z3
 
 from p2smt.errors import InternalError, P2Error
 from p2smt.model.collectives import AG, BC, Collective, Group
-from p2smt.model.components import Component, Split
+from p2smt.model.components import Split
 from p2smt.model.dsl import validate_plan
 from p2smt.model.failure import Rule, Violation, goal_masks, mixed_pair, mixed_violation, step_text, violation
 from p2smt.model.problem import Candidate, SynthesisProblem
@@ -424,49 +424,55 @@ Z3_PLAN_DEVICES = 1024
 4,096); above, it proves each reduction group shape of a plan that splits (``model.components``)."""
 
 
-@dataclass(frozen=True)
-class SplitProof:
-    """Z3's proofs of a split plan's shapes combined: the whole plan's status, and for a counterexample the
-    local violation and the component (of the first failure, in the interpreters' order) it is about."""
-
-    proof: PlanProof
-    component: Component | None = None
-
-
 def prove_split(
-    split: Split, steps_to_prove: int, *, chunks: int, require_progress: bool = False, timeout_ms: int | None = None,
-    encoding: str = "bool-matrix", report: StepReport | None = None,
-) -> SplitProof:
-    """Prove the first ``steps_to_prove`` steps of every shape of ``split`` on its own ``split.size`` devices
-    (one wall-clock bound for all); the first failure is the earliest step, then the first group of that step."""
+    split: Split, steps: Sequence[Step], steps_to_prove: int, *, chunks: int, require_progress: bool = False,
+    timeout_ms: int | None = None, encoding: str = "bool-matrix", report: StepReport | None = None,
+) -> PlanProof:
+    """Prove the first ``steps_to_prove`` of ``steps`` on every shape of ``split``, each on its own
+    ``split.size`` devices (one wall-clock bound for all). A counterexample is the whole plan's first failure
+    (the earliest step, then the first group of that step; for the goal, the lowest device off it, every
+    device off it counted), in real device ids with the affected devices' states and the goal's defects."""
     start = time.perf_counter()
     m = split.size
     deadline = None if timeout_ms is None else time.monotonic() + timeout_ms / 1000
     failures = []
     calls = 0
     one = len(split.shapes) == 1
-    for members in split.shapes:
+    for shape, members in enumerate(split.shapes):
         comp = split.components[members[0]]
         left = None if deadline is None else max(1, int((deadline - time.monotonic()) * 1000))
         proof = prove_plan(m, list(comp.plan[:steps_to_prove]), [tuple(range(m))], require_progress=require_progress,
                            timeout_ms=left, chunks=chunks, encoding=encoding, report=report if one else None)
         calls += proof.stats.get("solver_calls", 0)
         if proof.status is ProofStatus.UNKNOWN:
-            return SplitProof(replace(proof, stats=_split_stats(proof.stats, calls, start, split)))
+            return replace(proof, stats=_split_stats(proof.stats, calls, start, split))
         v = proof.violation
         if v is None:
             continue
         if v.step is None:
-            failures.append((float("inf"), 0, proof, comp))
+            failures.append((float("inf"), 0, shape, proof, comp))
             continue
         first = min((split.components[c] for c in members), key=lambda c: c.first_group(v.step, v.group))
-        failures.append((v.step, first.first_group(v.step, v.group), proof, first))
+        failures.append((v.step, first.first_group(v.step, v.group), shape, proof, first))
     if not failures:
         if report is not None and not one:
             report(steps_to_prove)
-        return SplitProof(PlanProof(ProofStatus.PROVED, stats=_split_stats({}, calls, start, split)))
-    _, _, proof, comp = min(failures, key=lambda f: f[:2])
-    return SplitProof(replace(proof, stats=_split_stats(proof.stats, calls, start, split)), comp)
+        return PlanProof(ProofStatus.PROVED, stats=_split_stats({}, calls, start, split))
+    step, _, shape, proof, comp = min(failures, key=lambda f: f[:2])
+    overrides = {}
+    if step == float("inf"):  # the goal: the lowest device off it, over every failing shape's components
+        off = sorted(split.components[c].real(d) for f in failures for c in split.shapes[f[2]]
+                     for d in f[3].violation.devices)
+        comp = next(split.components[c] for f in failures for c in split.shapes[f[2]]
+                    if off[0] in split.components[c].devices)
+        proof = next(f[3] for f in failures if split.components.index(comp) in split.shapes[f[2]])
+        overrides = {"devices": off, "devices_off": len(off)}
+    v = comp.real_violation(proof.violation, steps, **overrides)
+    states = {comp.real(d): [sorted(comp.real(c) for c in row) for row in rows] for d, rows in proof.states.items()}
+    defects = tuple(d | {"device": comp.real(d["device"]), "missing": sorted(comp.real(c) for c in d["missing"]),
+                         "foreign": sorted(comp.real(c) for c in d["foreign"])} for d in proof.defects)
+    return replace(proof, violation=v, message=v.message, states=states, defects=defects, witness={},
+                   stats=_split_stats(proof.stats, calls, start, split))
 
 
 def _split_stats(stats: dict[str, Any], calls: int, start: float, split: Split) -> dict[str, Any]:
