@@ -98,7 +98,7 @@ def through_target(path: str | Path, flag: str) -> bool:
     except FileNotFoundError:
         return False
     except OSError as err:
-        raise P2Error(f"{flag} {_shown(path)}: {err.strerror}") from None
+        raise P2Error(f"{flag} {_shown(path)}: cannot write: {err.strerror}") from None
     kind = kind_of(mode)
     if kind is None:
         return False
