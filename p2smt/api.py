@@ -250,9 +250,17 @@ def audit_text(text: str, *, system: System | str, nodes: int | None = None,
 
 
 def recheck(folder: str | Path, *, timeout: float | None = None, report: Any = None) -> list[Any]:
-    """cvc5's verdict on every certificate file (``*.smt2``) that ``--certificate folder`` wrote (``p2smt
+    r"""cvc5's verdict on every certificate file (``*.smt2``) that ``--certificate folder`` wrote (``p2smt
     recheck``): a ``Recheck`` per file, ``verdict`` confirmed (cvc5 gives Z3's recorded answer), refuted or
-    unknown (no answer within ``timeout`` seconds per file); ``report`` is called with each as it is done."""
+    unknown (no answer within ``timeout`` seconds per file); ``report`` is called with each as it is done.
+
+    >>> import pathlib, tempfile
+    >>> folder = pathlib.Path(tempfile.mkdtemp())
+    >>> _ = (folder / "q.smt2").write_text("(set-info :status unsat)\n(set-logic ALL)\n(declare-const x Bool)\n"
+    ...                                    "(assert (and x (not x)))\n(check-sat)\n")
+    >>> [(r.file, r.verdict.value) for r in recheck(folder)]
+    [('q.smt2', 'confirmed')]
+    """
     from p2smt.smt.cvc5_recheck import recheck as run
 
     return run(folder, timeout_s=timeout, report=report)
