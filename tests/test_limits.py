@@ -105,3 +105,11 @@ def test_sixteen_levels_of_two_refused_through_the_cli(run_cli, tmp_path):
     rc, out, err = run_cli("synth", "--system", system, "--axes", "65536", "--reduce", "0", "--engine", "symmetric",
                            "--max-len", "2", "--json")
     _one_line_refusal(rc, out, err, "65,536 devices with 1,280 candidate instructions")
+
+
+def test_positions_run_bounded_in_cells():
+    from p2smt.semantics.verdict import POSITIONS_CELLS, check_positions_size
+
+    check_positions_size(1024, 1024)  # a 1,024-device reduction with one block per device
+    with pytest.raises(P2Error, match="beyond the bound of 1,048,576 cells"):
+        check_positions_size(2 * POSITIONS_CELLS // 1024, 1024)

@@ -193,7 +193,16 @@ def initial_buffers(num_devices: int, blocks: int) -> list[Buffer]:
 
 
 def _misplaced(buffers: Sequence[Buffer], goal_groups: Sequence[Group], blocks: int):
-    group_of = {d: frozenset(g) for g in goal_groups for d in g}
+    group_of = {d: want for g in goal_groups for want in (frozenset(g),) for d in g}  # one set per group
+    same: dict[tuple[int, int], tuple] = {}  # cells share their sources after a collective: compare each pair once
+
+    def equal(sources: frozenset[int], want: frozenset[int]) -> bool:
+        key = (id(sources), id(want))
+        found = same.get(key)
+        if found is None:  # the pair is kept with its answer, so that neither id is reused while it is known
+            found = same[key] = (sources, want, sources == want)
+        return found[2]
+
     wrong_length, misplaced = [], []
     for d, buf in enumerate(buffers):
         if len(buf) != blocks:
@@ -203,7 +212,7 @@ def _misplaced(buffers: Sequence[Buffer], goal_groups: Sequence[Group], blocks: 
         for p, cell in enumerate(buf):
             if cell is None:
                 misplaced.append(Misplaced(d, p, p, None, tuple(sorted(want)), ()))
-            elif cell.block != p or cell.sources != want:
+            elif cell.block != p or not equal(cell.sources, want):
                 misplaced.append(Misplaced(d, p, p, cell.block, tuple(sorted(want - cell.sources)),
                                            tuple(sorted(cell.sources - want))))
     return tuple(wrong_length), tuple(misplaced)

@@ -108,7 +108,7 @@ def goal_violation(run: Execution, steps: int) -> Violation:
                      device=first.device, missing=list(first.missing), foreign=list(first.foreign), devices_off=off)
 
 
-POSITIONS_CELLS = 1 << 24
+POSITIONS_CELLS = 1 << 20
 """Largest number of buffer cells (devices × blocks) the positions interpreter runs on."""
 
 
