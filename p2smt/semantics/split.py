@@ -106,8 +106,8 @@ def judge_split(split: Split, steps: Sequence[Step], chunks: int, require_progre
 
 
 def _goal_verdict(split: Split, verdicts, failing, steps: int, what: str) -> SplitVerdict:
-    """Every step applies but some reduction groups miss the goal: the first defect by real device id,
-    every device off the goal, and the first ``MAX_DEFECTS`` defects."""
+    """Every step applies but some reduction groups miss the goal: the first defect by real device id, every
+    device off the goal, and up to ``MAX_DEFECTS`` defects (in device order; all of them when there are fewer)."""
     off: list[int] = []
     defects: list[Defect] = []
     at_failure = []
