@@ -69,6 +69,7 @@ class Layout:
     varying: tuple[tuple[str, str], ...] = ()
     unknown: tuple[tuple[str, str], ...] = field(default=())
     mixed: frozenset[str] = frozenset()  # sharded axes whose blocks each had a replicated value added
+    zero: bool = False  # a constant zero: replicated, every shard and every partial sum of it at once
 
     def keep(self, dims: tuple[tuple[str, ...], ...] | None = None, partial: frozenset[str] | None = None) -> Layout:
         """The same value under new ``dims`` or ``partial`` (the rest carried over; ``mixed`` kept only along
@@ -114,8 +115,10 @@ class Layout:
     def joined(self, other: Layout, axes: tuple[str, ...], why: str) -> Layout:
         """What is known of a value that is ``self`` or ``other`` (two branches, two loop iterations): the
         axes along which they differ become unknown, with ``why``."""
-        if self == other:
+        if self == other or other.zero:
             return self
+        if self.zero:
+            return other
         out = self
         for a in axes:
             d, e = self.sharded_dim(a), other.sharded_dim(a)

@@ -83,6 +83,9 @@ def elementwise(op: Op, ins: Sequence[Layout]) -> Outcome:
     (negate, convert, add of partial sums, a product or quotient by a replicated factor, a select on a
     replicated predicate)."""
     rank = len(op.result_shapes[0])
+    if op.short in LINEAR_BINARY and len(ins) == 2 and (ins[0].zero or ins[1].zero) \
+            and op.operand_shapes[0] == op.operand_shapes[1] == op.result_shapes[0]:
+        return Outcome([ins[0] if ins[1].zero else ins[1]])  # x + 0, 0 + x, x - 0, 0 - x: x's layout
     dims, clash = _merge_dims(op, ins, rank)
     findings: list[Finding] = []
     additive = op.short in LINEAR_BINARY or op.short == "select"

@@ -31,6 +31,7 @@ _OPAQUE = {"stablehlo.all_to_all", "stablehlo.collective_permute", "stablehlo.co
 _LOCAL_CUSTOM_CALLS = ("Sharding", "X64Combine", "X64SplitLow", "X64SplitHigh", "lapack_", "annotate_device_placement")
 _PLUMBING = {"func.return", "sdy.manual_computation", "sdy.mesh", "stablehlo.constant", "sdy.sharding_constraint",
              "stablehlo.optimization_barrier", "func.call"}
+_ZERO_FORMS = ("stablehlo.constant", "stablehlo.broadcast_in_dim", "stablehlo.convert", "stablehlo.reshape")
 MAX_OPS = 2_000_000  # ops walked once calls are expanded: a bound on time for call trees that multiply
 
 
@@ -365,6 +366,9 @@ class _Walker:
             outcome = self._step(op, name, ins, manual, mesh, depth, env)
             self.result.findings += outcome.findings
             for r, lay in zip(op.results, outcome.results):
+                if name in _ZERO_FORMS and all(lay.state(a) is AxisState.REPLICATED for a in manual) \
+                        and self._zero(r):
+                    lay = Layout(lay.dims, zero=True)
                 known = self.affine.get(r)
                 if known is not None:  # an integer that depends on the mesh coordinates its terms name only
                     lay = Layout(((),) * len(lay.dims))
