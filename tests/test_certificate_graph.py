@@ -244,9 +244,8 @@ def test_a_spent_budget_leaves_the_certificate_unclaimed_the_same_way_every_run(
     from p2smt.smt import budget
 
     req = Request("a100-4x16", axes=(2, 32), reduce=(1,), matrix=((1, 2), (4, 8)))
-    proved = synthesize(req, EngineConfig(proof="certificate"))
-    used = proved.matrices[0].stats["certificate"]["resource_units"]
-    assert proved.certified is True and 10_000 < used < 1_000_000
+    proved = synthesize(req, EngineConfig(proof="certificate", proof_budget=1))  # a million units suffice
+    assert proved.certified is True and "resource_units" not in proved.matrices[0].stats["certificate"]
     monkeypatch.setattr(budget, "UNITS", 10_000)  # one budget unit: less than this proof spends
     short = [synthesize(req, EngineConfig(proof="certificate", proof_budget=1)).to_json()["matrices"][0]
              for _ in range(2)]
