@@ -6,7 +6,7 @@ import json
 import math
 
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
 from p2smt.cli.main import main
@@ -16,6 +16,7 @@ from p2smt.model.placement import Placement
 from p2smt.model.request import Request
 from p2smt.model.system import load_system
 from p2smt.runs.grid import paper_grid
+from p2smt.semantics.dense import MAX_INTERPRETER_DEVICES
 from p2smt.smt.certify import certify
 from p2smt.synth import driver
 from p2smt.synth.config import Engine, EngineConfig
@@ -55,6 +56,7 @@ def test_grid_certified_set_equals_explicit_sets(config, grid_store):
 @settings(max_examples=10, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(st.lists(st.integers(2, 6), min_size=1, max_size=3))
 def test_random_hierarchies_certify_both_proposers(sizes):
+    assume(math.prod(sizes) <= MAX_INTERPRETER_DEVICES)  # the enumerative proposer's dense state stops there
     max_len = 5 if len(sizes) < 3 and math.prod(sizes) <= 16 else 3
     prob = problem(_hierarchy(sizes))
     programs = enumerate_programs(prob, max_len)
