@@ -342,3 +342,11 @@ def test_a_loop_s_chains_run_its_trip_count_times():
     report = _audit("grad-accumulation-loop", ".mlir")
     assert [(c.steps, c.runs) for c in report.chains] == [(("all-reduce(data)",), "3 times")]
     assert report.seconds_now == pytest.approx(3 * report.chains[0].seconds)
+
+
+@needs_jax
+def test_gspmd_annotations_without_shardy_also_keep_stablehlo_unverified():
+    # printed by JAX with jax_use_shardy_partitioner=False: jnp.sum over a dimension sharded over data
+    text = (TESTS / "data" / "audit-text" / "gspmd-mhlo-sharding.mlir").read_text()
+    report = audit_text(text, system="v100-2x8")
+    assert report.verdict is AuditVerdict.UNVERIFIED and "XLA's partitioner" in report.notes[0]

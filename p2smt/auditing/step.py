@@ -62,8 +62,7 @@ def _order(device_order: Sequence[int] | None, n: int) -> tuple[int, ...]:
 def _check_expect(expect: Mapping[int, Expected], mesh: Mesh | None) -> None:
     names = set(mesh.names) if mesh else set()
     for k, e in expect.items():
-        bad = sorted({a for d in e.dims for a in d} | set(e.unreduced) - names) if mesh else []
-        bad = [a for a in bad if a not in names]
+        bad = sorted(({a for d in e.dims for a in d} | set(e.unreduced)) - names) if mesh else []
         if bad:
             raise P2Error(f"--expect {k}: unknown mesh axes {bad}; the mesh has {sorted(names)}")
 

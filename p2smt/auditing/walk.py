@@ -174,6 +174,8 @@ class _Walker:
         for attr in self._arg_attrs(main):
             if attr is not None and "sdy.sharding" in attr:
                 self.sharded_module |= self._is_sharded(attr["sdy.sharding"])
+            if attr is not None and "mhlo.sharding" in attr:  # GSPMD's annotation (Shardy off)
+                self.sharded_module |= self._gspmd_sharded(attr["mhlo.sharding"])
         outs = self._outer(main, [_Outer() for _ in args])
         names = self._result_names(main, len(outs))
         for i, v in enumerate(outs):
@@ -194,6 +196,14 @@ class _Walker:
                 if "jax.result_info" in d and i < n:
                     names[i] = self.ir.StringAttr(d["jax.result_info"]).value or names[i]
         return names
+
+    def _gspmd_sharded(self, attr) -> bool:
+        """Whether an ``mhlo.sharding`` string splits a value (anything but replicated or on one device)."""
+        try:
+            text = self.ir.StringAttr(attr).value.strip()
+        except (TypeError, ValueError):
+            return True  # not the string form: assume it splits the value (never assume replication)
+        return text not in ("{replicated}", "{manual}") and not text.startswith("{maximal")
 
     def _is_sharded(self, attr) -> bool:
         ts = self.sdy.TensorShardingAttr(attr)
@@ -224,6 +234,8 @@ class _Walker:
                 self._hidden_check(op, name)
                 if name in _COLLECTIVES or name in _OPAQUE:
                     self.result.hidden.append(f"{name.split('.', 1)[1]} at {location(op)} outside shard_map")
+                if "mhlo.sharding" in op.attributes:
+                    self.sharded_module |= self._gspmd_sharded(op.attributes["mhlo.sharding"])
                 deps = frozenset().union(*(x.deps for x in ins)) if ins else frozenset()
                 local = name in _PLUMBING
                 gspmd = any(x.gspmd for x in ins) or (self.sharded_module and not local)
