@@ -253,3 +253,12 @@ def test_a_spent_budget_leaves_the_certificate_unclaimed_the_same_way_every_run(
     assert short[0]["why_not"] == ("the state-graph proof spent its budget of 10,000 Z3 resource units before it "
                                    "finished (--proof-budget raises it; 0: no limit)")
     assert short[0]["programs"] == [str(p) for p in proved.matrices[0].programs]
+
+
+def test_blueconnect_length_6_is_certified_by_the_default_engine_with_the_pieces_set():
+    req = Request("fig2-16gpu", axes=(16,), reduce=(0,), matrix=((1, 2, 2, 4),))
+    res = synthesize(req, EngineConfig(max_len=6))
+    pieces = synthesize(req, EngineConfig(engine="pieces", max_len=6))
+    (m,) = res.matrices
+    assert res.certified is True and "state-graph certificate: 744 states" in m.stats["rests_on"]
+    assert m.programs == pieces.matrices[0].programs and len(m.programs) == 4576
