@@ -8,7 +8,8 @@ once (derived from the variant's typed options), plus ``EXTRA_OPTIONS``.
 
 Tiers: the grid's small problems run in every ``pytest`` (``_in_ci``: default options up to
 ``CI_GRID_MAX_K`` devices, other option sets the one-level problems); the rest of the grid up to
-``SLOW_OPTIONS_MAX_K`` devices for the option sets is marked ``slow`` (``.ci/run`` sets
+``SLOW_OPTIONS_MAX_K`` devices for the option sets (``SLOW_DEFAULTS_MAX_K_BY_VARIANT`` for the defaults of
+the slowest variants) is marked ``slow`` (``.ci/run`` sets
 ``P2SMT_SLOW=1`` and runs it):
 
     P2SMT_SLOW=1 pytest tests/test_encoding_conformance.py -m slow
@@ -53,6 +54,9 @@ CI_GRID_MAX_K_BY_VARIANT = {"bool-matrix": 8}
 # values' option sets cost ~15-35 s of CPU each at 8-16 devices, which the CI budget cannot pay 6 x 8 times).
 SLOW_OPTIONS_MAX_K = 8
 SLOW_OPTIONS_MAX_K_BY_VARIANT = {"representative": 64}  # ~1 s a problem: the whole grid
+# Defaults stop at 16 devices for these (CI, 2 cores): bitvec took 230-320 s at 32 devices and at 64 grew
+# past 23 GiB (OOM-killed); values took 150-300 s at 32-64.
+SLOW_DEFAULTS_MAX_K_BY_VARIANT = {"bitvec": 16, "values": 16}
 # Random hierarchies: largest device count per variant (slow variants get smaller ones).
 RANDOM_MAX_K = {"bool-matrix": 8, "representative": 8}
 RANDOM_MAX_K_DEFAULT = 6
@@ -124,7 +128,9 @@ def _in_ci(name: str, opts: dict, prob: SynthesisProblem) -> bool:
 
 
 def _in_suite(name: str, opts: dict, prob: SynthesisProblem) -> bool:
-    return not opts or prob.num_devices <= SLOW_OPTIONS_MAX_K_BY_VARIANT.get(name, SLOW_OPTIONS_MAX_K)
+    if opts:
+        return prob.num_devices <= SLOW_OPTIONS_MAX_K_BY_VARIANT.get(name, SLOW_OPTIONS_MAX_K)
+    return prob.num_devices <= SLOW_DEFAULTS_MAX_K_BY_VARIANT.get(name, prob.num_devices)
 
 
 def _grid_params():
