@@ -91,8 +91,8 @@ def reduce_scatter(op: Op, ins: Sequence[Layout], reduced: tuple[str, ...] | Non
                 if s is R:
                     findings.append(_finding(op, FindingKind.SUM_OF_REPLICATED, a,
                                              f"{op.short} at {op.location} sums over {a} a value already "
-                                             f"replicated over {a}: each shard is the value's times the size of "
-                                             f"{a}"))
+                                             f"replicated over {a}: each shard is its block of the value times the "
+                                             f"size of {a}"))
                     x = x.lost(a, f"the finding at {op.location}")
                 elif s is not U:
                     x = x.lost(a, f"{op.short} at {op.location} scatters a value that is not a partial sum over {a}")
