@@ -7,9 +7,8 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-import numpy as np
-
 from p2smt.model.collectives import Group
+from p2smt.model.replica_groups import mesh_axes_groups
 
 __all__ = ["Mesh", "axes_of_groups"]
 
@@ -31,13 +30,7 @@ class Mesh:
 
     def groups(self, selected: Sequence[str]) -> tuple[Group, ...]:
         """One group per point of the other axes, members along ``selected`` in the order named."""
-        names = self.names
-        cube = np.array(self.device_ids).reshape(tuple(s for _, s in self.axes))
-        vary = [names.index(s) for s in selected]
-        fixed = [i for i in range(len(names)) if i not in vary]
-        size = math.prod(self.axes[i][1] for i in vary)
-        rows = cube.transpose(fixed + vary).reshape(-1, size)
-        return tuple(tuple(int(v) for v in r) for r in rows)
+        return tuple(tuple(self.device_ids[p] for p in g) for g in mesh_axes_groups(self.axes, selected))
 
 
 def axes_of_groups(mesh: Mesh, groups: Sequence[Group], ordered: bool) -> tuple[str, ...] | None:

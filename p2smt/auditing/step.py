@@ -7,6 +7,7 @@ gives the step-level check and its compiled HLO the chains XLA will run (those t
 
 from __future__ import annotations
 
+import math
 import time
 from collections.abc import Mapping, Sequence
 from typing import Any
@@ -42,11 +43,7 @@ def parse_expect(text: str) -> tuple[int, Expected]:
 
 def _mesh(reading: ModuleReading, given: Sequence[tuple[str, int]] | None) -> Mesh | None:
     if given is not None:
-        sizes = [s for _, s in given]
-        total = 1
-        for s in sizes:
-            total *= s
-        return Mesh(tuple((str(n), int(s)) for n, s in given), tuple(range(total)))
+        return Mesh(tuple((str(n), int(s)) for n, s in given), tuple(range(math.prod(s for _, s in given))))
     if reading.mesh is None:
         return None
     return Mesh(reading.mesh.axes, reading.mesh.device_ids)

@@ -31,7 +31,8 @@ _OPAQUE = {"stablehlo.all_to_all", "stablehlo.collective_permute", "stablehlo.co
 _LOCAL_CUSTOM_CALLS = ("Sharding", "X64Combine", "X64SplitLow", "X64SplitHigh", "lapack_", "annotate_device_placement")
 _PLUMBING = {"func.return", "sdy.manual_computation", "sdy.mesh", "stablehlo.constant", "sdy.sharding_constraint",
              "stablehlo.optimization_barrier", "func.call"}
-_ZERO_FORMS = ("stablehlo.constant", "stablehlo.broadcast_in_dim", "stablehlo.convert", "stablehlo.reshape")
+_PASS_VALUE = ("stablehlo.broadcast_in_dim", "stablehlo.convert", "stablehlo.reshape")  # one operand each
+_ZERO_FORMS = ("stablehlo.constant", *_PASS_VALUE)
 MAX_OPS = 2_000_000  # ops walked once calls are expanded: a bound on time for call trees that multiply
 
 
@@ -72,27 +73,14 @@ class StepOutput:
                 "status": self.status.value, "reasons": list(self.reasons)}
 
 
-@dataclass(frozen=True)
-class CollectiveUse:
-    """A collective met in a shard_map body: its location, op, the mesh axes its groups form (None: none),
-    and its operand's bytes per device."""
-
-    location: str
-    op: str
-    axes: tuple[str, ...] | None
-    bytes: int
-
-
 @dataclass
 class StepWalk:
-    """What the walk found: the outputs' verdicts, the findings, the collectives, and what it could not see."""
+    """What the walk found: the outputs' verdicts, the findings, and what it could not see."""
 
     outputs: list[StepOutput] = field(default_factory=list)
     findings: list[Finding] = field(default_factory=list)
-    collectives: list[CollectiveUse] = field(default_factory=list)
     hidden: list[str] = field(default_factory=list)  # ops that may communicate unseen: the text cannot be audited
     gspmd: list[str] = field(default_factory=list)  # ops outside shard_map on sharded values
-    manual: int = 0  # shard_map bodies walked
 
 
 @dataclass(frozen=True)
@@ -126,18 +114,6 @@ def location(op) -> str:
 def _shape(value) -> tuple[int, ...]:
     t = value.type
     return tuple(t.shape) if hasattr(t, "shape") else ()
-
-
-def _nbytes(value) -> int:
-    t = value.type
-    if not hasattr(t, "shape"):
-        return 0
-    bits = getattr(t.element_type, "width", None)
-    if bits is None:
-        text = str(t.element_type)
-        bits = 64 if text in ("f64", "i64", "ui64", "complex<f32>") else 128 if text == "complex<f64>" else 8 \
-            if text in ("i1", "pred") else 32
-    return int(np.prod(t.shape, dtype=np.int64)) * max(bits, 8) // 8
 
 
 class _Walker:
@@ -270,7 +246,6 @@ class _Walker:
 
     # -- inside shard_map ---------------------------------------------------------------------------------------
     def _manual(self, op) -> list[int]:
-        self.result.manual += 1
         a = op.attributes
         ins = self.sdy.TensorShardingPerValueAttr(a["in_shardings"]).shardings
         outs = self.sdy.TensorShardingPerValueAttr(a["out_shardings"]).shardings
@@ -517,16 +492,17 @@ class _Walker:
                 out.append(v)
         return out
 
-    def _constant(self, value, depth: int = 0) -> bool:
+    def _constant_op(self, value):
+        """The ``stablehlo.constant`` a value is, through broadcasts, converts and reshapes; None if none."""
+        while not isinstance(value, self.ir.BlockArgument) and value.owner.name in _PASS_VALUE:
+            value = value.owner.operands[0]
+        if isinstance(value, self.ir.BlockArgument) or value.owner.name != "stablehlo.constant":
+            return None
+        return value.owner
+
+    def _constant(self, value) -> bool:
         """Whether a value is computed from constants only (``psum(1, axis)``)."""
-        if isinstance(value, self.ir.BlockArgument) or depth > 32:
-            return False
-        owner = value.owner
-        if owner.name == "stablehlo.constant":
-            return True
-        if owner.name not in ("stablehlo.broadcast_in_dim", "stablehlo.convert", "stablehlo.reshape"):
-            return False
-        return all(self._constant(v, depth + 1) for v in owner.operands)
+        return self._constant_op(value) is not None
 
     def _has_collective(self, op) -> bool:
         """Whether an op (or a block) communicates, or calls a function, anywhere inside it."""
@@ -573,13 +549,11 @@ class _Walker:
 
     def _zero(self, value) -> bool:
         """Whether a value is the constant zero (a sum's start)."""
-        while not isinstance(value, self.ir.BlockArgument) and value.owner.name in (
-                "stablehlo.broadcast_in_dim", "stablehlo.convert", "stablehlo.reshape"):
-            value = value.owner.operands[0]
-        if isinstance(value, self.ir.BlockArgument) or value.owner.name != "stablehlo.constant":
+        const = self._constant_op(value)
+        if const is None:
             return False
         try:
-            return not np.any(np.array(self.ir.DenseElementsAttr(value.owner.attributes["value"])))
+            return not np.any(np.array(self.ir.DenseElementsAttr(const.attributes["value"])))
         except (TypeError, ValueError):
             return False
 
@@ -618,8 +592,6 @@ class _Walker:
         reduced = axes_of_groups(mesh, groups, ordered=kind != "all_reduce") if global_ids else None
         if reduced is not None and any(r not in manual for r in reduced):
             reduced = None
-        nbytes = sum(_nbytes(v) for v in op.operands)
-        self.result.collectives.append(CollectiveUse(location(op), kind, reduced, nbytes))
         o = self._op(op, name, manual)
         if kind == "all_reduce":
             return comm.all_reduce(o, ins, reduced, self._adds(op), all(self._constant(v) for v in op.operands))
