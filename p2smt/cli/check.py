@@ -7,6 +7,7 @@ import argparse
 from rich.console import Console
 from rich.markup import escape
 
+from p2smt.cli.goals import add_goal, goal_of
 from p2smt.cli.inputs import plan_request
 from p2smt.cli.options import add_allow_noop, add_json, add_plan_input, add_request
 from p2smt.cli.output import ExitCode, counted, emit
@@ -24,6 +25,7 @@ def register(sub) -> None:
     p = sub.add_parser("check", help="run a plan through the concrete interpreter")
     add_request(p, matrix_required=True)
     add_plan_input(p, hlo=True)
+    add_goal(p)
     add_allow_noop(p)
     add_verbose(p)
     p.add_argument("--progress", action="store_true", help="show progress on stderr (default: on a terminal)")
@@ -56,9 +58,10 @@ def run(args: argparse.Namespace) -> int:
 
     with progress_display(args, "check: plan read, plan judged", 2) as show:
         pr = plan_request(args)
+        goal = goal_of(args, pr.reduce)
         show(pr)
         verdict = judge(pr.placement.num_devices, pr.steps, pr.goal_groups, pr.chunks, not args.allow_noop,
-                        layout=pr.program is None, labels=pr.labels)
+                        layout=pr.program is None, labels=pr.labels, sharding=goal.sharding(pr.placement))
         show(verdict)
     v = verdict.violation
     defects = [
@@ -73,18 +76,26 @@ def run(args: argparse.Namespace) -> int:
         "violation": v.to_json() if v else None,
         "defects": defects,
         "checked_by": verdict.checked_by,
-    } | ({"positions": verdict.positions.to_json()} if verdict.positions else {})
+    } | ({"positions": verdict.positions.to_json()} if verdict.positions else {}) | (
+        {"goal": goal.to_json()} if goal.sharded else {})
 
     def render(c: Console) -> None:
         if v is not None:
             shown = list(dict.fromkeys((*v.devices, *(v.group or ()))))[:MAX_SHOWN]
             states = verdict.device_rows(shown)
             render_violation(c, "INVALID", v, getattr(args, "verbose", False), states, defects)
+            if verdict.positions and not verdict.positions.valid:
+                c.print(f"  under XLA/NCCL positions: {escape(verdict.positions.message())}")
         elif verdict.positions and not verdict.positions.valid:
             c.print(f"[red]INVALID[/red] under XLA/NCCL positions: {escape(verdict.positions.message())}")
         else:
             c.print(f"[green]VALID[/green]: {counted(len(pr.steps), 'step')} reduce every group of axes {list(pr.reduce)}"
-                    f"{pr.on_buffers()}")
+                    f"{goal_words(goal)}{pr.on_buffers()}")
 
     emit(args, payload, render)
     return ExitCode.OK if verdict.valid else ExitCode.FAIL
+
+
+def goal_words(goal) -> str:
+    """`` (reduce-scatter goal, sharded over axes [0])`` for a sharded goal, nothing for AllReduce."""
+    return f" ({goal.kind.value} goal, sharded over axes {list(goal.shard_axes)})" if goal.sharded else ""

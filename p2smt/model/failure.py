@@ -83,8 +83,11 @@ def _words_goal(c: str, f: Mapping[str, Any]) -> str:
     if f["foreign"]:
         parts.append(f"holds foreign contributions {list(f['foreign'])}")
     off = f.get("devices_off", 1)
-    return (f"chunk {f['chunk']} of device {f['device']} " + " and ".join(parts)
-            + (f" ({off} devices are off the goal)" if off > 1 else ""))
+    more = f" ({off} devices are off the goal)" if off > 1 else ""
+    if "shard_chunks" in f and list(f["holds_chunks"]) != list(f["shard_chunks"]):
+        return (f"device {f['device']} ends with chunks {list(f['holds_chunks'])}, not its shard of the "
+                f"{f['goal']} goal, chunks {list(f['shard_chunks'])}" + more)
+    return f"chunk {f['chunk']} of device {f['device']} " + " and ".join(parts) + more
 
 
 def _words_mixed(c: str, f: Mapping[str, Any]) -> str:

@@ -15,6 +15,7 @@ from p2smt.errors import P2Error
 from p2smt.model.collectives import Collective, Group
 from p2smt.model.dsl import validate_plan
 from p2smt.model.failure import Rule, Violation, step_text, violation
+from p2smt.model.goal import GoalKind, Sharding
 
 Step = tuple[Collective, Sequence[Group]]
 MAX_INTERPRETER_DEVICES = 128
@@ -53,19 +54,34 @@ class Execution:
         return self.violation is None and self.reached_goal
 
 
-def initial_state(k: int, chunks: int | None = None) -> np.ndarray:
-    """Device i holds its own contribution (column i) in every chunk."""
+def initial_state(k: int, chunks: int | None = None, sharding: Sharding | None = None) -> np.ndarray:
+    """Device i holds its own contribution (column i) in every chunk; under the AllGather goal (§6) only in
+    the chunks of its own shard."""
     state = np.zeros((k, chunks or k, k), dtype=bool)
+    if sharding is not None and sharding.kind is GoalKind.ALL_GATHER:
+        for d in range(k):
+            state[d, list(sharding.shard(d, chunks or k)), d] = True
+        return state
     state[np.arange(k), :, np.arange(k)] = True
     return state
 
 
-def goal_state(k: int, goal_groups: Sequence[Group], chunks: int | None = None) -> np.ndarray:
-    """Every chunk of device i holds exactly the contributions of i's reduction group."""
-    state = np.zeros((k, chunks or k, k), dtype=bool)
+def goal_state(k: int, goal_groups: Sequence[Group], chunks: int | None = None,
+               sharding: Sharding | None = None) -> np.ndarray:
+    """Every chunk of device i holds exactly the contributions of i's reduction group; under a ReduceScatter
+    goal only the chunks of i's shard (the others empty), under the AllGather goal chunk r holds the
+    contribution of the group member whose shard it is (docs/semantics.md §6)."""
+    n = chunks or k
+    state = np.zeros((k, n, k), dtype=bool)
     for g in goal_groups:
         idx = np.array(g)
-        state[np.ix_(idx, np.arange(chunks or k), idx)] = True
+        if sharding is None:
+            state[np.ix_(idx, np.arange(n), idx)] = True
+        elif sharding.kind is GoalKind.REDUCE_SCATTER:
+            for d in g:
+                state[np.ix_([d], list(sharding.shard(d, n)), idx)] = True
+        else:
+            state[idx[:, None], np.arange(n)[None, :], np.array(sharding.owners(tuple(g), n))[None, :]] = True
     return state
 
 
@@ -205,11 +221,13 @@ def execute(
     goal_groups: Sequence[Group],
     require_progress: bool = False,
     chunks: int | None = None,
+    sharding: Sharding | None = None,
 ) -> Execution:
     """Thread the state through the steps; stop at the first violated precondition (steps count from 1).
 
     ``chunks`` defaults to ``k``; for a plan on the whole system P²'s convention is the size of one
     reduction group, so that the same program has the same ReduceScatter blocks before and after lowering.
+    ``sharding`` binds a sharded goal (docs/semantics.md §6); None is the AllReduce goal.
     ``states`` ends with the state at the failure (before the failing step, which does not apply).
     """
     need = state_bytes(k, chunks or k, len(steps))
@@ -218,8 +236,8 @@ def execute(
                       f"state over {len(steps)} steps: {need >> 20} MiB; limit {MAX_STATE_BYTES >> 20} MiB)")
     if steps:
         validate_plan(steps, k)
-    states = [initial_state(k, chunks)]
-    goal = goal_state(k, goal_groups, chunks)
+    states = [initial_state(k, chunks, sharding)]
+    goal = goal_state(k, goal_groups, chunks, sharding)
     for t, (coll, groups) in enumerate(steps, start=1):
         out = apply_step(states[-1], t, coll, groups, require_progress)
         if isinstance(out, Violation):
@@ -238,6 +256,7 @@ def execute_all(
     require_progress: bool = False,
     *,
     keep_states: bool = True,
+    sharding: Sharding | None = None,
 ) -> list[Execution]:
     """``execute`` for many programs at once; a prefix shared by several programs is run once.
 
@@ -245,8 +264,8 @@ def execute_all(
     k×k×k state is 2 MiB at 128 devices); ``keep_states=False`` also leaves ``Execution.states`` empty,
     which keeps memory bounded by the program length instead of the number of distinct prefixes."""
     _check_size(k)
-    goal = goal_state(k, goal_groups)
-    start = initial_state(k)
+    goal = goal_state(k, goal_groups, sharding=sharding)
+    start = initial_state(k, sharding=sharding)
     ids: dict[tuple, int] = {}
     keyed = [tuple((coll, tuple(tuple(g) for g in groups)) for coll, groups in steps) for steps in programs]
     order = sorted(range(len(keyed)), key=lambda i: [ids.setdefault(s, len(ids)) for s in keyed[i]])

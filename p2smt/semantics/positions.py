@@ -5,7 +5,9 @@ collectives fix the layout: ReduceScatter gives member i the i-th block of the s
 AllGather concatenates the members' buffers in group order, Reduce and Broadcast use the first
 member as root. Here each device's buffer is a list of cells ``(block, contributors)`` that shrinks
 and grows with those rules; the goal is every device holding, at position p, block p summed over its
-reduction group. A permuted result is reported with the device, the position and the block found there.
+reduction group, or under a sharded goal (docs/semantics.md §6) exactly its shard's blocks in order (and,
+for AllGather, starting from its shard alone). A permuted result is reported with the device, the position
+and the block found there.
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ from dataclasses import dataclass
 from p2smt.model.collectives import Collective, Group
 from p2smt.model.dsl import validate_plan
 from p2smt.model.failure import Rule
+from p2smt.model.goal import GoalKind, Sharding
 
 Step = tuple[Collective, Sequence[Group]]
 MAX_REPORTED = 64
@@ -62,7 +65,8 @@ class Misplaced:
 
     def describe(self) -> str:
         if self.found_block is None:
-            return f"device {self.device} position {self.position} holds no data (expected block {self.position})"
+            return (f"device {self.device} position {self.position} holds no data (expected block "
+                    f"{self.expected_block})")
         if self.found_block != self.expected_block:
             return (f"device {self.device} position {self.position} holds block {self.found_block}, "
                     f"not block {self.expected_block}: the result is permuted")
@@ -83,6 +87,7 @@ class PositionRun:
     misplaced: tuple[Misplaced, ...]
     wrong_length: tuple[tuple[int, int], ...] = ()
     blocks: int = 0
+    final_blocks: int | None = None  # a sharded goal's buffer length at the end (None: ``blocks``)
 
     @property
     def valid(self) -> bool:
@@ -93,6 +98,8 @@ class PositionRun:
             return f"step {self.violation.step} ({self.violation.rule}): {self.violation.message}"
         if self.wrong_length:
             d, n = self.wrong_length[0]
+            if self.final_blocks is not None:
+                return f"device {d} ends with {n} blocks, not its shard of {self.final_blocks}"
             return f"device {d} ends with {n} blocks, not the full buffer of {self.blocks}"
         if self.misplaced:
             return self.misplaced[0].describe()
@@ -188,12 +195,30 @@ def apply_group(step: int, coll: Collective, group: Group, bufs: list[Buffer]) -
     return [total[i * size:(i + 1) * size] for i in range(m)]
 
 
-def initial_buffers(num_devices: int, blocks: int) -> list[Buffer]:
+def initial_buffers(num_devices: int, blocks: int, sharding: Sharding | None = None) -> list[Buffer]:
+    """Every device's whole buffer of its own blocks; under the AllGather goal only its shard's blocks."""
+    if sharding is not None and sharding.kind is GoalKind.ALL_GATHER:
+        return [tuple(Cell(p, frozenset((d,))) for p in sharding.shard(d, blocks)) for d in range(num_devices)]
     return [tuple(Cell(p, frozenset((d,))) for p in range(blocks)) for d in range(num_devices)]
 
 
-def _misplaced(buffers: Sequence[Buffer], goal_groups: Sequence[Group], blocks: int):
+def _expected(goal_groups: Sequence[Group], blocks: int, sharding: Sharding | None):
+    """Per device, a function from a final position to (block, contributors) it must hold, and the length of
+    its final buffer (docs/semantics.md §6)."""
     group_of = {d: want for g in goal_groups for want in (frozenset(g),) for d in g}  # one set per group
+    if sharding is None:
+        return lambda d, p: (p, group_of.get(d, frozenset((d,)))), lambda d: blocks
+    if sharding.kind is GoalKind.REDUCE_SCATTER:
+        b = sharding.block(blocks)
+        return (lambda d, p: (sharding.rank[d] * b + p, group_of.get(d, frozenset((d,))))), lambda d: b
+    owner = {d: owners for g in goal_groups for owners in (sharding.owners(tuple(g), blocks),) for d in g}
+    singles = {d: frozenset((d,)) for d in owner}
+    return (lambda d, p: (p, singles[owner[d][p]])), lambda d: blocks
+
+
+def _misplaced(buffers: Sequence[Buffer], goal_groups: Sequence[Group], blocks: int,
+               sharding: Sharding | None = None):
+    expected, length = _expected(goal_groups, blocks, sharding)
     same: dict[tuple[int, int], tuple] = {}  # cells share their sources after a collective: compare each pair once
 
     def equal(sources: frozenset[int], want: frozenset[int]) -> bool:
@@ -205,33 +230,37 @@ def _misplaced(buffers: Sequence[Buffer], goal_groups: Sequence[Group], blocks: 
 
     wrong_length, misplaced = [], []
     for d, buf in enumerate(buffers):
-        if len(buf) != blocks:
+        if len(buf) != length(d):
             wrong_length.append((d, len(buf)))
             continue
-        want = group_of.get(d, frozenset((d,)))
         for p, cell in enumerate(buf):
+            block, want = expected(d, p)
             if cell is None:
-                misplaced.append(Misplaced(d, p, p, None, tuple(sorted(want)), ()))
-            elif cell.block != p or not equal(cell.sources, want):
-                misplaced.append(Misplaced(d, p, p, cell.block, tuple(sorted(want - cell.sources)),
+                misplaced.append(Misplaced(d, p, block, None, tuple(sorted(want)), ()))
+            elif cell.block != block or not equal(cell.sources, want):
+                misplaced.append(Misplaced(d, p, block, cell.block, tuple(sorted(want - cell.sources)),
                                            tuple(sorted(cell.sources - want))))
     return tuple(wrong_length), tuple(misplaced)
 
 
 def execute_positions(
-    num_devices: int, steps: Sequence[Step], goal_groups: Sequence[Group], blocks: int
+    num_devices: int, steps: Sequence[Step], goal_groups: Sequence[Group], blocks: int,
+    sharding: Sharding | None = None,
 ) -> PositionRun:
-    """Run a plan on buffers of ``blocks`` blocks per device; stop at the first rule a step breaks."""
+    """Run a plan on buffers of ``blocks`` blocks per device (a shard of them under the AllGather goal) and
+    judge the final buffers against the goal ``sharding`` binds (None: AllReduce); stop at the first rule a
+    step breaks."""
     validate_plan(steps, num_devices)
-    buffers = initial_buffers(num_devices, blocks)
+    final = None if sharding is None or sharding.kind is GoalKind.ALL_GATHER else sharding.block(blocks)
+    buffers = initial_buffers(num_devices, blocks, sharding)
     for t, (coll, groups) in enumerate(steps, start=1):
         new = list(buffers)
         for group in groups:
             out = apply_group(t, coll, tuple(group), [buffers[d] for d in group])
             if isinstance(out, PositionViolation):
-                return PositionRun(tuple(buffers), out, (), (), blocks)
+                return PositionRun(tuple(buffers), out, (), (), blocks, final)
             for d, b in zip(group, out):
                 new[d] = b
         buffers = new
-    wrong_length, misplaced = _misplaced(buffers, goal_groups, blocks)
-    return PositionRun(tuple(buffers), None, misplaced, wrong_length, blocks)
+    wrong_length, misplaced = _misplaced(buffers, goal_groups, blocks, sharding)
+    return PositionRun(tuple(buffers), None, misplaced, wrong_length, blocks, final)

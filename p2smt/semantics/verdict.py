@@ -15,6 +15,7 @@ import numpy as np
 from p2smt.errors import P2Error
 from p2smt.model.collectives import AG, BC, Group
 from p2smt.model.failure import Rule, Violation, goal_masks, mixed_pair, mixed_violation, step_text, violation
+from p2smt.model.goal import GoalKind, Sharding
 from p2smt.semantics.dense import MAX_STATE_BYTES, Execution, Step, execute, state_bytes
 from p2smt.semantics.positions import PositionRun, execute_positions
 
@@ -86,9 +87,11 @@ def first_mixing(
 
 
 def explain(
-    run: Execution, steps: Sequence[Step], goal_groups: Sequence[Group], labels: Sequence[str] | None = None
+    run: Execution, steps: Sequence[Step], goal_groups: Sequence[Group], labels: Sequence[str] | None = None,
+    sharding: Sharding | None = None,
 ) -> Violation | None:
-    """The first defect of an invalid run (None for a valid one), with DSL ``labels`` as instruction text."""
+    """The first defect of an invalid run (None for a valid one), with DSL ``labels`` as instruction text;
+    ``sharding`` (a sharded goal) adds which chunks the first device off the goal holds and should hold."""
     if run.valid:
         return None
     mixed = first_mixing(run, steps, goal_groups, labels)
@@ -97,15 +100,25 @@ def explain(
     if run.violation is not None:
         v = run.violation
         return replace(v, instruction=labels[v.step - 1]) if labels else v
-    return goal_violation(run, len(steps))
+    return goal_violation(run, len(steps), sharding)
 
 
-def goal_violation(run: Execution, steps: int) -> Violation:
-    """Every step applies but the goal fails: the first device chunk off the goal, in words."""
+def goal_violation(run: Execution, steps: int, sharding: Sharding | None = None) -> Violation:
+    """Every step applies but the goal fails: the first device chunk off the goal, in words (under a sharded
+    goal also the chunks that device ends with and the chunks of its shard)."""
     first = run.defects[0]
     off = len(run.devices_off)
+    shard = {}
+    if sharding is not None:
+        final = run.states[-1][first.device]
+        chunks = final.shape[0]
+        held = [int(r) for r in np.flatnonzero(final.any(axis=1))]
+        whole = sharding.kind is GoalKind.ALL_GATHER
+        want = list(range(chunks)) if whole else list(sharding.shard(first.device, chunks))
+        shard = {"goal": sharding.kind.value, "holds_chunks": held, "shard_chunks": want}
     return violation(None, steps, None, Rule.GOAL, None, run.devices_off, first.chunk,
-                     device=first.device, missing=list(first.missing), foreign=list(first.foreign), devices_off=off)
+                     device=first.device, missing=list(first.missing), foreign=list(first.foreign), devices_off=off,
+                     **shard)
 
 
 POSITIONS_CELLS = 1 << 20
@@ -119,15 +132,26 @@ time (the same verdict, faster and in less memory)."""
 
 def judge(
     num_devices: int, steps: Sequence[Step], goal_groups: Sequence[Group], chunks: int, require_progress: bool,
-    layout: bool, labels: Sequence[str] | None = None,
+    layout: bool, labels: Sequence[str] | None = None, sharding: Sharding | None = None,
 ) -> Verdict:
     """Run P²'s interpreter; with ``layout``, also the positions interpreter once P²'s semantics holds.
 
     A plan whose dense state would pass ``SPLIT_ABOVE`` bytes is judged one reduction group shape at a time
     when no group crosses one (``semantics.split``); else, up to ``dense.MAX_STATE_BYTES``, whole; above, by
     the compressed interpreter when it is one reduction group, and refused otherwise. Every route reports the
-    same verdict, rule and failing group."""
+    same verdict, rule and failing group. A sharded goal (``sharding``, docs/semantics.md §6) is judged whole by
+    the dense interpreter only: the split and compressed routes refuse it."""
     need = state_bytes(num_devices, chunks, len(steps))
+    if sharding is not None:
+        if need > MAX_STATE_BYTES:
+            raise P2Error(f"the {sharding.kind.value} goal is judged by the dense interpreter only, and this plan's "
+                          f"state ({need >> 20} MiB) is beyond its {MAX_STATE_BYTES >> 20} MiB")
+        if layout:
+            check_positions_size(num_devices, chunks)
+        run = execute(num_devices, steps, goal_groups, require_progress, chunks, sharding)
+        positions = (execute_positions(num_devices, steps, goal_groups, chunks, sharding)
+                     if layout and run.violation is None else None)  # also where it lands, when off the goal
+        return Verdict(run, positions, explain(run, steps, goal_groups, labels, sharding))
     if need > SPLIT_ABOVE:
         large = _judge_large(num_devices, steps, goal_groups, chunks, require_progress, layout, labels,
                              whole=need <= MAX_STATE_BYTES)
