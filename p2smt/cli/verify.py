@@ -15,6 +15,7 @@ from rich.markup import escape
 
 from p2smt.cli.bounded import add_bounds, progress_display, report_expired, run_bounded
 from p2smt.cli.check import add_verbose, render_violation
+from p2smt.cli.goals import add_goal, goal_of
 from p2smt.cli.inputs import plan_request
 from p2smt.cli.options import add_allow_noop, add_json, add_plan_input, add_request, seconds, timeout_ms
 from p2smt.cli.output import ExitCode, counted, emit
@@ -25,6 +26,7 @@ def register(sub) -> None:
     p = sub.add_parser("verify", help="prove a plan with Z3, or return a counterexample")
     add_request(p, matrix_required=True)
     add_plan_input(p, hlo=True)
+    add_goal(p)
     p.add_argument("--values", action="store_true", help="prove over all integer data values (CEGIS encoding)")
     p.add_argument("--encoding", help="encoding that proves the Boolean semantics (default bool-matrix; not with "
                                       "--values, which has its own)")
@@ -83,13 +85,21 @@ def run(args: argparse.Namespace) -> int:
     progress = not args.allow_noop
     with progress_display(args, "verify: plan read, plan checked by the interpreter", 2) as show:
         pr = plan_request(args)
+        goal = goal_of(args, pr.reduce)
+        sharding = goal.sharding(pr.placement)
+        if args.values and goal.sharded:
+            raise P2Error(f"verify --values does not prove the {goal.kind.value} goal yet (its encoding has the "
+                          "allreduce goal); verify without --values proves it")
         n = pr.placement.num_devices
         if args.values and n > Z3_PLAN_DEVICES:
             raise P2Error(f"verify --values proves at most {Z3_PLAN_DEVICES:,} devices (this request has {n:,}); "
                           "without --values the Boolean proof runs one reduction group at a time")
         show(pr)
-        verdict = judge(n, pr.steps, pr.goal_groups, pr.chunks, progress, layout=False, labels=pr.labels)
+        verdict = judge(n, pr.steps, pr.goal_groups, pr.chunks, progress, layout=False, labels=pr.labels,
+                        sharding=sharding)
         show(verdict)
+    if sharding is not None:
+        return verify_sharded(args, pr, verdict, sharding)
     split = None
     if n > Z3_PLAN_DEVICES:
         from p2smt.model.components import split_plan
@@ -145,28 +155,96 @@ def run(args: argparse.Namespace) -> int:
     return {"proved": ExitCode.OK, "counterexample": ExitCode.FAIL}.get(status, ExitCode.UNKNOWN)
 
 
-def _positions(n: int, pr):
+def _positions(n: int, pr, sharding=None):
     """The XLA/NCCL positions run of an explicit plan (after P²'s semantics is proved)."""
     from p2smt.semantics.positions import execute_positions
     from p2smt.semantics.verdict import check_positions_size
 
     check_positions_size(n, pr.chunks)
-    return execute_positions(n, pr.steps, pr.goal_groups, pr.chunks)
+    return execute_positions(n, pr.steps, pr.goal_groups, pr.chunks, sharding)
 
 
-def unproved(args: argparse.Namespace, pr, verdict, skipped: str) -> int:
+def verify_sharded(args: argparse.Namespace, pr, verdict, sharding) -> int:
+    """A sharded goal (docs/semantics.md §6): Z3 proves that every step applies (a ReduceScatter goal starts
+    from the allreduce goal's state, so the encoding's step rules are its rules), and the sharded final state
+    is judged by the interpreters, exact on one plan. The AllGather goal's initial state is not in the
+    encodings yet: its verdict rests on the interpreters alone."""
+    from p2smt.model.goal import GoalKind
+    from p2smt.model.status import ProofStatus
+    from p2smt.smt.verify import Z3_PLAN_DEVICES, PlanProof, prove_plan
+
+    n, goal = pr.placement.num_devices, sharding.kind.value
+    if sharding.kind is GoalKind.ALL_GATHER:
+        return unproved(args, pr, verdict, "the Z3 encodings do not have the all-gather goal's initial state yet",
+                        sharding)
+    if n > Z3_PLAN_DEVICES:
+        return unproved(args, pr, verdict, f"Z3 proof skipped above {Z3_PLAN_DEVICES:,} devices", sharding)
+    v = verdict.violation
+    failing = v.step if v is not None else None
+    prefix = pr.steps if failing is None else pr.steps[:failing]
+    common = {"require_progress": not args.allow_noop, "timeout_ms": timeout_ms(args), "chunks": pr.chunks,
+              "encoding": args.encoding or "bool-matrix"}
+
+    def work(report):
+        return prove_plan(n, prefix, pr.goal_groups, report=report, **common)
+
+    bounded = run_bounded(args, "verify: steps proved", work, total=len(pr.steps))
+    if bounded.expired:
+        return expired(args, bounded, pr)
+    steps_proof = bounded.result
+    if failing is not None:  # a step fails (or mixes groups): the same under every goal of one initial state
+        proof = _agree(steps_proof, verdict, pr.labels)
+    elif steps_proof.status == "unknown":
+        proof = steps_proof
+    elif steps_proof.status == "counterexample" and steps_proof.violation.step is not None:
+        raise InternalError(f"Z3 refutes step {steps_proof.violation.step} but the interpreter applies every step")
+    elif verdict.execution.valid:
+        proof = PlanProof(ProofStatus.PROVED, stats=steps_proof.stats)
+    else:
+        shown = list(dict.fromkeys(v.devices))[:8]
+        defects = tuple({"device": d.device, "chunk": d.chunk, "missing": list(d.missing),
+                         "foreign": list(d.foreign)} for d in verdict.execution.defects[:64])
+        proof = PlanProof(ProofStatus.COUNTEREXAMPLE, v, v.message, defects, len(verdict.execution.defects) > 64,
+                          verdict.device_rows(shown), len(pr.steps), stats=steps_proof.stats)
+    rests_on = (f"Z3 proves every step applies at the real size ({n} devices); the {goal} goal is judged on the "
+                f"final state by {verdict.checked_by}, exact on one plan")
+    payload = proof.to_json() | {"program": pr.program_text(), "steps": len(pr.steps), "buffers": pr.buffers,
+                                 "goal": _goal_json(args, pr), "rests_on": rests_on}
+    status = proof.status
+    layout = _positions(n, pr, sharding) if pr.program is None and verdict.execution.violation is None else None
+    if status == "proved" and layout is not None and not layout.valid:
+        status = "counterexample"
+        payload |= {"status": status} | layout.counterexample()
+    elif layout is not None and not layout.valid:
+        payload["positions"] = layout.counterexample()
+    render = _renderer(args, pr, proof, payload, status, n)
+
+    def render_all(c: Console) -> None:
+        render(c)
+        if "positions" in payload:
+            c.print(f"  under XLA/NCCL positions: {escape(payload['positions']['message'])}")
+
+    emit(args, payload, render_all)
+    return {"proved": ExitCode.OK, "counterexample": ExitCode.FAIL}.get(status, ExitCode.UNKNOWN)
+
+
+def _goal_json(args: argparse.Namespace, pr) -> dict:
+    return goal_of(args, pr.reduce).to_json()
+
+
+def unproved(args: argparse.Namespace, pr, verdict, skipped: str, sharding=None) -> int:
     """The interpreter's verdict alone, where Z3 does not prove (status ``valid`` or ``counterexample``,
     never ``proved``), with what it rests on."""
     n = pr.placement.num_devices
     status = "valid" if verdict.execution.valid else "counterexample"
     rests_on = f"{verdict.checked_by}; {skipped}"
     payload = {"status": status, "program": pr.program_text(), "steps": len(pr.steps), "buffers": pr.buffers,
-               "rests_on": rests_on}
+               "rests_on": rests_on} | ({"goal": _goal_json(args, pr)} if sharding is not None else {})
     v = verdict.violation
     if v is not None:
         payload |= {"failing_step": v.step, "rule": str(v.rule), "message": v.message, "violation": v.to_json()}
     if status == "valid" and pr.program is None:
-        layout = _positions(n, pr)
+        layout = _positions(n, pr, sharding)
         if not layout.valid:
             status = "counterexample"
             payload |= {"status": status} | layout.counterexample()
