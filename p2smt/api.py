@@ -8,7 +8,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -58,10 +58,15 @@ def hierarchy_of(request: Request) -> tuple[Placement, SynthesisHierarchy]:
     return placement, h
 
 
-def verify(request: Request, program: str, *, values: bool = False, timeout_ms: int | None = None) -> Any:
-    """Prove a DSL program correct with Z3, or get a counterexample (``p2smt verify``).
+def verify(request: Request, program: str | Sequence[Mapping[str, Any]], *, values: bool = False,
+           timeout_ms: int | None = None, goal: str = "allreduce", shard_axes: Sequence[int] | None = None) -> Any:
+    """Prove a DSL program, or an explicit plan (``p2smt verify --plan``: a list of ``{"collective",
+    "replica_groups"}`` steps on physical ids), correct with Z3, or get a counterexample (``p2smt verify``).
 
-    ``values=True`` proves it for every integer input (sums, not only chunk identities).
+    ``values=True`` proves it for every integer input (sums, not only chunk identities). ``goal`` and
+    ``shard_axes`` as ``--goal`` and ``--shard-axes`` (docs/semantics.md §6): under ``reduce-scatter`` Z3 proves
+    every step applies and the interpreters judge the sharded final state; an explicit plan's XLA/NCCL
+    positions are judged too (a misplaced block is a counterexample naming device, position and block).
 
     >>> req = Request("a100-4x16", axes=(4, 16), reduce=(1,), matrix=((1, 4), (4, 4)))
     >>> verify(req, "(node, InsideGroup, ReduceScatter); (node, Parallel(root), AllReduce); "
@@ -69,27 +74,68 @@ def verify(request: Request, program: str, *, values: bool = False, timeout_ms: 
     <ProofStatus.PROVED: 'proved'>
     >>> verify(req, "(node, InsideGroup, ReduceScatter)").status
     <ProofStatus.COUNTEREXAMPLE: 'counterexample'>
+    >>> one = Request("a100-4x16", axes=(64,), reduce=(0,), matrix=((4, 16),))
+    >>> across, inside = "[16,4]<=[4,16]T(1,0)", "[4,16]<=[64]"
+    >>> rs = [{"collective": "ReduceScatter", "replica_groups": g} for g in (across, inside)]
+    >>> verify(one, rs, goal="reduce-scatter").status
+    <ProofStatus.PROVED: 'proved'>
+    >>> verify(one, rs[::-1], goal="reduce-scatter").message
+    'device 1 ends with chunks [4], not its shard of the reduce-scatter goal, chunks [1] (60 devices are off the goal)'
     """
-    from p2smt.model.dsl import lower_program, parse_program
+    from p2smt.errors import P2Error
+    from p2smt.semantics.positions import execute_positions
+    from p2smt.synth.sharded import with_positions
 
-    placement, h = hierarchy_of(request)
-    plan = lower_program(h, parse_program(program, h))
-    goal = placement.reduction_groups(placement.check_axes(request.reduce))
-    steps = [(s.collective, s.groups) for s in plan]
-    common = {"require_progress": request.require_progress, "timeout_ms": timeout_ms, "chunks": len(goal[0])}
+    placement, prog, steps, goal_groups, sharding = _plan(request, program, goal, shard_axes)
+    common = {"require_progress": request.require_progress, "timeout_ms": timeout_ms, "chunks": len(goal_groups[0])}
     if values:
+        if sharding is not None:
+            raise P2Error(f"verify with values=True does not prove the {goal} goal yet")
         from p2smt.smt.cegis import verify_values
 
-        return verify_values(placement.num_devices, steps, goal, **common)
+        return verify_values(placement.num_devices, steps, goal_groups, **common)
+    if sharding is not None:
+        from p2smt.synth.sharded import prove_sharded
+
+        proof = prove_sharded(placement.num_devices, steps, goal_groups, sharding, **common)
+    else:
+        proof = _prove_allreduce(placement.num_devices, steps, goal_groups, common)
+    if prog is not None:
+        return proof
+    run = execute_positions(placement.num_devices, steps, goal_groups, common["chunks"], sharding)
+    return with_positions(proof, run, len(steps))
+
+
+def _prove_allreduce(n: int, steps, goal_groups, common: dict) -> Any:
+    """Z3's proof of the allreduce goal: whole, or each reduction group shape apart above ``Z3_PLAN_DEVICES``."""
     from p2smt.smt.verify import Z3_PLAN_DEVICES, prove_plan, prove_split
 
-    if placement.num_devices > Z3_PLAN_DEVICES:  # as ``p2smt verify``: each reduction group shape apart
+    if n > Z3_PLAN_DEVICES:  # as ``p2smt verify``: each reduction group shape apart
         from p2smt.model.components import split_plan
 
-        split = split_plan(placement.num_devices, steps, goal)
+        split = split_plan(n, steps, goal_groups)
         if split is not None and split.size <= Z3_PLAN_DEVICES:
             return prove_split(split, steps, len(steps), **common)
-    return prove_plan(placement.num_devices, steps, goal, **common)
+    return prove_plan(n, steps, goal_groups, **common)
+
+
+def _plan(request: Request, program: str | Sequence[Mapping[str, Any]], goal: str,
+          shard_axes: Sequence[int] | None):
+    """(placement, DSL program or None for an explicit plan, steps on the system, goal groups, sharding or None)
+    of a DSL program or an explicit plan, and the goal ``goal``/``shard_axes`` bound to the placement."""
+    from p2smt.model.dsl import lower_program, parse_explicit_plan, parse_program
+    from p2smt.model.goal import Goal
+
+    placement, h = hierarchy_of(request)
+    reduce = placement.check_axes(request.reduce)
+    sharding = Goal.of(goal, shard_axes, reduce).sharding(placement)
+    prog = parse_program(program, h) if isinstance(program, str) else None
+    if prog is None:
+        plan = parse_explicit_plan(list(program), "plan", placement.num_devices)
+    else:
+        plan = lower_program(h, prog)
+    goal_groups = placement.reduction_groups(reduce)
+    return placement, prog, [(s.collective, s.groups) for s in plan], goal_groups, sharding
 
 
 def topologies() -> list[str]:
@@ -120,31 +166,39 @@ def groups(request: Request, instructions: str) -> list[dict[str, Any]]:
             for ins, step in zip(program.instructions, lower_program(h, program))]
 
 
-def _judged(request: Request, program: str):
-    """(placement, program, plan, verdict) of a DSL program under P²'s interpreter."""
-    from p2smt.model.dsl import lower_program, parse_program
+def _judged(request: Request, program: str | Sequence[Mapping[str, Any]], goal: str = "allreduce",
+            shard_axes: Sequence[int] | None = None):
+    """(placement, program or None, plan, verdict) of a DSL program or an explicit plan under P²'s interpreter
+    (and, for an explicit plan, XLA/NCCL positions), against ``goal``."""
+    from p2smt.model.collectives import ExplicitStep
     from p2smt.semantics.verdict import judge
 
-    placement, h = hierarchy_of(request)
-    prog = parse_program(program, h)
-    plan = lower_program(h, prog)
-    goal = placement.reduction_groups(placement.check_axes(request.reduce))
-    verdict = judge(placement.num_devices, [(s.collective, s.groups) for s in plan], goal, len(goal[0]),
-                    request.require_progress, layout=False)
-    return placement, prog, plan, verdict
+    placement, prog, steps, goal_groups, sharding = _plan(request, program, goal, shard_axes)
+    verdict = judge(placement.num_devices, steps, goal_groups, len(goal_groups[0]), request.require_progress,
+                    layout=prog is None, sharding=sharding)
+    return placement, prog, tuple(ExplicitStep(c, g) for c, g in steps), verdict
 
 
-def check(request: Request, program: str) -> Any:
-    """Run a DSL program through the concrete interpreter (``p2smt check``): a verdict with ``valid``,
-    ``violation`` (the failing step and rule) and ``message()``.
+def check(request: Request, program: str | Sequence[Mapping[str, Any]], *, goal: str = "allreduce",
+          shard_axes: Sequence[int] | None = None) -> Any:
+    """Run a DSL program, or an explicit plan (a list of ``{"collective", "replica_groups"}`` steps on physical
+    ids, judged in XLA/NCCL positions too), through the concrete interpreter (``p2smt check``): a verdict with
+    ``valid``, ``violation`` (the failing step and rule) and ``message()``. ``goal`` and ``shard_axes`` as
+    ``--goal`` and ``--shard-axes`` (docs/semantics.md §6).
 
     >>> req = Request("a100-4x16", axes=(4, 16), reduce=(1,), matrix=((1, 4), (4, 4)))
     >>> check(req, "(root, InsideGroup, AllReduce)").valid
     True
     >>> check(req, "(node, InsideGroup, ReduceScatter)").violation.rule
     <Rule.GOAL: 'goal'>
+    >>> check(req, "(node, InsideGroup, ReduceScatter); (node, Parallel(root), ReduceScatter)",
+    ...       goal="reduce-scatter").valid
+    False
+    >>> check(req, "(node, Parallel(root), ReduceScatter); (node, InsideGroup, ReduceScatter)",
+    ...       goal="reduce-scatter").valid
+    True
     """
-    return _judged(request, program)[3]
+    return _judged(request, program, goal, shard_axes)[3]
 
 
 def cost(system: System | str, collective: str, nbytes: float, algo: str = "ring") -> Any:

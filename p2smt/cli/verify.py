@@ -165,13 +165,12 @@ def _positions(n: int, pr, sharding=None):
 
 
 def verify_sharded(args: argparse.Namespace, pr, verdict, sharding) -> int:
-    """A sharded goal (docs/semantics.md §6): Z3 proves that every step applies (a ReduceScatter goal starts
-    from the allreduce goal's state, so the encoding's step rules are its rules), and the sharded final state
-    is judged by the interpreters, exact on one plan. The AllGather goal's initial state is not in the
-    encodings yet: its verdict rests on the interpreters alone."""
+    """A sharded goal (docs/semantics.md §6): Z3 proves that every step applies and the interpreters judge the
+    sharded final state, exact on one plan (``synth.sharded``); the AllGather goal, whose initial state the
+    encodings lack, and plans above Z3's size rest on the interpreters alone."""
     from p2smt.model.goal import GoalKind
-    from p2smt.model.status import ProofStatus
-    from p2smt.smt.verify import Z3_PLAN_DEVICES, PlanProof, prove_plan
+    from p2smt.smt.verify import Z3_PLAN_DEVICES
+    from p2smt.synth.sharded import prove_sharded
 
     n, goal = pr.placement.num_devices, sharding.kind.value
     if sharding.kind is GoalKind.ALL_GATHER:
@@ -179,33 +178,18 @@ def verify_sharded(args: argparse.Namespace, pr, verdict, sharding) -> int:
                         sharding)
     if n > Z3_PLAN_DEVICES:
         return unproved(args, pr, verdict, f"Z3 proof skipped above {Z3_PLAN_DEVICES:,} devices", sharding)
-    v = verdict.violation
-    failing = v.step if v is not None else None
-    prefix = pr.steps if failing is None else pr.steps[:failing]
-    common = {"require_progress": not args.allow_noop, "timeout_ms": timeout_ms(args), "chunks": pr.chunks,
-              "encoding": args.encoding or "bool-matrix"}
 
     def work(report):
-        return prove_plan(n, prefix, pr.goal_groups, report=report, **common)
+        return prove_sharded(n, pr.steps, pr.goal_groups, sharding, require_progress=not args.allow_noop,
+                             timeout_ms=timeout_ms(args), chunks=pr.chunks, encoding=args.encoding or "bool-matrix",
+                             report=report, verdict=verdict)
 
     bounded = run_bounded(args, "verify: steps proved", work, total=len(pr.steps))
     if bounded.expired:
         return expired(args, bounded, pr)
-    steps_proof = bounded.result
-    if failing is not None:  # a step fails (or mixes groups): the same under every goal of one initial state
-        proof = _agree(steps_proof, verdict, pr.labels)
-    elif steps_proof.status == "unknown":
-        proof = steps_proof
-    elif steps_proof.status == "counterexample" and steps_proof.violation.step is not None:
-        raise InternalError(f"Z3 refutes step {steps_proof.violation.step} but the interpreter applies every step")
-    elif verdict.execution.valid:
-        proof = PlanProof(ProofStatus.PROVED, stats=steps_proof.stats)
-    else:
-        shown = list(dict.fromkeys(v.devices))[:8]
-        defects = tuple({"device": d.device, "chunk": d.chunk, "missing": list(d.missing),
-                         "foreign": list(d.foreign)} for d in verdict.execution.defects[:64])
-        proof = PlanProof(ProofStatus.COUNTEREXAMPLE, v, v.message, defects, len(verdict.execution.defects) > 64,
-                          verdict.device_rows(shown), len(pr.steps), stats=steps_proof.stats)
+    proof = bounded.result
+    if verdict.violation is not None and verdict.violation.step is not None:
+        proof = _agree(proof, verdict, pr.labels)
     rests_on = (f"Z3 proves every step applies at the real size ({n} devices); the {goal} goal is judged on the "
                 f"final state by {verdict.checked_by}, exact on one plan")
     payload = proof.to_json() | {"program": pr.program_text(), "steps": len(pr.steps), "buffers": pr.buffers,
