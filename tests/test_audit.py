@@ -48,9 +48,31 @@ STABLEHLO = {
     "wrong-psum-after-nonlinearity": "FINDINGS", "wrong-sharded-after-slice": "FINDINGS",
     "wrong-swapped-outputs": "FINDINGS", "wrong-tp-backward-missing-psum": "FINDINGS",
 }
-# Compiled HLO has no shard_map boundaries: its chains are proved, its outputs unverified; a chain that sums
-# twice is a counterexample there (XLA's partitioner added the second sum).
+# Compiled HLO declares no output shardings: without --expect its chains are proved and its outputs unverified; a
+# chain that sums twice is a counterexample there (XLA's partitioner added the second sum).
 COMPILED_FINDINGS = {"wrong-double-count", "wrong-gspmd-inserted", "wrong-hidden-custom-partitioning"}
+# What the compiled HLO's walk says of each step with --expect from the step's out_specs (as its StableHLO
+# declares them). It differs from STABLEHLO where the compiled text shows what the StableHLO hides: the psum in a
+# custom_partitioning body and GSPMD's all-reduce (correct steps PROVED, the wrong custom_partitioning step a
+# FINDING instead of REFUSED).
+COMPILED = {**STABLEHLO, "custom-partitioning-sum": "PROVED", "gspmd-sum": "PROVED",
+            "wrong-hidden-custom-partitioning": "FINDINGS"}
+# The two steps whose output is computed outside shard_map with no sharding in the StableHLO: jit's
+# out_shardings, replicated (compiled.output_shardings), given by hand.
+OUTSIDE_SHARD_MAP = {"custom-partitioning-sum": "0=-", "wrong-gspmd-inserted": "0=-,-"}
+WRONG_KINDS = [
+    ("wrong-missing-psum-before-nonlinearity", FindingKind.NONLINEAR_ON_PARTIAL),
+    ("wrong-psum-after-nonlinearity", FindingKind.NONLINEAR_ON_PARTIAL),
+    ("wrong-bias-before-psum", FindingKind.ADDED_TO_PARTIAL),
+    ("wrong-tp-backward-missing-psum", FindingKind.ADDED_TO_PARTIAL),
+    ("wrong-axis-linear", FindingKind.PARTIAL_TO_OUTPUT),
+    ("wrong-sharded-after-slice", FindingKind.PARTIAL_TO_OUTPUT),
+    ("wrong-swapped-outputs", FindingKind.SHARDING_MISMATCH),
+    ("wrong-partial-to-output", FindingKind.SHARDING_MISMATCH),
+    ("wrong-gspmd-inserted", FindingKind.SHARDING_MISMATCH),
+    ("wrong-double-count", FindingKind.SUM_OF_REPLICATED),
+    ("wrong-accumulator-summed-in-loop", FindingKind.ADDED_TO_PARTIAL),
+]
 
 
 def _audit(name: str, suffix: str, **kw):
@@ -101,19 +123,7 @@ def test_tp_over_one_axis_dp_over_another():
 
 
 @needs_jax
-@pytest.mark.parametrize("name,kind", [
-    ("wrong-missing-psum-before-nonlinearity", FindingKind.NONLINEAR_ON_PARTIAL),
-    ("wrong-psum-after-nonlinearity", FindingKind.NONLINEAR_ON_PARTIAL),
-    ("wrong-bias-before-psum", FindingKind.ADDED_TO_PARTIAL),
-    ("wrong-tp-backward-missing-psum", FindingKind.ADDED_TO_PARTIAL),
-    ("wrong-axis-linear", FindingKind.PARTIAL_TO_OUTPUT),
-    ("wrong-sharded-after-slice", FindingKind.PARTIAL_TO_OUTPUT),
-    ("wrong-swapped-outputs", FindingKind.SHARDING_MISMATCH),
-    ("wrong-partial-to-output", FindingKind.SHARDING_MISMATCH),
-    ("wrong-gspmd-inserted", FindingKind.SHARDING_MISMATCH),
-    ("wrong-double-count", FindingKind.SUM_OF_REPLICATED),
-    ("wrong-accumulator-summed-in-loop", FindingKind.ADDED_TO_PARTIAL),
-])
+@pytest.mark.parametrize("name,kind", WRONG_KINDS)
 def test_each_wrong_class_is_a_finding_in_words(name, kind):
     report = _audit(name, ".mlir")
     assert kind in {f.kind for f in report.findings}

@@ -13,6 +13,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from p2smt.auditing.chains import audit_chains, mesh_placement
+from p2smt.auditing.hlo_walk import layout_of_sharding, walk_hlo
 from p2smt.auditing.meshaxes import Mesh
 from p2smt.auditing.report import AuditReport
 from p2smt.auditing.walk import Expected, OutputStatus, StepOutput, StepWalk, walk_module
@@ -76,8 +77,10 @@ def _assemble(chains_from: ModuleReading, sources: tuple[str, ...], system: Syst
     placement = mesh_placement(system, mesh, order) if mesh is not None else None
     outputs = tuple(walk.outputs) if walk is not None else tuple(
         StepOutput(i, f"output {i}", "-", "-", OutputStatus.UNVERIFIED,
-                   (("compiled HLO has no shard_map boundaries or declared shardings to check the step against: "
-                    "audit the StableHLO text or the jitted function"),)) for i in range(len(chains_from.outputs)))
+                   (("HLO before SPMD partitioning is not per-device code, and the step is not checked on it; audit "
+                     "the compiled HLO (with --mesh), the StableHLO text or the jitted function"
+                     if mesh is not None else "no mesh names the devices' axes: give --mesh"),))
+        for i in range(len(chains_from.outputs)))
     return AuditReport(chains_from.name, sources, system.name, system.num_devices,
                        mesh.axes if mesh else None, placement.matrix if placement else None, tuple(chains),
                        outputs, tuple(walk.findings) if walk else (), tuple(notes), tuple(hidden), algo,
@@ -96,8 +99,9 @@ def audit_text(text: str, *, system: System | str, nodes: int | None = None, lev
                device_order: Sequence[int] | None = None, mesh: Sequence[tuple[str, int]] | None = None,
                expect: Mapping[int, Expected] | None = None, algo: str = "auto", best_len: int = 6,
                where: str = "<module>") -> AuditReport:
-    """Audit a printed module: StableHLO (chains and the step), or HLO (chains only: compiled HLO has no
-    shard_map boundaries to check the step against). ``mesh`` names the devices' axes where the module has none.
+    """Audit a printed module: StableHLO (chains and the step), compiled HLO (chains and the step as XLA runs
+    it, its outputs judged against ``expect`` by output index: the text declares no output shardings), or HLO
+    before partitioning (chains only). ``mesh`` names the devices' axes where the module has none.
 
     A StableHLO module says only what it shows: collectives XLA's partitioner adds for sharded values outside
     shard_map, and those inside a custom call, are not in it — the first make the verdict UNVERIFIED, the second
@@ -121,7 +125,10 @@ def audit_text(text: str, *, system: System | str, nodes: int | None = None, lev
                          "XLA's partitioner adds their collectives when compiling, and this text does not show "
                          "them; audit the compiled HLO too, or the function")
         return _assemble(reading, ("StableHLO",), sys_, order, m, walk, notes, hidden, algo, best_len, started)
-    return _assemble(reading, ("HLO",), sys_, order, m, None, notes, [], algo, best_len, started)
+    walk = walk_hlo(text, where, m, expect)
+    if walk is None:
+        return _assemble(reading, ("HLO",), sys_, order, m, None, notes, [], algo, best_len, started)
+    return _assemble(reading, ("compiled HLO",), sys_, order, m, walk, notes, [], algo, best_len, started)
 
 
 def audit_function(fn: Any, *args: Any, system: System | str, mesh: Any = None, nodes: int | None = None,
@@ -144,7 +151,8 @@ def audit_function(fn: Any, *args: Any, system: System | str, mesh: Any = None, 
     jitted = fn if hasattr(fn, "lower") else jax.jit(fn)
     lowered = jitted.lower(*args, **kwargs)
     stablehlo = lowered.as_text()
-    compiled = lowered.compile().as_text()
+    executable = lowered.compile()
+    compiled = executable.as_text()
     name = getattr(fn, "__name__", "step")
     shown = read_module(stablehlo, f"{name} (StableHLO)", split=True)
     runs = read_module(compiled, f"{name} (compiled HLO)", split=True)
@@ -164,4 +172,52 @@ def audit_function(fn: Any, *args: Any, system: System | str, mesh: Any = None, 
     walk.outputs[:] = [StepOutput(o.index, o.name, o.declared, o.actual, o.status,
                                   tuple(r for r in o.reasons if not r.startswith("computed outside shard_map on")))
                        for o in walk.outputs]
+    ran = walk_hlo(compiled, f"{name} (compiled HLO)", m, _intent(walk, lowered, executable, m)) if m else None
+    if ran is not None:
+        walk = _both(walk, ran, notes)
     return _assemble(runs, ("StableHLO", "compiled HLO"), sys_, order, m, walk, notes, [], algo, best_len, started)
+
+
+def _intent(walk: StepWalk, lowered: Any, executable: Any, mesh: Mesh) -> dict[int, Expected]:
+    """What each output of the function must hold per device: its declared sharding as the StableHLO walk read
+    it (out_specs, ``--expect``, jit's out_shardings), else the sharding XLA compiled it for."""
+    import jax
+
+    intent = {i: d for i, d in enumerate(walk.declared) if d is not None}
+    try:
+        shardings = jax.tree.leaves(executable.output_shardings)
+        avals = jax.tree.leaves(lowered.out_info)
+    except (AttributeError, TypeError):
+        return intent
+    for i, (sharding, aval) in enumerate(zip(shardings, avals)):
+        if i in intent or not hasattr(sharding, "_to_xla_hlo_sharding"):
+            continue
+        lay = layout_of_sharding(str(sharding._to_xla_hlo_sharding(len(aval.shape))), len(aval.shape), mesh)
+        if not lay.unknown:
+            intent[i] = Expected(lay.dims)
+    return intent
+
+
+_RANK = {OutputStatus.OK: 0, OutputStatus.UNVERIFIED: 1, OutputStatus.FINDING: 2}
+
+
+def _both(shown: StepWalk, ran: StepWalk, notes: list[str]) -> StepWalk:
+    """The step as XLA runs it (``ran``, the compiled HLO's walk) beside what the StableHLO shows (``shown``):
+    every finding of either; where one says an output is right and the other does not, a note, and the output
+    takes the worse verdict."""
+    both = StepWalk(findings=list(dict.fromkeys(shown.findings + ran.findings)), hidden=shown.hidden,
+                    gspmd=shown.gspmd, declared=shown.declared)
+    for i, out in enumerate(ran.outputs):
+        other = shown.outputs[i] if i < len(shown.outputs) else None
+        if other is None or (out.status is OutputStatus.OK) == (other.status is OutputStatus.OK):
+            status = out.status if other is None or _RANK[out.status] >= _RANK[other.status] else other.status
+            both.outputs.append(StepOutput(i, out.name if other is None else other.name, out.declared, out.actual,
+                                           status, out.reasons + (other.reasons if other is not None and
+                                                                  status is not OutputStatus.OK else ())))
+            continue
+        notes.append(f"output {i}: the StableHLO walk says {other.status.value}, the compiled HLO's walk says "
+                     f"{out.status.value}")
+        worse = out if _RANK[out.status] > _RANK[other.status] else other
+        both.outputs.append(StepOutput(i, other.name, out.declared, out.actual, worse.status,
+                                       out.reasons + other.reasons))
+    return both

@@ -10,7 +10,7 @@ are only in compiled HLO, which ``walk`` reports). Inside, each body argument ge
 from __future__ import annotations
 
 from collections import ChainMap
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from enum import Enum
 
@@ -23,7 +23,7 @@ from p2smt.auditing.meshaxes import Mesh, axes_of_groups
 from p2smt.auditing.rules import Op, Outcome, apply
 from p2smt.errors import P2Error
 
-__all__ = ["Expected", "OutputStatus", "StepOutput", "StepWalk", "walk_module"]
+__all__ = ["Expected", "OutputStatus", "StepOutput", "StepWalk", "either", "judge", "settle", "walk_module"]
 
 _COLLECTIVES = {"stablehlo.all_reduce", "stablehlo.reduce_scatter", "stablehlo.all_gather"}
 _OPAQUE = {"stablehlo.all_to_all", "stablehlo.collective_permute", "stablehlo.collective_broadcast",
@@ -80,6 +80,7 @@ class StepWalk:
     outputs: list[StepOutput] = field(default_factory=list)
     findings: list[Finding] = field(default_factory=list)
     hidden: list[str] = field(default_factory=list)  # ops that may communicate unseen: the text cannot be audited
+    declared: list[Expected | None] = field(default_factory=list)  # per output, over every mesh axis, if known
     gspmd: list[str] = field(default_factory=list)  # ops outside shard_map on sharded values
 
 
@@ -90,6 +91,7 @@ class _Outer:
 
     deps: frozenset[int] = frozenset()
     gspmd: bool = False
+    direct: int | None = None  # the shard_map output it is, passed on unchanged
 
 
 def _ir():
@@ -125,6 +127,7 @@ class _Walker:
         self.meshes: dict[str, Mesh] = {}
         self.sharded_module = False
         self.judged: list[tuple[OutputStatus, tuple[str, ...], str, str]] = []
+        self.expected: list[Expected | None] = []  # per shard_map output, where its shard_map is manual on every axis
         self.ops = 0
         self.affine: dict = {}  # integer scalars known as affine functions of the mesh coordinates
         for op in module.body.operations:
@@ -156,6 +159,7 @@ class _Walker:
         names = self._result_names(main, len(outs))
         for i, v in enumerate(outs):
             self.result.outputs.append(self._main_output(i, names[i], v))
+        self.result.declared = self._declared_outputs(main, outs)
         self.result.findings = list(dict.fromkeys(self.result.findings))  # a loop's body runs more than once
         return self.result
 
@@ -163,6 +167,23 @@ class _Walker:
         if "arg_attrs" not in func.attributes:
             return []
         return [self.ir.DictAttr(a) for a in self.ir.ArrayAttr(func.attributes["arg_attrs"])]
+
+    def _declared_outputs(self, main, outs: list[_Outer]) -> list[Expected | None]:
+        """What each output must hold per device over every mesh axis: its shard_map's out_specs where it is a
+        shard_map's output unchanged, else its own ``sdy.sharding`` (``jit``'s out_shardings), else unknown."""
+        attrs = [self.ir.DictAttr(a) for a in self.ir.ArrayAttr(main.attributes["res_attrs"])] \
+            if "res_attrs" in main.attributes else []
+        rets = list(list(main.regions[0].blocks[0].operations)[-1].operands)
+        declared: list[Expected | None] = []
+        for i, v in enumerate(outs):
+            if v.direct is not None:
+                declared.append(self.expected[v.direct])
+            elif i < len(attrs) and "sdy.sharding" in attrs[i] and i < len(rets):
+                mesh = self._mesh_of(attrs[i]["sdy.sharding"], main)
+                declared.append(self._declared(attrs[i]["sdy.sharding"], mesh.names, len(_shape(rets[i]))))
+            else:
+                declared.append(None)
+        return declared
 
     def _result_names(self, func, n: int) -> list[str]:
         names = [f"output {i}" for i in range(n)]
@@ -202,7 +223,7 @@ class _Walker:
             if name == "func.return":
                 return ins
             if name == "sdy.manual_computation":
-                outs = [_Outer(frozenset({k})) for k in self._manual(op)]
+                outs = [_Outer(frozenset({k}), direct=k) for k in self._manual(op)]
             elif name == "func.call":
                 callee = self.funcs[self.ir.FlatSymbolRefAttr(op.attributes["callee"]).value]
                 outs = self._outer(callee, ins, depth + 1)
@@ -258,7 +279,10 @@ class _Walker:
         for k, (lay, s) in enumerate(zip(results, outs)):
             index = len(self.judged)
             expected = self.expect.get(index) or self._declared(s, manual, len(lay.dims))
-            self.judged.append(self._judge(k, lay, expected, manual))
+            self.expected.append(expected if {n for n, size in mesh.axes if size > 1} <= set(manual) else None)
+            *verdict, found = judge(k, lay, expected, manual)
+            self.result.findings += found
+            self.judged.append(tuple(verdict))
             ids.append(index)
         return ids
 
@@ -287,54 +311,6 @@ class _Walker:
         dims += [()] * (rank - len(dims))
         unreduced = frozenset(self.sdy.AxisRefAttr(x).name for x in ts.unreduced_axes) & set(manual)
         return Expected(tuple(dims[:rank]), unreduced)
-
-    def _judge(self, k: int, lay: Layout, exp: Expected, manual: Sequence[str]):
-        reasons: list[str] = []
-        status = OutputStatus.OK
-
-        def worse(st: OutputStatus, why: str, kind: FindingKind | None = None, axis: str | None = None):
-            nonlocal status
-            reasons.append(why)
-            if kind is not None:
-                self.result.findings.append(Finding(kind, why, "output", f"output {k}", axis, k))
-            if st is OutputStatus.FINDING or status is OutputStatus.OK:
-                status = st
-
-        for a in manual:
-            s = lay.state(a)
-            want = next((d for d, axes in enumerate(exp.dims) if a in axes), None)
-            if s is AxisState.UNKNOWN:
-                why = lay.why(a)
-                worse(OutputStatus.FINDING if why.startswith("the finding at") else OutputStatus.UNVERIFIED,
-                      f"along {a}: {why}")
-            elif a in exp.unreduced:
-                if s is not AxisState.PARTIAL:
-                    worse(OutputStatus.FINDING, f"declared a partial sum over {a} (unreduced) but it is {s.value}",
-                          FindingKind.SHARDING_MISMATCH, a)
-            elif s is AxisState.PARTIAL:
-                worse(OutputStatus.FINDING, f"a partial sum over {a} reaches the output (a psum over {a} is "
-                                            "missing)", FindingKind.PARTIAL_TO_OUTPUT, a)
-            elif want is None:
-                if s is AxisState.VARYING:
-                    worse(OutputStatus.FINDING, f"declared replicated over {a} but it differs along {a}: "
-                                                f"{lay.why(a)}", FindingKind.VARYING_OUTPUT, a)
-                elif s is AxisState.SHARDED:
-                    worse(OutputStatus.FINDING, f"declared replicated over {a} but each device holds only its "
-                                                f"block (sharded along dimension {lay.sharded_dim(a)})",
-                          FindingKind.SHARDING_MISMATCH, a)
-            elif s is AxisState.VARYING:
-                worse(OutputStatus.UNVERIFIED, f"declared sharded along dimension {want} over {a}; it differs "
-                                               f"along {a} ({lay.why(a)}), and the audit cannot tell whether each "
-                                               "device holds its own block")
-            elif s is AxisState.REPLICATED:
-                worse(OutputStatus.FINDING, f"declared sharded along dimension {want} over {a} but every device "
-                                            f"holds the whole value: the output repeats it once per device along "
-                                            f"{a}", FindingKind.SHARDING_MISMATCH, a)
-            elif lay.dims[want] != exp.dims[want] if want < len(lay.dims) else True:
-                worse(OutputStatus.FINDING, f"declared sharded along dimension {want} by {list(exp.dims[want])} "
-                                            f"but it is sharded along dimension {lay.sharded_dim(a)} by "
-                                            f"{list(lay.dims[lay.sharded_dim(a)])}", FindingKind.SHARDING_MISMATCH, a)
-        return status, tuple(reasons), exp.describe(), lay.describe(tuple(manual))
 
     def _body(self, block, args: list[Layout], manual: tuple[str, ...], mesh: Mesh, depth: int,
               parent: Mapping | None = None) -> list[Layout]:
@@ -446,31 +422,15 @@ class _Walker:
         why = f"while at {location(op)}: differs between iterations"
         if self._has_collective(op.regions[0].blocks[0]):
             return comm.opaque(self._op(op, "while (its condition communicates)", manual), ins).results
-        carried = list(ins)
-        for _ in range(8):
-            out = self._body(op.regions[1].blocks[0], carried, manual, mesh, depth + 1, env)
-            joined = [c.joined(o, manual, why) for c, o in zip(carried, out)]
-            if joined == carried:
-                return carried
-            carried = joined
-        return [_forget(c, manual, why) for c in carried]
+        return settle(lambda now: self._body(op.regions[1].blocks[0], now, manual, mesh, depth + 1, env), ins,
+                      manual, why)
 
     def _branches(self, op, ins: list[Layout], manual, mesh: Mesh, depth: int, env: Mapping) -> list[Layout]:
         """A case or if: each branch run; what differs between them, or along an axis where the branch taken
         differs, is unknown or varying."""
         index = ins[0]
         outs = [self._body(region.blocks[0], [], manual, mesh, depth + 1, env) for region in op.regions]
-        why = f"{op.operation.name.split('.', 1)[1]} at {location(op)}: its branches differ"
-        results = outs[0]
-        for other in outs[1:]:
-            results = [a.joined(b, manual, why) for a, b in zip(results, other)]
-        for a in manual:
-            if index.state(a) is not AxisState.REPLICATED:
-                pick = f"{op.operation.name.split('.', 1)[1]} at {location(op)} takes a branch that depends on " \
-                       f"the device along {a}"
-                results = [r.lost(a, pick) if r.state(a) in (AxisState.PARTIAL, AxisState.UNKNOWN)
-                           or index.state(a) is AxisState.UNKNOWN else r.varies(a, pick) for r in results]
-        return results
+        return either(outs, index, manual, f"{op.operation.name.split('.', 1)[1]} at {location(op)}")
 
     def _captures(self, op) -> list:
         """The values an op's regions use that are defined outside it."""
@@ -600,6 +560,88 @@ class _Walker:
         dim = int(self.ir.IntegerAttr(a["scatter_dimension" if kind == "reduce_scatter" else "all_gather_dim"]).value)
         fn = comm.reduce_scatter if kind == "reduce_scatter" else comm.all_gather
         return fn(o, ins, reduced, dim)
+
+
+def judge(k: int, lay: Layout, exp: Expected,
+          manual: Sequence[str]) -> tuple[OutputStatus, tuple[str, ...], str, str, list[Finding]]:
+    """Output ``k``'s layout against what it must be, along each of ``manual``: its status, the reasons, what
+    was declared, what it is, and the findings."""
+    reasons: list[str] = []
+    findings: list[Finding] = []
+    status = OutputStatus.OK
+
+    def worse(st: OutputStatus, why: str, kind: FindingKind | None = None, axis: str | None = None):
+        nonlocal status
+        reasons.append(why)
+        if kind is not None:
+            findings.append(Finding(kind, why, "output", f"output {k}", axis, k))
+        if st is OutputStatus.FINDING or status is OutputStatus.OK:
+            status = st
+
+    for a in manual:
+        s = lay.state(a)
+        want = next((d for d, axes in enumerate(exp.dims) if a in axes), None)
+        if s is AxisState.UNKNOWN:
+            why = lay.why(a)
+            worse(OutputStatus.FINDING if why.startswith("the finding at") else OutputStatus.UNVERIFIED,
+                  f"along {a}: {why}")
+        elif a in exp.unreduced:
+            if s is not AxisState.PARTIAL:
+                worse(OutputStatus.FINDING, f"declared a partial sum over {a} (unreduced) but it is {s.value}",
+                      FindingKind.SHARDING_MISMATCH, a)
+        elif s is AxisState.PARTIAL:
+            worse(OutputStatus.FINDING, f"a partial sum over {a} reaches the output (a psum over {a} is "
+                                        "missing)", FindingKind.PARTIAL_TO_OUTPUT, a)
+        elif want is None:
+            if s is AxisState.VARYING:
+                worse(OutputStatus.FINDING, f"declared replicated over {a} but it differs along {a}: "
+                                            f"{lay.why(a)}", FindingKind.VARYING_OUTPUT, a)
+            elif s is AxisState.SHARDED:
+                worse(OutputStatus.FINDING, f"declared replicated over {a} but each device holds only its "
+                                            f"block (sharded along dimension {lay.sharded_dim(a)})",
+                      FindingKind.SHARDING_MISMATCH, a)
+        elif s is AxisState.VARYING:
+            worse(OutputStatus.UNVERIFIED, f"declared sharded along dimension {want} over {a}; it differs "
+                                           f"along {a} ({lay.why(a)}), and the audit cannot tell whether each "
+                                           "device holds its own block")
+        elif s is AxisState.REPLICATED:
+            worse(OutputStatus.FINDING, f"declared sharded along dimension {want} over {a} but every device "
+                                        f"holds the whole value: the output repeats it once per device along "
+                                        f"{a}", FindingKind.SHARDING_MISMATCH, a)
+        elif lay.dims[want] != exp.dims[want] if want < len(lay.dims) else True:
+            worse(OutputStatus.FINDING, f"declared sharded along dimension {want} by {list(exp.dims[want])} "
+                                        f"but it is sharded along dimension {lay.sharded_dim(a)} by "
+                                        f"{list(lay.dims[lay.sharded_dim(a)])}", FindingKind.SHARDING_MISMATCH, a)
+    return status, tuple(reasons), exp.describe(), lay.describe(tuple(manual)), findings
+
+
+
+def settle(run: Callable[[list[Layout]], list[Layout]], ins: Sequence[Layout], axes: Sequence[str],
+           why: str) -> list[Layout]:
+    """A loop's carried layouts: its body ``run`` on them until they no longer change (what differs between
+    iterations becomes unknown, with ``why``); after 8 runs, all that is not replicated is forgotten."""
+    carried = list(ins)
+    for _ in range(8):
+        joined = [c.joined(o, axes, why) for c, o in zip(carried, run(carried))]
+        if joined == carried:
+            return carried
+        carried = joined
+    return [_forget(c, axes, why) for c in carried]
+
+
+def either(outs: Sequence[Sequence[Layout]], index: Layout, axes: Sequence[str], label: str) -> list[Layout]:
+    """What a branch op gives (``label``: the op and where): what differs between its branches' results is
+    unknown, and along an axis where the branch taken (``index``) differs, varying or unknown."""
+    why = f"{label}: its branches differ"
+    results = list(outs[0])
+    for other in outs[1:]:
+        results = [a.joined(b, axes, why) for a, b in zip(results, other)]
+    for a in axes:
+        if index.state(a) is not AxisState.REPLICATED:
+            pick = f"{label} takes a branch that depends on the device along {a}"
+            results = [r.lost(a, pick) if r.state(a) in (AxisState.PARTIAL, AxisState.UNKNOWN)
+                       or index.state(a) is AxisState.UNKNOWN else r.varies(a, pick) for r in results]
+    return results
 
 
 def _forget(lay: Layout, axes: Sequence[str], why: str) -> Layout:
