@@ -140,6 +140,9 @@ CHILD = textwrap.dedent(
         y = np.asarray(f(jax.device_put(x, NamedSharding(mesh, P(names)))))
         per = y.reshape(len(order), -1)  # row i: mesh position i's final buffer
         out[case["name"]] = {str(order[i]): [int(v) for v in per[i]] for i in range(len(order))}
+        if order == sorted(order):  # XLA id i is device i: the module's text, as check --hlo reads it
+            lowered = f.lower(jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=NamedSharding(mesh, P(names))))
+            out[case["name"] + ":texts"] = {"hlo": lowered.compile().as_text(), "mlir": lowered.as_text()}
     print(json.dumps(out))
     """
 )
@@ -233,3 +236,24 @@ def test_the_cases_tell_orders_apart():
                         "rs-two-axes-axis1-then-axis0": False, "rs-two-axes-axis0-then-axis1": True,
                         "hsdp-rs-inside-ar-across": True, "hsdp-rs-across-ar-inside": False,
                         "ag-inside-then-across": True, "ag-across-then-inside": False}
+
+
+SYSTEM16 = ["--system", "a100-4x16", "--level", "gpu=4"]
+
+
+@pytest.mark.parametrize("case", [c for c in CASES if c.axes == (16,)], ids=lambda c: c.name)
+@pytest.mark.parametrize("dialect", ["hlo", "mlir"])
+def test_check_reads_the_same_verdict_from_what_xla_printed(numbers, run_cli, tmp_path, case, dialect):
+    """The module JAX compiled (HLO) or lowered (StableHLO) for the case, judged by ``check --hlo --goal``."""
+    path = tmp_path / f"{case.name}.{dialect}"
+    path.write_text(numbers[f"{case.name}:texts"][dialect])
+    argv = [*SYSTEM16, "--axes", "16", "--reduce", "0", "--matrix", "[[4,4]]", "--goal", case.goal]
+    rc, out, err = run_cli("check", *argv, "--hlo", str(path), "--json")
+    assert err == ""
+    data = json.loads(out)
+    got = blocks_from_numbers(case, numbers[case.name])
+    want = blocks_from_numbers(case, numbers[reference(case).name])
+    assert data["valid"] == (got == want) and rc == (0 if got == want else 1)
+    if not data["valid"]:
+        first = data["positions"]["misplaced"][0]
+        assert got[first["device"]][first["position"]] == first["found_block"]
