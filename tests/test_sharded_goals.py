@@ -12,10 +12,11 @@ import pytest
 from p2smt.api import check, verify
 from p2smt.errors import P2Error
 from p2smt.model.collectives import Collective
-from p2smt.model.goal import Goal, GoalKind
+from p2smt.model.goal import Goal, GoalKind, Sharding
 from p2smt.model.placement import Placement
 from p2smt.model.request import Request
-from p2smt.semantics.dense import execute, goal_state, initial_state
+from p2smt.semantics.dense import execute, execute_all, goal_state, initial_state
+from p2smt.semantics.verdict import judge
 
 RS, AG, AR = Collective.REDUCE_SCATTER, Collective.ALL_GATHER, Collective.ALL_REDUCE
 A100 = ["--system", "a100-4x16", "--axes", "64", "--reduce", "0", "--matrix", "[[4,16]]"]
@@ -183,3 +184,22 @@ def test_goal_values():
         Goal.of("gather", None, (0,))
     with pytest.raises(P2Error, match="at least one shard axis"):
         Goal.of("reduce-scatter", (), (0,))
+
+
+def test_execute_all_judges_the_goal_as_execute_does():
+    placement = Placement((4, 16), (64,), ((4, 16),))
+    groups = placement.reduction_groups((0,))
+    sharding = Goal.of("reduce-scatter", None, (0,)).sharding(placement)
+    across = tuple(tuple(g + 16 * n for n in range(4)) for g in range(16))
+    inside = tuple(tuple(range(16 * n, 16 * n + 16)) for n in range(4))
+    programs = [[(RS, across), (RS, inside)], [(RS, inside), (RS, across)], [(AR, (tuple(range(64)),))]]
+    many = execute_all(64, programs, groups, True, keep_states=False, sharding=sharding)
+    assert [run.valid for run in many] == [execute(64, p, groups, True, 64, sharding).valid for p in programs]
+    assert [run.valid for run in many] == [True, False, False]  # an AllReduce holds more than the shard
+
+
+def test_a_plan_beyond_the_dense_interpreter_is_refused_with_its_goal():
+    n = 1024
+    sharding = Sharding(GoalKind.REDUCE_SCATTER, tuple(range(n)), n)
+    with pytest.raises(P2Error, match="reduce-scatter goal is judged by the dense interpreter only"):
+        judge(n, [(RS, (tuple(range(n)),))], (tuple(range(n)),), n, True, layout=True, sharding=sharding)
