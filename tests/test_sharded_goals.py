@@ -203,3 +203,37 @@ def test_a_plan_beyond_the_dense_interpreter_is_refused_with_its_goal():
     sharding = Sharding(GoalKind.REDUCE_SCATTER, tuple(range(n)), n)
     with pytest.raises(P2Error, match="reduce-scatter goal is judged by the dense interpreter only"):
         judge(n, [(RS, (tuple(range(n)),))], (tuple(range(n)),), n, True, layout=True, sharding=sharding)
+
+
+@pytest.mark.parametrize(("kind", "reduce", "valid"), [
+    ("d", (1,), ["(root, InsideGroup, ReduceScatter)",
+                 "(node, Parallel(root), ReduceScatter); (node, InsideGroup, ReduceScatter)"]),
+    ("c", (0, 1), ["(root, InsideGroup, ReduceScatter)",
+                   "(a0_node, Parallel(root), ReduceScatter); (a0_node, InsideGroup, ReduceScatter)"]),
+    ("d", (0, 1), []),  # collapsed levels order devices level-major, never axis-major: see §6
+])
+def test_a_program_reaches_the_goal_on_its_synthesis_hierarchy_exactly_when_lowered(kind, reduce, valid):
+    """The goal bound to synthesis devices (``Sharding.on_hierarchy``) gives the verdict of the lowered plan, on
+    a placement whose synthesis order need be neither the physical order nor the rank order; the first
+    programs (by length, then candidate order) of up to two ReduceScatter steps that reach the goal."""
+    from itertools import product
+
+    from p2smt.model.dsl import Program, candidate_instructions, lower_program, program_steps
+    from p2smt.model.hierarchy import synthesis_hierarchy
+
+    placement = Placement((4, 16), (4, 16), ((2, 2), (2, 8)))
+    h = synthesis_hierarchy(placement, reduce, ("node", "gpu"), kind)
+    sharding = Goal.of("reduce-scatter", None, reduce).sharding(placement)
+    local = sharding.on_hierarchy(h)
+    groups = placement.reduction_groups(reduce)
+    scatters = [ins for ins, _ in candidate_instructions(h) if ins.collective is RS]
+    found = []
+    for program in [Program(p) for n in (1, 2) for p in product(scatters, repeat=n)]:
+        lowered = [(s.collective, s.groups) for s in lower_program(h, program)]
+        system = execute(64, lowered, groups, True, len(groups[0]), sharding)
+        synth = execute(h.num_devices, program_steps(h, program), h.goal_groups, True, len(groups[0]), local)
+        fails = [(run.valid, run.violation and (run.violation.step, run.violation.rule)) for run in (synth, system)]
+        assert fails[0] == fails[1], str(program)
+        if system.valid:
+            found.append(str(program))
+    assert found[:2] == valid

@@ -15,6 +15,7 @@ from math import prod
 
 from p2smt.errors import P2Error
 from p2smt.model.collectives import Group
+from p2smt.model.hierarchy import SynthesisHierarchy
 from p2smt.model.placement import Placement
 
 
@@ -56,6 +57,15 @@ class Sharding:
 
     def describe(self) -> str:
         return f"{self.kind.value} goal over {self.shards} shards"
+
+    def on_hierarchy(self, h: SynthesisHierarchy) -> Sharding:
+        """The sharding of ``h``'s synthesis devices (this one binds physical ids): synthesis device s has the
+        rank of the physical device it stands for, the same in every replica (a rank reads only reduced digits,
+        which the synthesis index keeps)."""
+        ranks = {tuple(self.rank[p] for p in replica) for replica in h.replicas}
+        if len(ranks) != 1:
+            raise P2Error("the shard ranks differ between the hierarchy's replicas")
+        return Sharding(self.kind, ranks.pop(), self.shards)
 
 
 @dataclass(frozen=True)
