@@ -45,8 +45,6 @@ _EXPORTS = {
 }
 
 __all__ = [
-    "audit",
-    "audit_text",
     "Engine",
     "EngineConfig",
     "HierarchyKind",
@@ -56,6 +54,8 @@ __all__ = [
     "Request",
     "SolveStatus",
     "__version__",
+    "audit",
+    "audit_text",
     "best",
     "check",
     "cost",

@@ -33,7 +33,7 @@ def outcomes():
     out = []
     for name, axes, reduce, matrix, max_len, top, algo in CASES:
         system = load_system(name)
-        found = best(system, axes, reduce, matrix=matrix, max_len=max_len, top=top, algo=algo)
+        found = best(system, axes, reduce, matrix=matrix, max_len=max_len, top=top, algo=algo, method="z3")
         ranked = _enumerate_then_rank(system, axes, reduce, matrix, max_len, top, algo)
         out.append((name, found, ranked))
     return out
@@ -77,7 +77,7 @@ def test_every_listed_program_is_valid_and_priced_by_the_cost_model(outcomes):
 def test_top_larger_than_the_program_set_lists_them_all():
     system = load_system("a100-4x16")
     matrix = ((4, 1), (1, 16))  # one non-trivial level: 3 programs
-    found = best(system, (4, 16), (1,), matrix=matrix, max_len=3, top=10)
+    found = best(system, (4, 16), (1,), matrix=matrix, max_len=3, top=10, method="z3")
     ranked = _enumerate_then_rank(system, (4, 16), (1,), matrix, 3, 10, "ring")
     assert found.status == "optimal"
     assert [p.to_json() for p in found.matrices[0].programs] == ranked["matrices"][0]["programs"]
@@ -86,9 +86,12 @@ def test_top_larger_than_the_program_set_lists_them_all():
 
 def test_a_solver_that_gives_up_is_unknown_never_optimal():
     system = load_system("a100-4x16")
-    found = best(system, (4, 16), (1,), matrix=((1, 4), (4, 4)), max_len=6, timeout_ms=1)
-    assert found.status == "unknown"
-    assert found.matrices[0].status == "unknown"
+    for kwargs in ({"method": "z3"}, {"method": "search", "proof": "bound"}):
+        found = best(system, (4, 16), (1,), matrix=((1, 4), (4, 4)), max_len=6, timeout_ms=1, **kwargs)
+        assert found.status == "unknown", kwargs
+        assert found.matrices[0].status == "unknown", kwargs
+        assert "gave up" in found.matrices[0].stats["rests_on"], kwargs
+    assert found.matrices[0].programs  # the search's list: valid, not certified
 
 
 @pytest.mark.parametrize(
@@ -99,7 +102,9 @@ def test_a_solver_that_gives_up_is_unknown_never_optimal():
         ({"algo": "fastest"}, "unknown algorithm"),
         ({"bound": "exact"}, "unknown bound"),
         ({"timeout_ms": -5}, "--timeout"),
-        ({"encoding": "no-such-encoding"}, "no-such-encoding"),
+        ({"encoding": "no-such-encoding", "method": "z3"}, "no-such-encoding"),
+        ({"encoding": "no-such-encoding", "proof": "bound"}, "no-such-encoding"),
+        ({"proof": "magic"}, "unknown proof"),
     ],
 )
 def test_bad_requests_are_p2errors(kwargs, message):
@@ -111,27 +116,33 @@ def test_bad_requests_are_p2errors(kwargs, message):
 def test_without_lookahead_the_same_answer_on_three_levels():
     system = load_system("h100-superpod")
     matrix = ((2, 2, 2, 1), (2, 16, 2, 2))
-    with_bound = best(system, (8, 128), (0,), matrix=matrix, max_len=4, top=3).to_json()
-    without = best(system, (8, 128), (0,), matrix=matrix, max_len=4, top=3, lookahead=False).to_json()
+    with_bound = best(system, (8, 128), (0,), matrix=matrix, max_len=4, top=3, method="z3").to_json()
+    without = best(system, (8, 128), (0,), matrix=matrix, max_len=4, top=3, lookahead=False, method="z3").to_json()
     assert with_bound["status"] == without["status"] == "optimal"
     assert with_bound["matrices"][0]["programs"] == without["matrices"][0]["programs"]
 
 
 def test_other_encodings_and_the_sum_bound_give_the_same_answer():
     system = load_system("dgx1-v100")
-    reference = best(system, (16,), (0,), max_len=4, top=2).to_json()
-    for kwargs in ({"encoding": "values"}, {"bound": "sum"}, {"lookahead": False}):
-        other = best(system, (16,), (0,), max_len=4, top=2, **kwargs).to_json()
+    reference = best(system, (16,), (0,), max_len=4, top=2, method="z3").to_json()
+    for kwargs in ({"encoding": "values"}, {"bound": "sum"}, {"lookahead": False}, {"proof": "bound"},
+                   {"proof": "bound", "bound": "sum"}):
+        other = best(system, (16,), (0,), max_len=4, top=2, **{"method": "z3", **kwargs}
+                     if "proof" not in kwargs else kwargs).to_json()
         assert other["status"] == "optimal", kwargs
         assert other["matrices"][0]["programs"] == reference["matrices"][0]["programs"], kwargs
 
 
 def test_branch_and_bound_search_gives_rank_s_lists_on_every_case(outcomes):
-    """``method="search"`` (cost.branch, no solver) returns the same lists, seconds, order and best."""
+    """The default (``cost.branch``'s search, proved by the state-graph certificate) returns the same lists,
+    seconds, order and best, and says what it rests on."""
     for (name, axes, reduce, matrix, max_len, top, algo), (_, _, ranked) in zip(CASES, outcomes):
-        found = best(load_system(name), axes, reduce, matrix=matrix, max_len=max_len, top=top, algo=algo,
-                     method="search").to_json()
+        result = best(load_system(name), axes, reduce, matrix=matrix, max_len=max_len, top=top, algo=algo)
+        found = result.to_json()
         assert found["status"] == "optimal", name
+        for m in result.matrices:
+            assert m.stats["proof"]["certified"], name
+            assert "state-graph certificate" in m.stats["rests_on"], name
         assert [m["programs"] for m in found["matrices"]] == [m["programs"] for m in ranked["matrices"]], name
         assert found["best"] == ranked["best"], name
 
@@ -179,3 +190,27 @@ def test_cli_method_search_gives_the_z3_answer(run_cli):
     z3_best, search_best = json.loads(z3_out), json.loads(search_out)
     assert search_best["best"] == z3_best["best"]
     assert [m["programs"] for m in search_best["matrices"]] == [m["programs"] for m in z3_best["matrices"]]
+
+
+@pytest.mark.parametrize("proof", ["certificate", "bound"])
+def test_a_branch_and_bound_list_that_is_not_the_cheapest_is_caught_by_the_proof(monkeypatch, proof):
+    """The proof is independent of the search: a search that drops its cheapest program is an internal error."""
+    from p2smt.cost.branch import BranchAndBound
+    from p2smt.errors import InternalError
+
+    real = BranchAndBound.run
+
+    def drop_first(self):
+        ranked, stats = real(self)
+        return ranked[1:], stats
+
+    monkeypatch.setattr(BranchAndBound, "run", drop_first)
+    with pytest.raises(InternalError, match="branch and bound"):
+        best(load_system("dgx1-v100"), (16,), (0,), max_len=4, top=2, proof=proof)
+
+
+def test_without_a_proof_the_result_says_it_rests_on_the_search_alone():
+    found = best(load_system("dgx1-v100"), (16,), (0,), max_len=4, top=2, proof="none")
+    assert found.status == "optimal"
+    assert "alone" in found.matrices[0].stats["rests_on"]
+    assert "proof" not in found.matrices[0].stats

@@ -70,7 +70,7 @@ def test_verify_deadline_is_unknown_exit_4(run_cli, sleepy):
 
 
 def test_best_unknown_at_deadline_exit_4(run_cli, sleepy):
-    rc, out, _ = run_cli("best", *A100, "--encoding", "sleepy", "--deadline", "1", "--max-len", "3")
+    rc, out, _ = run_cli("best", *A100, "--method", "z3", "--encoding", "sleepy", "--deadline", "1", "--max-len", "3")
     assert rc == 4 and "UNKNOWN" in out and "deadline" in out
 
 
@@ -411,10 +411,10 @@ def test_placements_bound_their_count_and_refuse_an_unused_matrix(run_cli, monke
 
 @pytest.mark.parametrize("argv, message", [
     (["verify", *A100, "--program", RS_AG, "--values", "--encoding", "bitvec"], "--values proves with its own"),
-    (["best", *A100, "--method", "search", "--encoding", "bitvec"], "--method search runs no solver"),
-    (["best", *A100, "--method", "search", "--bound", "sum"], "--method search runs no solver"),
-    (["best", *A100, "--method", "search", "--timeout", "5"], "--method search runs no solver"),
-    (["best", *A100, "--method", "search", "--no-lookahead"], "--method search runs no solver"),
+    (["best", *A100, "--method", "search", "--encoding", "bitvec"], "options of the Z3 bound strategy"),
+    (["best", *A100, "--method", "search", "--bound", "sum"], "options of the Z3 bound strategy"),
+    (["best", *A100, "--method", "search", "--timeout", "5"], "options of the Z3 bound strategy"),
+    (["best", *A100, "--method", "search", "--no-lookahead"], "options of the Z3 bound strategy"),
     (["sweep", "--paper", "--workers", "2"], "--paper runs in this process"),
     (["sweep", "--grid", "small", "--no-plots"], "a --grid sweep draws no plots"),
     (["placements", "--system", "a100-4x16", "--axes", "4,16", "--axis-names", "dp,tp"], "read with --export only"),

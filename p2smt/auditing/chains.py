@@ -193,7 +193,8 @@ def audit_chains(reading: ModuleReading, system: System, device_order: Sequence[
 
 def _best(system: System, placement: Placement | None, mesh: Mesh | None, axes: tuple[str, ...] | None,
           nbytes: int, algo: str, max_len: int, cache: dict) -> tuple[str | None, float | None, str]:
-    """The cheapest program for the chain's axes on the mesh's placement (exact branch and bound)."""
+    """The cheapest program for the chain's axes on the mesh's placement (exact branch and bound, its optimality
+    proved as ``best`` proves it)."""
     if placement is None:
         return None, None, ("the module declares no mesh" if mesh is None else
                             "the mesh is no placement of the system's levels (see --device-order)")
@@ -210,5 +211,9 @@ def _best(system: System, placement: Placement | None, mesh: Mesh | None, axes: 
         if found is None:
             cache[key] = (None, None, f"no program up to length {max_len}")
         else:
-            cache[key] = (found[1].text, found[1].seconds, "exact branch-and-bound search, each program re-checked")
+            certified = result.status == "optimal" and all(m.stats.get("proof", {}).get("certified")
+                                                             for m in result.matrices)
+            cache[key] = (found[1].text, found[1].seconds, "exact branch-and-bound search, each program re-checked"
+                          + (", optimality certified by a state-graph certificate" if certified else
+                             "; optimality not certified: " + result.matrices[0].stats.get("rests_on", "")))
     return cache[key]

@@ -44,6 +44,18 @@ class Problem:
 
 
 @dataclass(frozen=True)
+class Closed:
+    """A certificate walked from the initial state: its goal state ids, the states reached in fewer than
+    ``max_len`` steps (each accounts for every candidate), their edges, and the lemmas Z3 must prove."""
+
+    goals: frozenset[int]
+    reached: tuple[int, ...]
+    edges: list
+    lemmas: frozenset[tuple]
+    steps: int
+
+
+@dataclass(frozen=True)
 class Checked:
     """A closed certificate: its goal paths, the lemmas Z3 must prove, and what was walked."""
 
@@ -60,6 +72,32 @@ def _need(cond: bool, why: str) -> None:
 
 def check(doc: dict, problem: Problem, max_len: int) -> Checked:
     """The certificate's goal paths and lemmas, or ``Rejected``."""
+    closed = close(doc, problem, max_len)
+    edges, goals = closed.edges, closed.goals
+    try:
+        claimed = {tuple(p) for p in doc["programs"]}
+    except (KeyError, TypeError) as err:
+        raise Rejected(f"malformed certificate ({err!r})") from None
+    programs: dict[tuple[int, int], list[tuple[int, ...]]] = {}
+
+    def ends(sid: int, left: int) -> list[tuple[int, ...]]:  # paths of 1..left steps from sid to the goal
+        if (sid, left) not in programs:
+            out = []
+            for i, t in enumerate(edges[sid]):
+                if type(t) is int:
+                    out += [(i,)] * (t in goals) + ([(i, *p) for p in ends(t, left - 1)] if left > 1 else [])
+            programs[sid, left] = out
+        return programs[sid, left]
+
+    found = frozenset(ends(0, max_len))
+    _need(found == claimed, f"the claimed programs are not the goal paths ({len(claimed - found)} extra, "
+          f"{len(found - claimed)} missing)")
+    return Checked(found, closed.lemmas, len(closed.reached), closed.steps)
+
+
+def close(doc: dict, problem: Problem, max_len: int) -> Closed:
+    """The certificate's graph walked and closed (no program set: ``best`` reads its cheapest paths), or
+    ``Rejected``."""
     k, cands = problem.devices, problem.candidates
     try:
         _need(doc["format"] == FORMAT and doc["version"] == VERSION, "not a version-1 state-graph certificate")
@@ -70,7 +108,7 @@ def check(doc: dict, problem: Problem, max_len: int) -> Checked:
         mats = [int(h, 16) for h in doc["device_states"]]
         _need(all(0 <= m < 1 << (k * k) for m in mats), "a device state wider than k×k")
         states = [tuple(mats[i] for i in s) for s in doc["states"]]
-        edges, claimed = doc["edges"], {tuple(p) for p in doc["programs"]}
+        edges = doc["edges"]
     except (KeyError, TypeError, ValueError, IndexError) as err:
         raise Rejected(f"malformed certificate ({err!r})") from None
     _need(all(len(s) == k for s in states) and len(set(states)) == len(states), "states not distinct k-tuples")
@@ -109,21 +147,8 @@ def check(doc: dict, problem: Problem, max_len: int) -> Checked:
                     order.append(edge)
             else:
                 lemmas.add(_fact(sid, i, coll, groups, src, edge))
-    programs: dict[tuple[int, int], list[tuple[int, ...]]] = {}
-
-    def ends(sid: int, left: int) -> list[tuple[int, ...]]:  # paths of 1..left steps from sid to the goal
-        if (sid, left) not in programs:
-            out = []
-            for i, t in enumerate(edges[sid]):
-                if type(t) is int:
-                    out += [(i,)] * (t in goals) + ([(i, *p) for p in ends(t, left - 1)] if left > 1 else [])
-            programs[sid, left] = out
-        return programs[sid, left]
-
-    found = frozenset(ends(0, max_len))
-    _need(found == claimed, f"the claimed programs are not the goal paths ({len(claimed - found)} extra, "
-          f"{len(found - claimed)} missing)")
-    return Checked(found, frozenset(lemmas), len(order), sum(len(edges[s]) for s in order if depth[s] < max_len))
+    return Closed(frozenset(goals), tuple(order), edges, frozenset(lemmas),
+                  sum(len(edges[s]) for s in order if depth[s] < max_len))
 
 
 def _fact(sid: int, i: int, coll: str, groups, src: tuple[int, ...], edge) -> tuple:

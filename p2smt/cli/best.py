@@ -19,6 +19,8 @@ from p2smt.cli.options import (
     seconds,
 )
 from p2smt.cli.output import ExitCode, emit
+from p2smt.errors import P2Error
+from p2smt.smt.budget import DEFAULT_PROOF_BUDGET
 
 
 def register(sub) -> None:
@@ -35,9 +37,15 @@ def register(sub) -> None:
     p.add_argument("--bound", choices=["clauses", "sum"],
                    help="how cost <= U reaches the solver: prefix clauses (default) or also a bit-vector sum")
     add_allow_noop(p)
-    p.add_argument("--method", default="z3", choices=["z3", "search"],
-                   help="z3: Z3 proves nothing cheaper exists (default); search: exact branch and bound on the "
-                        "interpreter's state (docs/symmetry.md), much faster on large hierarchies")
+    p.add_argument("--method", default="search", choices=["search", "z3"],
+                   help="search: exact branch and bound on the interpreter's state (docs/symmetry.md), its list then "
+                        "proved (--proof; default); z3: Z3 finds the list and proves nothing cheaper exists")
+    p.add_argument("--proof", default="auto", choices=["auto", "certificate", "bound", "none"],
+                   help="what proves --method search's list: the state-graph certificate (auto up to 32 synthesis "
+                        "devices), one Z3 bound query (auto above), or none (the exhaustive search alone)")
+    p.add_argument("--proof-budget", type=int, default=DEFAULT_PROOF_BUDGET, metavar="M",
+                   help=f"millions of Z3 resource units for the certificate's query (default {DEFAULT_PROOF_BUDGET}; "
+                        "0: no limit); a proof that runs out leaves the placement 'unknown'")
     p.add_argument("--no-lookahead", action="store_true",
                    help="bound a prefix by the next step alone, not by the count abstraction's cheapest completion")
     add_bounds(p)
@@ -50,10 +58,16 @@ def run(args: argparse.Namespace) -> int:
     from p2smt.cost.best import best
     from p2smt.synth.driver import placements_for
 
-    if args.method == "search":
+    if args.method == "search" and args.proof != "bound":
         refuse_given((("--encoding", args.encoding), ("--encoding-options", args.encoding_options),
                       ("--bound", args.bound), ("--timeout", args.timeout), ("--no-lookahead", args.no_lookahead)),
-                     "options of the Z3 method; --method search runs no solver")
+                     "options of the Z3 bound strategy (--method z3, or --method search --proof bound)")
+    if args.method == "z3":
+        refuse_given((("--proof", args.proof != "auto" and args.proof),
+                      ("--proof-budget", args.proof_budget != DEFAULT_PROOF_BUDGET)),
+                     "options of --method search (--method z3 is its own proof)")
+    if args.proof_budget < 0:
+        raise P2Error(f"--proof-budget must be 0 (no limit) or positive, got {args.proof_budget}")
     req = request_of(args)
     config = engine_config(args)
     system = req.load_system()
@@ -65,7 +79,7 @@ def run(args: argparse.Namespace) -> int:
                     encoding=config.encoding or "bool-matrix", encoding_options=config.encoding_options,
                     hierarchy_kind=req.hierarchy, master_scope=req.master_scope,
                     require_progress=req.require_progress, bound=args.bound or "clauses", lookahead=not args.no_lookahead,
-                    method=args.method, report=report)
+                    method=args.method, proof=args.proof, proof_budget=args.proof_budget, report=report)
 
     bounded = run_bounded(args, "best: placements proved", work, total=len(placements))
     result = bounded.result if not bounded.expired else partial_result(args, req, system, placements, bounded)
@@ -92,6 +106,8 @@ def run(args: argparse.Namespace) -> int:
             for i, p in enumerate(m.programs, 1):
                 t.add_row(str(i), f"{p.seconds:.6g}", p.text)
             c.print(t)
+            if "rests_on" in m.stats:
+                c.print(f"  rests on: {m.stats['rests_on']}")
         if payload["best"]:
             b = payload["best"]
             what = "best of the finished placements" if bounded.expired else "best"

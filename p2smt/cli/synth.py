@@ -93,7 +93,7 @@ def next_steps(args: argparse.Namespace) -> str:
     if (why := unpriceable(system_of(args))) is not None:
         return f"not priceable: {why}"
     return (f"next: `p2smt rank {req}` orders these by predicted time; `p2smt best {req}` finds the cheapest "
-            "with Z3 and proves it optimal")
+            "(exact search) and proves it optimal")
 
 
 def certification_line(result) -> str:

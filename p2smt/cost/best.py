@@ -8,25 +8,40 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from enum import StrEnum
 from typing import Any
 
 from p2smt.cost.bound import TIE_TOLERANCE, CostBound, RankedProgram
 from p2smt.cost.rank import check_request
 from p2smt.cost.rank import sort_key as rank_key
-from p2smt.errors import P2Error
+from p2smt.errors import InternalError, P2Error
 from p2smt.model.hierarchy import HierarchyKind, MasterScope, SynthesisHierarchy, synthesis_hierarchy
 from p2smt.model.placement import Matrix
 from p2smt.model.status import SolveStatus
 from p2smt.model.system import System, load_system
+from p2smt.smt.budget import DEFAULT_PROOF_BUDGET, UNITS
 from p2smt.synth.config import MAX_LEN_LIMIT
-from p2smt.synth.driver import CERTIFY_LIMIT, placements_for
+from p2smt.synth.driver import CERTIFICATE_UP_TO, CERTIFY_LIMIT, placements_for
 
-__all__ = ["BOUNDS", "METHODS", "TIE_TOLERANCE", "BestResult", "MatrixBest", "RankedProgram", "best", "best_on_hierarchy"]
+__all__ = ["BOUNDS", "METHODS", "TIE_TOLERANCE", "BestProof", "BestResult", "MatrixBest", "RankedProgram", "best", "best_on_hierarchy"]
 
 BOUNDS = ("clauses", "sum")
-METHODS = ("z3", "search")
-"""``z3``: the bound strategy of ``cost.bound`` (proved by Z3); ``search``: the branch and bound of
-``cost.branch`` on the bitmatrix state (exhaustive, no solver; up to ``branch.MAX_DEVICES``)."""
+METHODS = ("search", "z3")
+
+
+class BestProof(StrEnum):
+    """What certifies the branch and bound's list (``method="search"``): ``certificate`` (the state-graph
+    certificate, its cheapest goal paths recomputed), ``bound`` (one Z3 bound query seeded with the list),
+    ``none`` (the exhaustive search alone), ``auto`` (``proof_for``)."""
+
+    AUTO = "auto"
+    CERTIFICATE = "certificate"
+    BOUND = "bound"
+    NONE = "none"
+
+"""``search`` (default): the branch and bound of ``cost.branch`` on the bitmatrix state (exhaustive, up to
+``branch.MAX_DEVICES``), its list then proved (``BestProof``: the state-graph certificate or one Z3 bound
+query); ``z3``: the bound strategy of ``cost.bound`` alone (Z3 finds and proves)."""
 
 
 @dataclass(frozen=True)
@@ -99,7 +114,8 @@ class BestResult:
         }
 
 
-def _check_options(max_len: int, timeout_ms: int | None, bound: str, method: str = "z3") -> None:
+def _check_options(max_len: int, timeout_ms: int | None, bound: str, method: str = "search",
+                   proof: str = "auto") -> None:
     if not 1 <= max_len <= MAX_LEN_LIMIT:
         raise P2Error(f"--max-len must be between 1 and {MAX_LEN_LIMIT}, got {max_len}")
     if timeout_ms is not None and timeout_ms <= 0:
@@ -108,16 +124,22 @@ def _check_options(max_len: int, timeout_ms: int | None, bound: str, method: str
         raise P2Error(f"unknown bound {bound!r}; choose one of {', '.join(BOUNDS)}")
     if method not in METHODS:
         raise P2Error(f"unknown method {method!r}; choose one of {', '.join(METHODS)}")
+    if proof not in set(BestProof):
+        raise P2Error(f"unknown proof {proof!r}; choose one of {', '.join(p.value for p in BestProof)}")
 
 
 def best_on_hierarchy(system: System, h: SynthesisHierarchy, *, max_len: int = 8, top: int = 1, algo: str = "ring",
                       bytes_per_device: float | None = None, timeout_ms: int | None = None,
                       encoding: str = "bool-matrix", encoding_options: dict[str, Any] | None = None,
                       require_progress: bool = True, bound: str = "clauses", matrix: Matrix = (),
-                      lookahead: bool = True, method: str = "z3") -> MatrixBest:
-    """The ``top`` cheapest valid programs of at most ``max_len`` steps on one synthesis hierarchy."""
+                      lookahead: bool = True, method: str = "search", proof: BestProof | str = BestProof.AUTO,
+                      proof_budget: int = DEFAULT_PROOF_BUDGET) -> MatrixBest:
+    """The ``top`` cheapest valid programs of at most ``max_len`` steps on one synthesis hierarchy.
+
+    ``stats["rests_on"]`` says what the optimality rests on: the exhaustive branch and bound and its proof
+    (``proof``: the state-graph certificate, the Z3 bound query, or none) or Z3's own search (``method="z3"``)."""
     b = check_request(system, algo, bytes_per_device, top)
-    _check_options(max_len, timeout_ms, bound, method)
+    _check_options(max_len, timeout_ms, bound, method, proof)
     start = time.perf_counter()
     if method == "search":
         from p2smt.cost.branch import BranchAndBound
@@ -125,6 +147,11 @@ def best_on_hierarchy(system: System, h: SynthesisHierarchy, *, max_len: int = 8
         ranked, stats = BranchAndBound(system, h, algo=algo, bytes_per_device=b, max_len=max_len, top=top,
                                        require_progress=require_progress).run()
         status = SolveStatus.OPTIMAL if ranked else SolveStatus.INFEASIBLE
+        stats["search_seconds"] = round(time.perf_counter() - start, 6)
+        status = _certify(system, h, ranked, status, stats, proof=BestProof(proof), max_len=max_len, top=top,
+                          algo=algo, bytes_per_device=b, timeout_ms=timeout_ms, encoding=encoding,
+                          encoding_options=encoding_options, require_progress=require_progress, bound=bound,
+                          lookahead=lookahead, proof_budget=proof_budget)
         return MatrixBest(matrix, h, tuple(ranked), status, time.perf_counter() - start, stats)
     if h.num_devices > CERTIFY_LIMIT:  # the Z3 encodings' limit, as for the z3 and certified engines
         raise P2Error(f"{h.num_devices:,} devices: more than the Z3 encodings take on ({CERTIFY_LIMIT}); use "
@@ -133,7 +160,109 @@ def best_on_hierarchy(system: System, h: SynthesisHierarchy, *, max_len: int = 8
                      encoding=encoding, options=encoding_options, require_progress=require_progress, bound=bound,
                      lookahead=lookahead)
     status, ranked, stats = search.run()
+    stats["rests_on"] = ("Z3's bound strategy (found and proved by the solver, each program re-checked)"
+                         if status is not SolveStatus.UNKNOWN else "Z3's bound strategy, which gave up: the "
+                         "programs listed are valid and the cheapest found, not proved cheapest")
     return MatrixBest(matrix, h, tuple(ranked), status, time.perf_counter() - start, stats)
+
+
+def _nth(top: int) -> str:
+    return "cheapest" if top == 1 else f"{top}th cheapest"
+
+
+def proof_for(proof: BestProof, devices: int) -> BestProof:
+    """``auto``: the certificate up to ``CERTIFICATE_UP_TO`` synthesis devices, the bound query up to
+    ``CERTIFY_LIMIT``, none beyond (the search alone, said in the result)."""
+    if proof is not BestProof.AUTO:
+        return proof
+    if devices <= CERTIFICATE_UP_TO:
+        return BestProof.CERTIFICATE
+    return BestProof.BOUND if devices <= CERTIFY_LIMIT else BestProof.NONE
+
+
+def _certify(system: System, h: SynthesisHierarchy, ranked: list[RankedProgram], status: SolveStatus,
+             stats: dict[str, Any], *, proof: BestProof, max_len: int, top: int, algo: str, bytes_per_device: float,
+             timeout_ms: int | None, encoding: str, encoding_options: dict[str, Any] | None,
+             require_progress: bool, bound: str, lookahead: bool, proof_budget: int) -> SolveStatus:
+    """Prove the branch and bound's list (``stats`` gets the proof's figures and ``rests_on``); the status
+    becomes unknown when the proof gave up, and two exact searches that disagree are an internal error."""
+    chosen = proof_for(proof, h.num_devices)
+    search = "the exhaustive branch and bound"
+    if chosen is BestProof.NONE:
+        why = "--proof none" if proof is BestProof.NONE else (
+            f"{h.num_devices:,} synthesis devices, more than the Z3 encodings take on ({CERTIFY_LIMIT})")
+        stats["rests_on"] = f"{search} alone (no proof: {why})"
+        return status
+    if h.num_devices > CERTIFY_LIMIT:
+        raise P2Error(f"--proof {chosen.value}: {h.num_devices:,} synthesis devices, more than the Z3 encodings "
+                      f"take on ({CERTIFY_LIMIT}); use --proof none (the exhaustive search alone)")
+    if chosen is BestProof.CERTIFICATE:
+        proved, figures = _graph_paths(system, h, max_len=max_len, top=top, algo=algo,
+                                       bytes_per_device=bytes_per_device, require_progress=require_progress,
+                                       units=proof_budget * UNITS if proof_budget else None)
+        stats["proof"] = figures
+        if not figures["certified"]:
+            stats["rests_on"] = f"{search}; {figures['why_not']}, so optimality is not certified"
+            return SolveStatus.UNKNOWN
+        _same(ranked, proved, "the certified state graph's cheapest paths")
+        cert = figures["certificate"]
+        stats["rests_on"] = (f"{search}, its list equal to the cheapest goal paths of a state-graph certificate "
+                             f"({cert['states']} states, {cert['steps']} steps closed by the independent checker, "
+                             f"{cert['lemmas']} distinct steps proved by Z3 against §4): no valid program of at "
+                             f"most {max_len} steps is cheaper")
+        return status
+    status, stats["proof"] = _bound_query(system, h, ranked, max_len=max_len, top=top, algo=algo,
+                                          bytes_per_device=bytes_per_device, timeout_ms=timeout_ms,
+                                          encoding=encoding, encoding_options=encoding_options,
+                                          require_progress=require_progress, bound=bound, lookahead=lookahead)
+    stats["rests_on"] = (
+        f"{search}; its optimality proved by one Z3 bound query (no other valid program of at most {max_len} "
+        f"steps costs at most the {_nth(top)} found)" if status is not SolveStatus.UNKNOWN else
+        f"{search}; the Z3 bound query gave up, so optimality is not certified")
+    return status
+
+
+def _graph_paths(system: System, h: SynthesisHierarchy, *, max_len: int, top: int, algo: str,
+                 bytes_per_device: float, require_progress: bool, units: int | None
+                 ) -> tuple[list[RankedProgram], dict[str, Any]]:
+    """The state-graph certificate of the hierarchy's problem, proved, and its cheapest goal paths."""
+    from p2smt.cost.graphbest import cheapest_paths
+    from p2smt.model.dsl import candidate_instructions, problem
+    from p2smt.model.topology import build_topology
+    from p2smt.synth.certproof import graph_proof
+
+    prob = problem(h, require_progress)
+    doc, closed, figures = graph_proof(prob, max_len, units=units)
+    if not figures["certified"]:
+        return [], figures
+    started = time.perf_counter()
+    instructions = [ins for ins, _ in candidate_instructions(h)]
+    paths = cheapest_paths(doc, closed, instructions, build_topology(system), h, algo=algo,
+                           bytes_per_device=bytes_per_device, max_len=max_len, top=top)
+    figures["certificate"]["paths_seconds"] = round(time.perf_counter() - started, 6)
+    return paths, figures
+
+
+def _same(ranked: Sequence[RankedProgram], proved: Sequence[RankedProgram], what: str) -> None:
+    if [(p.text, p.seconds) for p in proved] != [(p.text, p.seconds) for p in ranked]:
+        raise InternalError(f"best: the branch and bound returned {[p.text for p in ranked]}, {what} are "
+                            f"{[p.text for p in proved]}")
+
+
+def _bound_query(system: System, h: SynthesisHierarchy, ranked: Sequence[RankedProgram], *, max_len: int,
+                 top: int, algo: str, bytes_per_device: float, timeout_ms: int | None, encoding: str,
+                 encoding_options: dict[str, Any] | None, require_progress: bool, bound: str,
+                 lookahead: bool) -> tuple[SolveStatus, dict[str, Any]]:
+    """Certify the branch and bound's list: Z3, with the list blocked and U its N-th time, finds no other
+    program within U (one bound query, refined lazily). A program it finds is a disagreement of two exact
+    searches, an internal error, never silently merged."""
+    query = CostBound(system, h, algo=algo, bytes_per_device=bytes_per_device, max_len=max_len, top=top,
+                      timeout_ms=timeout_ms, encoding=encoding, options=encoding_options,
+                      require_progress=require_progress, bound=bound, lookahead=lookahead, seed=ranked)
+    status, proved, stats = query.run()
+    if status is not SolveStatus.UNKNOWN:
+        _same(ranked, proved, "Z3's bound query's")
+    return status, stats
 
 
 def best(system: System | str, axes: Sequence[int], reduction_axes: Sequence[int], *, matrix: Matrix | None = None,
@@ -141,22 +270,23 @@ def best(system: System | str, axes: Sequence[int], reduction_axes: Sequence[int
          timeout_ms: int | None = None, encoding: str = "bool-matrix",
          encoding_options: dict[str, Any] | None = None, hierarchy_kind: HierarchyKind = "d",
          master_scope: MasterScope = "per-ancestor", require_progress: bool = True,
-         bound: str = "clauses", lookahead: bool = True, method: str = "z3",
-         report: Callable[[MatrixBest], None] | None = None) -> BestResult:
+         bound: str = "clauses", lookahead: bool = True, method: str = "search",
+         proof: BestProof | str = BestProof.AUTO, proof_budget: int = DEFAULT_PROOF_BUDGET, report: Callable[[MatrixBest], None] | None = None) -> BestResult:
     """The ``top`` cheapest programs per placement (or one ``matrix``) and overall, proved with Z3.
 
     Same order, ties and seconds as ``rank.rank_result`` over the complete program set up to
     ``max_len``; ``timeout_ms`` bounds each solver call (a placement whose call gives up is "unknown").
-    ``method="search"`` finds the same list by ``cost.branch``'s branch and bound instead of Z3.
+    ``method="search"`` (default) finds the list by ``cost.branch``'s branch and bound and certifies it
+    (``proof``, ``BestProof``: by default the state-graph certificate, whose cheapest goal paths must be the list); ``method="z3"`` finds and proves it with Z3 alone.
     ``report`` receives each placement's result as it is finished (progress, partial results).
     ``system``: a System or a shipped system's name (``p2smt topologies``) or system file.
 
-    >>> best("v100-2x8", (16,), (0,), max_len=3, method="search").best[1].text
+    >>> best("v100-2x8", (16,), (0,), max_len=3).best[1].text
     '(node, InsideGroup, ReduceScatter); (node, Parallel(root), AllReduce); (node, InsideGroup, AllGather)'
     """
     system = load_system(system)
     b = check_request(system, algo, bytes_per_device, top)
-    _check_options(max_len, timeout_ms, bound, method)
+    _check_options(max_len, timeout_ms, bound, method, proof)
     start = time.perf_counter()
     placements = placements_for(system, tuple(axes), matrix)
     red = placements[0].check_axes(tuple(reduction_axes))
@@ -167,7 +297,7 @@ def best(system: System | str, axes: Sequence[int], reduction_axes: Sequence[int
                                          timeout_ms=timeout_ms, encoding=encoding,
                                          encoding_options=encoding_options, require_progress=require_progress,
                                          bound=bound, matrix=placement.matrix, lookahead=lookahead,
-                                         method=method))
+                                         method=method, proof=proof, proof_budget=proof_budget))
         if report is not None:
             report(results[-1])
     return BestResult(system.name, tuple(axes), tuple(red), algo, float(b), max_len, top, tuple(results),

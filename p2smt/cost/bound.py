@@ -112,7 +112,8 @@ class CostBound(Strategy):
 
     def __init__(self, system: System, h: SynthesisHierarchy, *, algo: str, bytes_per_device: float, max_len: int,
                  top: int, timeout_ms: int | None, encoding: str, options: dict[str, Any] | None,
-                 require_progress: bool, bound: str, lookahead: bool = True):
+                 require_progress: bool, bound: str, lookahead: bool = True,
+                 seed: Sequence[RankedProgram] = ()):
         self.system, self.h, self.top, self.timeout_ms = system, h, top, timeout_ms
         self.max_len, self.mode = max_len, bound
         self.prob = problem(h, require_progress)
@@ -148,6 +149,29 @@ class CostBound(Strategy):
         self._weighted: set[tuple[int, tuple[int, ...]]] = set()
         self._literals: dict[tuple[int, int, tuple[int, ...]], Any] = {}
         self.counters = {"bound_updates": 0, "cost_clauses": 0, "over_bound_models": 0}
+        self.seeded = self._seed(seed)
+
+    def _seed(self, seed: Sequence[RankedProgram]) -> dict[tuple[int, ...], RankedProgram]:
+        """Programs already known (``best``'s branch and bound): re-checked by the interpreter and priced
+        again here, then blocked from the first query on and U set from them, so the run proves that no
+        other program of at most ``max_len`` steps costs at most U (the bound query)."""
+        index = {ins: c for c, ins in enumerate(self.instructions)}
+        seeded = {}
+        for rp in seed:
+            try:
+                program = tuple(index[ins] for ins in rp.program.instructions)
+            except KeyError:
+                raise InternalError(f"best: {rp.text!r} uses an instruction outside this hierarchy's candidates")
+            steps = [(self.prob.candidates[c].collective, self.prob.candidates[c].groups) for c in program]
+            if not execute(self.prob.num_devices, steps, self.prob.goal_groups, self.prob.require_progress).valid:
+                raise InternalError(f"best: the interpreter rejects the seeded program {rp.text!r}")
+            seconds = program_time(self.system, self.h, rp.program, algo=self.costs.algo,
+                                   bytes_per_device=self.costs.bytes).seconds
+            if rank_key(seconds, rp.text) != rank_key(rp.seconds, rp.text):
+                raise InternalError(f"best: {rp.text!r} is priced {rp.seconds!r} by the search, {seconds!r} here")
+            seeded[program] = self.found[program] = RankedProgram(rp.program, seconds)
+        self._tighten()
+        return seeded
 
     # ------------------------------------------------------------------ chunk counts and step costs
 
@@ -320,7 +344,7 @@ class CostBound(Strategy):
         if self.target is None or target < self.target:
             self.target = target
             self.counters["bound_updates"] += 1
-            if self.mode == "sum":
+            if self.mode == "sum" and self.solver is not None:
                 self._sum_bound()
 
     def _accept(self, program: tuple[int, ...], counts: list[tuple[int, ...]]) -> RankedProgram:
@@ -351,6 +375,10 @@ class CostBound(Strategy):
 
     def begin(self, enc, solver: z3.Solver) -> None:
         self.solver = solver
+        for program in self.seeded:
+            solver.add(enc.blocking_clause(program))
+        if self.mode == "sum" and self.target is not None:
+            self._sum_bound()
 
     def admit(self, solver: z3.Solver, model: z3.ModelRef, program: tuple[int, ...]) -> bool:
         """Price the model's steps; a model over U is excluded by cost clauses and never confirmed."""

@@ -10,7 +10,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from p2smt.certcheck.closure import Problem, Rejected, check
+from p2smt.certcheck.closure import Closed, Problem, Rejected, check, close
 from p2smt.certcheck.prove import prove
 from p2smt.errors import InternalError, P2Error
 from p2smt.model.problem import SynthesisProblem
@@ -41,14 +41,40 @@ def certificate_proof(prob: SynthesisProblem, max_len: int, *, units: int | None
     except Rejected as err:
         raise InternalError(f"certified synthesis: the state-graph certificate is rejected: {err}") from None
     closed = time.perf_counter()
-    proved = prove(checked.lemmas, prob.num_devices, units)
+    stats = _proved(prob, doc, checked.lemmas, checked.states, checked.steps, units, folder,
+                    (start, searched, closed))
+    return tuple(programs), stats
+
+
+def graph_proof(prob: SynthesisProblem, max_len: int, *, units: int | None = None
+                ) -> tuple[dict[str, Any], Closed, dict[str, Any]]:
+    """(certificate, its closed graph, figures): the state graph without its program set, closed by the
+    checker and its steps proved by Z3 — what ``best`` reads its cheapest goal paths from."""
+    start = time.perf_counter()
+    doc = explore(prob, max_len).document([])
+    searched = time.perf_counter()
+    try:
+        closed = close(doc, checker_problem(prob), max_len)
+    except Rejected as err:
+        raise InternalError(f"best: the state-graph certificate is rejected: {err}") from None
+    walked = time.perf_counter()
+    stats = _proved(prob, doc, closed.lemmas, len(closed.reached), closed.steps, units, None,
+                    (start, searched, walked))
+    return doc, closed, stats
+
+
+def _proved(prob: SynthesisProblem, doc: dict[str, Any], lemmas: frozenset[tuple], states: int, steps: int,
+            units: int | None, folder: str | None, times: tuple[float, float, float]) -> dict[str, Any]:
+    """Z3 on the lemmas; the figures (``certified``, else ``why_not``); a refuted step is an InternalError."""
+    start, searched, closed = times
+    proved = prove(lemmas, prob.num_devices, units)
     if folder is not None and proved.status == "unsat":  # only a finished proof: no partial certificate
         write(Path(folder), doc, proved.texts)
     if proved.status == "sat":
-        raise InternalError("certified synthesis: Z3 refutes steps of the state graph against §4: "
+        raise InternalError("the state-graph certificate: Z3 refutes steps of the graph against §4: "
                             + "; ".join(proved.refuted[:3]))
-    figures = {"proof": "certificate", "states": checked.states, "steps": checked.steps,
-               "lemmas": len(checked.lemmas), "queries": proved.queries,
+    figures = {"proof": "certificate", "states": states, "steps": steps,
+               "lemmas": len(lemmas), "queries": proved.queries,
                "search_seconds": round(searched - start, 6), "check_seconds": round(closed - searched, 6),
                "solver_seconds": round(proved.seconds, 6), "seconds": round(time.perf_counter() - start, 6)}
     stats: dict[str, Any] = {"certified": proved.status == "unsat", "certificate": figures}
@@ -56,7 +82,7 @@ def certificate_proof(prob: SynthesisProblem, max_len: int, *, units: int | None
         stats["why_not"] = (f"the state-graph proof {proved.why} before it finished (--proof-budget raises it; 0: no "
                             "limit)" if proved.why and proved.why.startswith("spent") else
                             f"the state-graph proof stopped: {proved.why or 'Z3 gave no answer'}")
-    return tuple(programs), stats
+    return stats
 
 
 def certificate_words(k: int, max_len: int, figures: dict[str, Any]) -> str:
