@@ -631,16 +631,21 @@ def audit_api() -> SimpleNamespace | None:
     return SimpleNamespace(**found) if all(callable(v) for v in found.values()) else None
 
 
-def audit_three_ways(audit_mod, fn, args, mesh, texts: dict, system: str, nodes: int, order) -> dict:
-    """Each way's verdict name (REFUSED for a P2Error, ERROR: TYPE for anything else) and report."""
+def audit_three_ways(audit_mod, fn, args, mesh, texts: dict, system: str, nodes: int, order,
+                     specs: tuple = ()) -> dict:
+    """Each way's verdict name (REFUSED for a P2Error, ERROR: TYPE for anything else) and report. The compiled
+    HLO declares no output shardings: its outputs are judged against ``specs`` (the out_specs, as --expect)."""
+    from p2smt.auditing import Expected
     from p2smt.errors import P2Error
 
     device_order = list(order) if list(order) != sorted(order) else None
+    expect = {i: Expected(tuple(tuple(axes) for axes in spec)) for i, spec in enumerate(specs)}
     calls = {"function": lambda: audit_mod.audit(fn, *args, system=system, nodes=nodes, mesh=mesh),
              "stablehlo": lambda: audit_mod.audit_text(texts["mlir"], system=system, nodes=nodes,
                                                        device_order=device_order),
              "hlo": lambda: audit_mod.audit_text(texts["hlo"], system=system, nodes=nodes,
-                                                 device_order=device_order)}
+                                                 device_order=device_order, expect=expect,
+                                                 mesh=[(str(n), int(s)) for n, s in mesh.shape.items()])}
     out = {}
     for way, call in calls.items():
         start = time.perf_counter()
@@ -735,7 +740,8 @@ def main(argv: list[str] | None = None) -> int:
         if prog.bug is None and not correct:
             generator_errors.append(index)  # a program meant right computed something else: the generator's bug
         if audit_mod is not None:
-            row["audit"] = audit_three_ways(audit_mod, fn, fargs, mesh, texts, args.system, args.nodes, prog.order)
+            row["audit"] = audit_three_ways(audit_mod, fn, fargs, mesh, texts, args.system, args.nodes, prog.order,
+                                            tuple(s.spec for s in (*prog.outs, *prog.taps)))
         rows.append(row)
     seconds = round(time.perf_counter() - start, 1)
     split = Counter("correct" if r["correct"] else "wrong" for r in rows)

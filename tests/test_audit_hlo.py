@@ -164,3 +164,13 @@ def test_cli_compiled_hlo_with_expect(tmp_path):
     assert bare.returncode == 4, bare.stderr
     found = subprocess.run([*run, "--expect", "0=data,-"], capture_output=True, text=True, check=False)
     assert found.returncode == 1 and "partial" in found.stdout, found.stdout
+
+
+def test_a_bitcast_across_layouts_is_a_transpose():
+    text = ("HloModule tiny, num_partitions=16\n\nENTRY %main (p: f32[2,8]) -> f32[8,2] {\n"
+            "  %p = f32[2,8]{1,0} parameter(0), sharding={devices=[16,1]<=[16]}\n"
+            "  ROOT %b = f32[8,2]{0,1} bitcast(%p)\n}\n")
+    right = audit_text(text, system="v100-2x8", mesh=[("x", 16)], expect={0: Expected(((), ("x",)))})
+    assert right.verdict is AuditVerdict.PROVED, right.outputs
+    wrong = audit_text(text, system="v100-2x8", mesh=[("x", 16)], expect={0: Expected((("x",), ()))})
+    assert wrong.verdict is AuditVerdict.FINDINGS

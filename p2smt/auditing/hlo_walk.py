@@ -20,10 +20,19 @@ from p2smt.auditing import comm
 from p2smt.auditing.index import Affine, evaluate, partition_id
 from p2smt.auditing.layout import AxisState, Finding, Layout
 from p2smt.auditing.meshaxes import Mesh, axes_of_groups
-from p2smt.auditing.rules import RULES, Op, Outcome, apply, generic
+from p2smt.auditing.rules import RULES, Op, Outcome, apply, generic, reshape, transpose
 from p2smt.auditing.walk import Expected, OutputStatus, StepOutput, StepWalk, either, judge, settle
 from p2smt.errors import P2Error
-from p2smt.frontend.hlo_ir import HloText, Instruction, leaves, parse_hlo, parse_sharding, root, row_major
+from p2smt.frontend.hlo_ir import (
+    HloText,
+    Instruction,
+    leaves,
+    major_to_minor,
+    parse_hlo,
+    parse_sharding,
+    root,
+    row_major,
+)
 from p2smt.model.collectives import Collective
 from p2smt.model.replica_groups import global_groups
 
@@ -233,11 +242,27 @@ class _HloWalker:
             return Outcome([_varies(Layout(((),) * len(d)), self.axes, f"{op} at {where} (the device's position)")
                             for _, d in leaves(ins.shape)])
         if op == "bitcast" and not all(row_major(sh) for sh in (ins.shape, *ins.operand_shapes)):
-            return generic(self._op(ins, "stablehlo.bitcast"), lays, f"bitcast at {where} across layouts")
+            return self._bitcast(ins, lays)
         name = "stablehlo." + _HLO_NAMES.get(op, "reshape" if op == "bitcast" else op.replace("-", "_"))
         if name not in RULES:
             return generic(self._op(ins, name), lays)
         return apply(self._op(ins, name, self._attrs(ins, name, ins_vals)), lays)
+
+    def _bitcast(self, ins: Instruction, lays: list) -> Outcome:
+        """A bitcast across layouts: the same bytes read in another order, i.e. a transpose into memory order, a
+        reshape of the memory order, and a transpose out of it."""
+        src, dst = major_to_minor(ins.operand_shapes[0]), major_to_minor(ins.shape)
+        if src is None or dst is None or len(lays) != 1:
+            return generic(self._op(ins, "stablehlo.bitcast"), lays, f"bitcast at {self._where(ins)}")
+        a, b = leaves(ins.operand_shapes[0])[0][1], leaves(ins.shape)[0][1]
+        mem_a, mem_b = tuple(a[d] for d in src), tuple(b[d] for d in dst)
+        where = self._where(ins)
+        x = transpose(Op("stablehlo.transpose", where, self.axes, (a,), (mem_a,), {"permutation": src}),
+                      lays).results[0]
+        if mem_a != mem_b:
+            x = reshape(Op("stablehlo.reshape", where, self.axes, (mem_a,), (mem_b,)), [x]).results[0]
+        back = tuple(dst.index(j) for j in range(len(b)))
+        return transpose(Op("stablehlo.transpose", where, self.axes, (mem_b,), (b,), {"permutation": back}), [x])
 
     def _attrs(self, ins: Instruction, name: str, ins_vals: list[_Val]) -> dict:
         m, short = self.m, name.split(".", 1)[1]

@@ -103,6 +103,19 @@ def row_major(shape: str) -> bool:
     return _row_major(shape)
 
 
+def major_to_minor(shape: str) -> tuple[int, ...] | None:
+    """An array shape's dimensions in memory order, major first (``f32[4,8]{0,1}``: (1, 0)); row-major when the
+    shape prints no layout; None for a tuple or a layout that is no permutation of its dimensions."""
+    m = re.fullmatch(r"\s*[a-z][a-z0-9]*\[([\d,\s]*)\](?:\{([^}:]*)(?::[^}]*)?\})?\s*", shape)
+    if m is None:
+        return None
+    rank = len([d for d in m.group(1).split(",") if d.strip()])
+    if m.group(2) is None:
+        return tuple(range(rank))
+    order = tuple(int(v) for v in m.group(2).split(",") if v.strip())[::-1]
+    return order if sorted(order) == list(range(rank)) else None
+
+
 def root(comp: _Computation) -> Instruction | None:
     return next((i for i in comp.body if i.root), comp.body[-1] if comp.body else None)
 
