@@ -15,6 +15,7 @@ from test_audit import AUDIT, COMPILED, HAS_JAX, MANIFEST, OUTSIDE_SHARD_MAP, WR
 from p2smt.auditing import AuditVerdict, Expected, FindingKind, OutputStatus, audit_text, parse_expect
 from p2smt.auditing.hlo_walk import NO_DECLARED, layout_of_sharding
 from p2smt.auditing.meshaxes import Mesh
+from p2smt.errors import P2Error
 
 MESH_4x4 = Mesh((("data", 4), ("tensor", 4)), tuple(range(16)))
 
@@ -174,3 +175,9 @@ def test_a_bitcast_across_layouts_is_a_transpose():
     assert right.verdict is AuditVerdict.PROVED, right.outputs
     wrong = audit_text(text, system="v100-2x8", mesh=[("x", 16)], expect={0: Expected((("x",), ()))})
     assert wrong.verdict is AuditVerdict.FINDINGS
+
+
+@pytest.mark.parametrize("spec", ["3=-", "0=data", "0=data,-,-"])
+def test_an_expect_naming_no_output_of_its_rank_is_an_error(spec):
+    with pytest.raises(P2Error, match="--expect"):
+        _compiled("wrong-sharded-after-slice", dict([parse_expect(spec)]))

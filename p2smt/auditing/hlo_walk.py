@@ -401,18 +401,29 @@ def _integer(element: str) -> bool:
 
 
 def walk_hlo(text: str, where: str, mesh: Mesh | None, expect: Mapping[int, Expected] | None = None,
-             names: Sequence[str] | None = None) -> StepWalk | None:
+             names: Sequence[str] | None = None, strict: bool = True) -> StepWalk | None:
     """The step-level audit of compiled HLO: its outputs judged against ``expect`` (by output index: ``--expect``,
-    or the function's declared shardings), its findings on the way. None when the text is not SPMD-partitioned
-    per-device code (HLO before partitioning) or no mesh names its devices' axes."""
+    or the function's declared shardings; ``strict``: one naming no output of that rank is an error), its
+    findings on the way. None when the text is not SPMD-partitioned per-device code (HLO before partitioning)
+    or no mesh names its devices' axes."""
     module = parse_hlo(text, where)
     if not module.partitioned or mesh is None or mesh.num_devices != module.space.num_devices:
         return None
     walker = _HloWalker(module, where, mesh)
-    out = walker.run(module.entry, [], ())
+    try:
+        out = walker.run(module.entry, [], ())
+    except (IndexError, KeyError, ValueError, ZeroDivisionError) as err:  # a module whose shapes do not agree
+        raise P2Error(f"{where}: the step-level walk cannot follow this module ({type(err).__name__}: {err})") \
+            from None
     results = list(out.value) if isinstance(out.value, tuple) else [out.value]
     walk = StepWalk()
     expect = dict(expect or {})
+    for k, exp in expect.items() if strict else ():
+        lays = _leaves_of(results[k]) if 0 <= k < len(results) else []
+        if len(lays) != 1 or len(lays[0].dims) != len(exp.dims):
+            raise P2Error(f"--expect {k}: the module's entry has {len(results)} output(s)" + (
+                f"; output {k} has rank {len(lays[0].dims)}, the spec gives {len(exp.dims)} dimension(s)"
+                if len(lays) == 1 else ""))
     for i, value in enumerate(results):
         name = names[i] if names is not None and i < len(names) else f"output {i}"
         lays = _leaves_of(value)

@@ -29,7 +29,8 @@ def register(sub) -> None:
     p.add_argument("--mesh", help="mesh axes where the module has none (compiled HLO), e.g. data=4,tensor=4")
     p.add_argument("--expect", action="append", default=[], metavar="OUTPUT=SPEC",
                    help="what output OUTPUT must be, overriding its declared sharding: per dimension '-' or mesh "
-                        "axes joined by '+' (e.g. 0=data,-; '1=' is replicated); repeatable")
+                        "axes joined by '+' (e.g. 0=data,-; '1=' is replicated); repeatable. StableHLO numbers "
+                        "the shard_map outputs; compiled HLO the entry's outputs, which it judges only so")
     p.add_argument("--algo", default="auto", help="ring | tree | nvls | auto (NCCL's tuner; default)")
     p.add_argument("--max-len", type=shown, default=6, help="longest program the best-program search tries")
     p.add_argument("--emit", metavar="DIR", help="write a JAX shard_map module per improvable chain into DIR")
