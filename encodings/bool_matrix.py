@@ -86,6 +86,12 @@ class Column(Payload):
     def goal(self, d: int, value):
         return T.eq(value, self.member_of(d))
 
+    def only(self, value, contributor: int):
+        return T.eq(value, T.eq(self.column, contributor))
+
+    def where(self, present, value):
+        return T.and_((present, value))
+
     def differs(self, a, b, present_a, present_b):
         return T.not_(T.eq(a, b))
 
@@ -98,6 +104,12 @@ class Mask(Column):
 
     def initial(self, d: int):
         return 1 << d
+
+    def only(self, value, contributor: int):
+        return T.eq(value, 1 << contributor)
+
+    def where(self, present, value):
+        return value if present else 0  # a concrete chunk
 
     def combine(self, coll, g, state):
         out = 0
@@ -184,6 +196,13 @@ class RowMask(Payload):
         mask = self.goal_masks[d]
         return T.eq(value, mask) if T.is_const(value) else T.eq(value, self.lift(mask))
 
+    def only(self, value, contributor: int):
+        mask = 1 << contributor
+        return T.eq(value, mask) if T.is_const(value) else T.eq(value, self.lift(mask))
+
+    def where(self, present, value):
+        return T.ite(present, value, 0, self.lift)
+
     def differs(self, a, b, present_a, present_b):
         if T.is_const(a) and T.is_const(b):
             return a != b
@@ -239,8 +258,8 @@ class BoolMatrixEncoding(CheckedEncoding):
 
     def witness_view(self, witness):
         row, column = witness
-        if row != 0 or not self.options.quotient:
-            return None
+        if row != 0 or not self.options.quotient or self.problem.sharding is not None:
+            return None  # a shard rank tells the devices of a cell apart (§6): every device is followed
         # chunk 0 is never below another chunk: its track depends on a device's role (root or not)
         # and the members' cells only, so it is equal on the devices of a cell that singles out column
         view = Quotient(self.s, column)

@@ -11,7 +11,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-FORMAT, VERSION = "p2smt-state-graph", 1
+FORMAT, VERSION, SHARDED_VERSION = "p2smt-state-graph", 1, 2
+"""Version 1: the AllReduce goal; version 2: a sharded goal (``sharded_goal``: kind, each device's shard rank,
+the number of shards; docs/semantics.md §6)."""
 COLLECTIVES = ("AllReduce", "ReduceScatter", "AllGather", "Reduce", "Broadcast")
 REDUCING = ("AllReduce", "ReduceScatter", "Reduce")
 RULES: dict[str, tuple[tuple[str, ...], str]] = {
@@ -41,6 +43,8 @@ class Problem:
     goal_groups: tuple[tuple[int, ...], ...]
     candidates: tuple[tuple[str, tuple[tuple[int, ...], ...]], ...]
     require_progress: bool
+    sharded_goal: tuple[str, tuple[int, ...], int] | None = None
+    """(kind ``reduce-scatter`` or ``all-gather``, each device's shard rank, shards); None: the AllReduce goal."""
 
 
 @dataclass(frozen=True)
@@ -100,7 +104,13 @@ def close(doc: dict, problem: Problem, max_len: int) -> Closed:
     ``Rejected``."""
     k, cands = problem.devices, problem.candidates
     try:
-        _need(doc["format"] == FORMAT and doc["version"] == VERSION, "not a version-1 state-graph certificate")
+        sharded = problem.sharded_goal
+        version = VERSION if sharded is None else SHARDED_VERSION
+        _need(doc["format"] == FORMAT and doc["version"] == version,
+              f"not a version-{version} state-graph certificate")
+        _need(doc.get("sharded_goal") == (None if sharded is None else
+                                          {"kind": sharded[0], "rank": list(sharded[1]), "shards": sharded[2]}),
+              "another goal")
         _need(doc["devices"] == k and doc["max_len"] == max_len and doc["require_progress"] is True
               and problem.require_progress, "another problem (devices, length or progress rule)")
         _need([list(g) for g in problem.goal_groups] == doc["goal_groups"]
@@ -116,13 +126,9 @@ def close(doc: dict, problem: Problem, max_len: int) -> Closed:
         flat = [d for g in groups for d in g]
         _need(coll in COLLECTIVES and len(set(flat)) == len(flat) and all(0 <= d < k for d in flat),
               f"a candidate whose groups are not disjoint devices: {coll} {groups}")
-    _need(states[0] == tuple(sum(1 << (r * k + d) for r in range(k)) for d in range(k)), "state 0 is not initial")
-    goal = [0] * k
-    for g in problem.goal_groups:
-        row = sum(1 << c for c in g)
-        for d in g:
-            goal[d] = sum(row << (r * k) for r in range(k))
-    goals = {i for i, s in enumerate(states) if s == tuple(goal)}
+    initial, goal = _ends(problem)
+    _need(states[0] == initial, "state 0 is not initial")
+    goals = {i for i, s in enumerate(states) if s == goal}
     _need(goals == ({doc["goal"]} if type(doc["goal"]) is int else set()) and (goals or doc["goal"] is None),
           "the goal is not the state the goal accepts")
     depth, order, lemmas = {0: 0}, [0], set()
@@ -149,6 +155,35 @@ def close(doc: dict, problem: Problem, max_len: int) -> Closed:
                 lemmas.add(_fact(sid, i, coll, groups, src, edge))
     return Closed(frozenset(goals), tuple(order), edges, frozenset(lemmas),
                   sum(len(edges[s]) for s in order if depth[s] < max_len))
+
+
+def _ends(problem: Problem) -> tuple[tuple[int, ...], tuple[int, ...]]:
+    """The initial and goal states as k×k matrices (bit ``r·k + c``: chunk r holds contribution c), from the
+    problem alone. AllReduce (§4): d starts with column d in every chunk and ends with its goal group's columns
+    in every chunk. Sharded (§6), with shard ``s`` = chunks ``s·b .. s·b+b-1``, ``b = k / shards``: ReduceScatter
+    ends with the group's columns in the chunks of d's shard only; AllGather starts with column d in d's shard
+    only and ends with, in every chunk r, the column of the group member whose shard holds r."""
+    k = problem.devices
+    kind, rank, shards = problem.sharded_goal or (None, (), 1)
+    _need(k % shards == 0 and (kind is None or (len(rank) == k and all(0 <= r < shards for r in rank))),
+          "a sharded goal that does not fit the devices")
+    b = k // shards
+
+    def chunks(d: int) -> range:
+        return range(rank[d] * b, rank[d] * b + b) if kind is not None else range(k)
+
+    initial = [sum(1 << (r * k + d) for r in (chunks(d) if kind == "all-gather" else range(k))) for d in range(k)]
+    goal = [0] * k
+    for g in problem.goal_groups:
+        row = sum(1 << c for c in g)
+        owner = {r: c for c in g for r in chunks(c)}
+        for d in g:
+            if kind == "all-gather":
+                _need(sorted(owner) == list(range(k)), "a goal group that does not hold each shard once")
+                goal[d] = sum(1 << (r * k + owner[r]) for r in range(k))
+            else:
+                goal[d] = sum(row << (r * k) for r in chunks(d))
+    return tuple(initial), tuple(goal)
 
 
 def _fact(sid: int, i: int, coll: str, groups, src: tuple[int, ...], edge) -> tuple:

@@ -6,6 +6,7 @@ import argparse
 
 from rich.console import Console
 
+from p2smt.cli.goals import add_goal
 from p2smt.cli.inputs import read_arg_text
 from p2smt.cli.options import add_json, add_request, one_hierarchy
 from p2smt.cli.output import ExitCode, emit
@@ -14,6 +15,7 @@ from p2smt.cli.output import ExitCode, emit
 def register(sub) -> None:
     p = sub.add_parser("groups", help="show the device groups of instructions on a placement")
     add_request(p, matrix_required=True)
+    add_goal(p)
     p.add_argument("--instruction", required=True,
                    help="DSL text (or @FILE), e.g. '(node, InsideGroup, AllReduce)'")
     add_json(p)

@@ -279,15 +279,19 @@ def matrix_of(text: str | None):
 
 def request_of(args: argparse.Namespace):
     """The typed request of the shared request options (``--system … --master-scope``)."""
+    from p2smt.cli.goals import goal_of
+    from p2smt.model.goal import ALLREDUCE
     from p2smt.model.request import Request
 
     system_of(args)
+    reduce = int_list(args.reduce)
     return Request(
-        args.system, int_list(args.axes), int_list(args.reduce),
+        args.system, int_list(args.axes), reduce,
         matrix=matrix_of(args.matrix),
         nodes=args.nodes, levels=tuple(name_ints(args.level).items()),
         hierarchy=args.hierarchy, master_scope=args.master_scope,
         require_progress=not getattr(args, "allow_noop", False),
+        goal=goal_of(args, reduce) if hasattr(args, "goal") else ALLREDUCE,  # commands with --goal
     )
 
 

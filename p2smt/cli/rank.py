@@ -7,6 +7,7 @@ import argparse
 from rich.console import Console
 
 from p2smt.cli.bounded import add_bounds
+from p2smt.cli.goals import add_goal
 from p2smt.cli.options import (
     add_cost,
     add_json,
@@ -23,6 +24,7 @@ from p2smt.errors import P2Error
 def register(sub) -> None:
     p = sub.add_parser("rank", help="rank every placement's programs by predicted time")
     add_request(p)
+    add_goal(p)
     add_cost(p)
     p.add_argument("--top", type=int, help="keep the N fastest programs per placement")
     p.add_argument("--program", help="a hand-written DSL program (or @FILE) to price beside the synthesized ones "

@@ -8,6 +8,7 @@ from rich.console import Console
 from rich.table import Table
 
 from p2smt.cli.bounded import add_bounds, run_bounded
+from p2smt.cli.goals import add_goal
 from p2smt.cli.options import (
     add_allow_noop,
     add_json,
@@ -25,6 +26,7 @@ from p2smt.cli.output import ExitCode, counted, emit
 def register(sub) -> None:
     p = sub.add_parser("synth", help="synthesize every valid reduction program up to --max-len")
     add_request(p)
+    add_goal(p)
     add_search(p)
     p.add_argument("--encoding", help="Z3 encoding variant (see `p2smt encodings`)")
     p.add_argument("--encoding-options", help="JSON object of encoding options")

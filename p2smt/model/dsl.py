@@ -21,6 +21,7 @@ import numpy as np
 
 from p2smt.errors import P2Error, PlanSyntaxError
 from p2smt.model.collectives import Collective, ExplicitPlan, ExplicitStep, Group
+from p2smt.model.goal import Sharding
 from p2smt.model.hierarchy import SynthesisHierarchy
 from p2smt.model.problem import Candidate, SynthesisProblem
 from p2smt.model.replica_groups import normalize, parse_groups_value
@@ -281,10 +282,12 @@ def candidate_instructions(h: SynthesisHierarchy) -> tuple[tuple[Instruction, tu
     return tuple(out)
 
 
-def problem(h: SynthesisHierarchy, require_progress: bool = True) -> SynthesisProblem:
-    """The engine-facing problem of a synthesis hierarchy."""
+def problem(h: SynthesisHierarchy, require_progress: bool = True,
+            sharding: Sharding | None = None) -> SynthesisProblem:
+    """The engine-facing problem of a synthesis hierarchy; ``sharding`` a sharded goal on its synthesis
+    devices (``Sharding.on_hierarchy``), None for the AllReduce goal."""
     cands = tuple(Candidate(str(ins), ins.collective, g) for ins, g in candidate_instructions(h))
-    return SynthesisProblem(h.num_devices, h.goal_groups, cands, require_progress)
+    return SynthesisProblem(h.num_devices, h.goal_groups, cands, require_progress, sharding)
 
 
 def program_steps(h: SynthesisHierarchy, program: Program) -> list[tuple[Collective, tuple[Group, ...]]]:

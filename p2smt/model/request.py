@@ -13,6 +13,8 @@ from pathlib import Path
 from typing import Any
 
 from p2smt.errors import P2Error
+from p2smt.model.goal import ALLREDUCE, Goal, Sharding
+from p2smt.model.hierarchy import SynthesisHierarchy
 from p2smt.model.placement import Matrix, Placement, matrices
 from p2smt.model.system import System, load_system
 
@@ -69,6 +71,7 @@ class Request:
     hierarchy: HierarchyKind = HierarchyKind.D
     master_scope: MasterScope = MasterScope.PER_ANCESTOR
     require_progress: bool = True
+    goal: Goal = ALLREDUCE
     _system: System | None = field(default=None, compare=False, repr=False)
 
     def __post_init__(self) -> None:
@@ -85,6 +88,10 @@ class Request:
         set_(self, "levels", tuple((str(n), int(s)) for n, s in levels))
         set_(self, "hierarchy", parse_enum(HierarchyKind, self.hierarchy, "synthesis hierarchy"))
         set_(self, "master_scope", parse_enum(MasterScope, self.master_scope, "master scope"))
+        if isinstance(self.goal, Mapping):
+            set_(self, "goal", Goal.of(self.goal.get("kind", "allreduce"), self.goal.get("shard_axes"), self.reduce))
+        elif self.goal.sharded:
+            set_(self, "goal", Goal.of(self.goal.kind, self.goal.shard_axes, self.reduce))
 
     @classmethod
     def for_system(cls, system: System, axes: Sequence[int], reduce: Sequence[int], **kw: Any) -> Request:
@@ -96,6 +103,18 @@ class Request:
         if self._system is not None:
             return self._system
         return load_system(self.system, self.nodes, dict(self.levels))
+
+    def sharding(self, placement: Placement, h: SynthesisHierarchy) -> Sharding | None:
+        """The goal on ``h``'s synthesis devices (None: the AllReduce goal), refused in one line where hierarchy
+        (d) lists a group's members out of rank order (several reduction axes split over one level, §6)."""
+        bound = self.goal.sharding(placement)
+        if bound is None:
+            return None
+        if h.kind == "d" and _axes_share_a_level(placement, self.reduce):
+            raise P2Error(f"the {self.goal.kind.value} goal over reduction axes {list(self.reduce)} split over the same "
+                          "levels: hierarchy (d) numbers their devices level by level, not in rank order, so no program "
+                          "over it reaches the goal (docs/semantics.md §6); give --hierarchy c")
+        return bound.on_hierarchy(h)
 
     def placements(self, system: System | None = None) -> list[Placement]:
         """The one placement of ``matrix``, or every placement of ``axes`` (ascending order)."""
@@ -115,12 +134,13 @@ class Request:
             "hierarchy": self.hierarchy.value,
             "master_scope": self.master_scope.value,
             "require_progress": self.require_progress,
+            **({"goal": self.goal.to_json()} if self.goal.sharded else {}),  # the AllReduce goal's JSON unchanged
         }
 
     @classmethod
     def from_json(cls, data: Mapping[str, Any]) -> Request:
         known = {"system", "axes", "reduce", "matrix", "nodes", "levels", "hierarchy", "master_scope",
-                 "require_progress"}
+                 "require_progress", "goal"}
         extra = sorted(set(data) - known)
         if extra:
             raise P2Error(f"request: unknown keys {extra}")
@@ -129,3 +149,9 @@ class Request:
         kw = dict(data)
         kw["system"] = str(Path(kw["system"])) if isinstance(kw["system"], Path) else kw["system"]
         return cls(**kw)
+
+
+def _axes_share_a_level(placement: Placement, reduce: Sequence[int]) -> bool:
+    """Whether two reduction axes are split over one level (both have a factor > 1 there)."""
+    split = [sum(1 for a in reduce if placement.matrix[a][lv] > 1) for lv in range(len(placement.matrix[0]))]
+    return any(n > 1 for n in split)

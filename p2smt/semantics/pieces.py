@@ -296,21 +296,46 @@ def outcome(coll: Collective, group: tuple[int, ...], before: list[State], progr
     return out
 
 
-def _initial(k: int) -> list[State]:
-    """Device d holds its own contribution in every chunk."""
+def _shard_rows(problem: SynthesisProblem, d: int) -> int:
+    """The chunks of device d's shard (docs/semantics.md §6) as a bit set: ``b`` chunks from rank·b."""
+    sh = problem.sharding
+    b = problem.num_devices // sh.shards
+    return ((1 << b) - 1) << (sh.rank[d] * b)
+
+
+def _initial(problem: SynthesisProblem) -> list[State]:
+    """Device d holds its own contribution in every chunk; under the AllGather goal in its shard only."""
+    k = problem.num_devices
     full = (1 << k) - 1
+    if problem.sharding is not None and problem.sharding.kind == "all-gather":
+        return [((_shard_rows(problem, d), 1 << d),) for d in range(k)]
     return [((full, 1 << d),) for d in range(k)]
 
 
 def _goal(problem: SynthesisProblem) -> list[State]:
-    """Every chunk of a device holds exactly the contributions of its goal group (others: nothing)."""
+    """Every chunk of a device holds exactly the contributions of its goal group (others: nothing); under a
+    ReduceScatter goal only its shard's chunks do, under the AllGather goal each chunk holds its owner's."""
     full = (1 << problem.num_devices) - 1
+    kind = problem.sharding.kind if problem.sharding is not None else None
     goal: list[State] = [()] * problem.num_devices
     for g in problem.goal_groups:
         mask = sum(1 << d for d in g)
         for d in g:
-            goal[d] = ((full, mask),)
+            if kind == "all-gather":
+                goal[d] = _canon({1 << o: _shard_rows(problem, o) for o in g})
+            else:
+                goal[d] = ((_shard_rows(problem, d) if kind else full, mask),)
     return goal
+
+
+def initial_states(problem: SynthesisProblem) -> list[State]:
+    """The problem's initial device states (§4, or §6's AllGather start), compressed."""
+    return _initial(problem)
+
+
+def goal_states(problem: SynthesisProblem) -> list[State]:
+    """The problem's goal device states (§4, or §6's sharded goals), compressed."""
+    return _goal(problem)
 
 
 Tokens = tuple[int, ...]  # a state as its devices' tokens (indices of interned device states)
@@ -366,7 +391,7 @@ class _Interned:
         self.states: _Table = _Table()  # device states by token
         self.token = self.states.id
         self.outcomes: dict[Collective, dict[Tokens, Tokens | str]] = {c: {} for c in Collective}
-        self.initial: Tokens = tuple(self.token(s) for s in _initial(problem.num_devices))
+        self.initial: Tokens = tuple(self.token(s) for s in _initial(problem))
         self.goal: Tokens = tuple(self.token(s) for s in _goal(problem))
         self.plans: list[_Plan | None] = [None] * len(problem.candidates)
 
@@ -498,7 +523,7 @@ def check_program(problem: SynthesisProblem, program: Sequence[int]) -> Verdict:
     """One program's verdict, step by step with ``apply_group`` alone (no shared states, no one-piece
     path): the plain reference that ``check_programs`` must equal verdict for verdict."""
     p = _program(problem, program)
-    states = _initial(problem.num_devices)
+    states = _initial(problem)
     for t, i in enumerate(p, 1):
         cand = problem.candidates[i]
         new = list(states)

@@ -123,6 +123,7 @@ class _Machine:
     ``step`` maps the arrays to the next ones or raises ``_Fail`` with the first failing group and rule."""
 
     def __init__(self, problem: SynthesisProblem, sizes: Sequence[int] | None = None):
+        problem.refuse_sharded("the vectorized compressed interpreter")
         self.problem = problem
         self.k = k = problem.num_devices
         self.full = full = (1 << k) - 1

@@ -110,7 +110,9 @@ class PlanChecker:
             self.solver.set("timeout", int(timeout_ms))
         self._base = [0 <= self.row, self.row < self.chunks, *domain]
         self.solver.add(*self._base)
-        root = Node((), [self.chunks] * self.k, self.sem.initial(), [], [], [])
+        sharding = problem.sharding
+        start = self.chunks // sharding.shards if sharding is not None and sharding.kind == "all-gather" else self.chunks
+        root = Node((), [start] * self.k, self.sem.initial(), [], [], [])
         root.per_chunk = [1 if strict_rows else None] * self.k
         self.nodes: dict[tuple[int, ...], Node] = {(): root}
         self.calls = 0
@@ -176,7 +178,7 @@ class PlanChecker:
         """Whether, if every step is valid, the goal holds by counting alone: one goal group of all
         devices, every chunk non-empty on every device and holding k contributions (disjoint unions
         of distinct contributions, so all of them)."""
-        if not self.sem.strict_rows or len(self.problem.goal_groups) != 1:
+        if not self.sem.strict_rows or len(self.problem.goal_groups) != 1 or self.problem.sharding is not None:
             return False
         if len(self.problem.goal_groups[0]) != self.k or not node.per_chunk:
             return False

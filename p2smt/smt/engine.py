@@ -301,6 +301,10 @@ def run_encoding(
     return EngineResult(status, tuple(canonical_order(programs)), stats)
 
 
+SHARDED_ENCODINGS = ("bool-matrix",)
+"""The encodings that state the sharded goals of docs/semantics.md §6 (the others refuse them)."""
+
+
 def enumerate_z3(
     problem: SynthesisProblem,
     max_len: int,
@@ -319,6 +323,8 @@ def enumerate_z3(
     if max_len < 0:
         raise P2Error(f"max length must be non-negative, got {max_len}")
     spec = load_encoding(encoding, extra_dirs)
+    if spec.name not in SHARDED_ENCODINGS:
+        problem.refuse_sharded(f"the {spec.name} encoding")
     if spec.wrapper is not None:
         if timeout_ms is not None and timeout_ms <= 0:
             raise P2Error(f"--timeout must be positive, got {timeout_ms} ms")

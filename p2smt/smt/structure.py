@@ -149,7 +149,7 @@ def goal_is_terminal(problem: SynthesisProblem) -> bool:
     """True when no step can follow the goal: progress is required and every group of every candidate
     has >= 2 members inside one goal group (a next step would double count, overlap, or add nothing).
     Otherwise an engine must also rule out reaching the goal early, as the enumerative search stops there."""
-    if not problem.require_progress:
+    if not problem.require_progress or problem.sharding is not None:  # a sharded goal: left to the search
         return False
     owner = {d: i for i, g in enumerate(problem.goal_groups) for d in g}
     for cand in problem.candidates:

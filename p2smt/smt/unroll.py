@@ -21,6 +21,7 @@ from dataclasses import dataclass
 
 import z3
 
+from p2smt.errors import P2Error
 from p2smt.model.collectives import AG, AR, BC, RED, RS, Collective
 from p2smt.smt import terms as T
 from p2smt.smt.choices import StepChoices
@@ -93,7 +94,10 @@ class CellCounts:
         self.background: list[Term] = []
         self._wide: dict[int, tuple[Term, Term]] = {}  # id -> (widened, original: keeps the id alive)
         cells = s.cells
-        self.n: list[list[Term]] = [[chunks] * cells]
+        sharding = s.problem.sharding
+        self.sharding = sharding  # a sharded goal (§6): AllGather starts from one shard; both end differently
+        start = chunks // sharding.shards if sharding is not None and sharding.kind == "all-gather" else chunks
+        self.n: list[list[Term]] = [[start] * cells]
         self.c: list[list[Term]] = [[1] * cells]
         self.known: list[list[Term]] = [[True] * cells]
         self._fresh: dict[tuple, tuple[Term, set]] = {}
@@ -234,9 +238,15 @@ class CellCounts:
     def goal(self) -> Term:
         last = self.ch.steps
         parts = []
+        sharded = self.sharding is not None and self.sharding.kind == "reduce-scatter"
         for cell in range(self.s.cells):
             size = self.s.goal_size[self.s.rep[cell]]
-            full = self.chunks if size else 0
+            full = (self.chunks // self.sharding.shards if sharded else self.chunks) if size else 0
+            if self.sharding is not None and self.sharding.kind == "all-gather":
+                parts.append(T.eq(self.n[last][cell], full))  # one contribution per chunk, each its owner's
+                if self.contributions and size:
+                    parts += [self.known[last][cell], T.eq(self.c[last][cell], 1)]
+                continue
             parts.append(T.eq(self.n[last][cell], full))
             if self.contributions and size:
                 parts += [self.known[last][cell], T.eq(self.c[last][cell], size)]
@@ -358,6 +368,14 @@ class Payload(ABC):
     def differs(self, a: Term, b: Term, present_a: Term, present_b: Term) -> Term:
         """Two members' payloads differ (for the progress rule)."""
 
+    def only(self, value: Term, contributor: int) -> Term:
+        """The payload ``value`` is exactly device ``contributor``'s contribution (the AllGather goal, §6)."""
+        raise P2Error(f"{type(self).__name__} payloads do not state the all-gather goal")
+
+    def where(self, present: Term, value: Term) -> Term:
+        """``value`` on a chunk that is ``present``, the empty payload elsewhere (the AllGather start, §6)."""
+        raise P2Error(f"{type(self).__name__} payloads do not state the all-gather goal")
+
 
 class BlankingPayload(Payload):
     """A payload whose emptied chunks hold an arbitrary value after every step (data values)."""
@@ -390,10 +408,25 @@ class Semantics:
         self.row = row
         self.a = arith
         self.strict_rows = strict_rows
+        self.sharding = s.problem.sharding
+
+    def _shard(self, d: int) -> tuple[int, int]:
+        """The first chunk of device d's shard and the shard's size ``b`` (docs/semantics.md §6)."""
+        b = self.chunks // self.sharding.shards
+        return self.sharding.rank[d] * b, b
+
+    def _in_shard(self, d: int) -> Term:
+        lo, b = self._shard(d)
+        return T.and_((T.le(lo, self.row), T.lt(self.row, lo + b)))
 
     def initial(self) -> TrackState:
         k = self.s.k
-        return TrackState([True] * k, [self.row] * k, [self.payload.initial(d) for d in range(k)])
+        payload = [self.payload.initial(d) for d in range(k)]
+        if self.sharding is not None and self.sharding.kind == "all-gather":  # d holds its own shard only
+            below = [T.clamp(T.sub(self.row, self._shard(d)[0]), 0, self._shard(d)[1], self.a.lit) for d in range(k)]
+            present = [self._in_shard(d) for d in range(k)]
+            return TrackState(present, below, [self.payload.where(p, v) for p, v in zip(present, payload)])
+        return TrackState([True] * k, [self.row] * k, payload)
 
     def step(
         self,
@@ -495,12 +528,24 @@ class Semantics:
         """Every device holds chunk ``row`` with exactly its goal group's payload (devices outside every
         goal group end empty)."""
         parts = []
+        kind = self.sharding.kind if self.sharding is not None else None
         for d in range(self.s.k):
-            if self.s.goal_size[d]:
-                parts.append(T.and_((st.present[d], self.payload.goal(d, st.payload[d]))))
-            else:
+            if not self.s.goal_size[d]:
                 parts.append(T.not_(st.present[d]))
+            elif kind == "reduce-scatter":  # d's shard holds the group's payload, every other chunk is empty
+                inside = self._in_shard(d)
+                parts.append(T.and_((T.eq(st.present[d], inside),
+                                     T.implies(inside, self.payload.goal(d, st.payload[d])))))
+            elif kind == "all-gather":  # chunk r holds the contribution of the member whose shard r is
+                owners = self.sharding.owners(self._goal_group(d), self.chunks)
+                parts.append(T.and_((st.present[d], T.and_(
+                    T.implies(T.eq(self.row, r), self.payload.only(st.payload[d], o)) for r, o in enumerate(owners)))))
+            else:
+                parts.append(T.and_((st.present[d], self.payload.goal(d, st.payload[d]))))
         return T.and_(parts)
+
+    def _goal_group(self, d: int) -> tuple[int, ...]:
+        return next(tuple(g) for g in self.s.problem.goal_groups if d in g)
 
     def differs(self, st: TrackState, g: tuple[int, ...]) -> Term:
         """Some member's state differs from the root's on this track (Broadcast's information increase)."""

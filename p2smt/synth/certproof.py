@@ -20,8 +20,10 @@ from p2smt.synth.stategraph import explore
 
 def checker_problem(prob: SynthesisProblem) -> Problem:
     """The problem as the checker reads it: plain devices, groups and collective names."""
+    sh = prob.sharding
     return Problem(prob.num_devices, tuple(prob.goal_groups),
-                   tuple((c.collective.value, tuple(c.groups)) for c in prob.candidates), prob.require_progress)
+                   tuple((c.collective.value, tuple(c.groups)) for c in prob.candidates), prob.require_progress,
+                   None if sh is None else (sh.kind.value, tuple(sh.rank), sh.shards))
 
 
 def certificate_proof(prob: SynthesisProblem, max_len: int, *, units: int | None = None,

@@ -9,6 +9,7 @@ from typing import Any
 
 from p2smt.errors import InternalError, P2Error
 from p2smt.model.dsl import Instruction, Program, candidate_instructions, problem
+from p2smt.model.goal import ALLREDUCE, Goal, Sharding
 from p2smt.model.hierarchy import SynthesisHierarchy, synthesis_hierarchy
 from p2smt.model.placement import Matrix, Placement, matrices
 from p2smt.model.problem import SynthesisProblem
@@ -232,7 +233,7 @@ def _state_graph(prob: SynthesisProblem, max_len: int, opts: EngineOptions,
                       f"({SEARCH_LIMIT:,})")
     units = opts.proof_budget * UNITS if opts.proof_budget else None
     programs, stats = certificate_proof(prob, max_len, units=units, folder=opts.certificate,
-                                        on_first_step=on_first_step)
+                                        on_first_step=on_first_step, timeout_ms=opts.timeout_ms)
     stats = {"proposer": Engine.PIECES.value, "proposer_seconds": stats["certificate"]["search_seconds"]} | stats
     if stats["certified"]:
         stats["rests_on"] = certificate_words(prob.num_devices, max_len, stats["certificate"])
@@ -264,7 +265,7 @@ def disagreement(prob: SynthesisProblem, proposer: Engine, cert) -> str:
     if cert.missed:
         cands = prob.candidates
         runs = execute_all(prob.num_devices, [[(cands[i].collective, cands[i].groups) for i in p] for p in cert.missed],
-                           prob.goal_groups, prob.require_progress, keep_states=False)
+                           prob.goal_groups, prob.require_progress, keep_states=False, sharding=prob.sharding)
         for prog, run in zip(cert.missed, runs, strict=True):
             why = run.violation.message if run.violation else ("valid" if run.valid else "the goal is not reached")
             lines.append(f"Z3 proves {prob.label(prog)!r} valid, which the {proposer.value} proposer missed "
@@ -318,6 +319,7 @@ class SynthesisResult:
     max_len: int
     matrices: tuple[MatrixResult, ...]
     seconds: float
+    goal: Goal = ALLREDUCE
 
     @property
     def status(self) -> SolveStatus:
@@ -365,6 +367,7 @@ class SynthesisResult:
             "reduce": list(self.reduction_axes),
             "engine": self.engine,
             "max_len": self.max_len,
+            **({"goal": self.goal.to_json()} if self.goal.sharded else {}),  # the AllReduce goal's JSON unchanged
             "total_programs": self.total_programs,
             **({"certified": self.certified} if self.certified is not None else {}),
             "matrices": [_matrix_json(m) for m in self.matrices],
@@ -437,11 +440,12 @@ def rests_on(engine: str, k: int, outcome: EngineOutcome) -> str:
 
 
 def synthesize_hierarchy(
-    h: SynthesisHierarchy, config: EngineConfig | None = None, *, require_progress: bool = True
+    h: SynthesisHierarchy, config: EngineConfig | None = None, *, require_progress: bool = True,
+    sharding: Sharding | None = None,
 ) -> tuple[tuple[Program, ...], EngineOutcome, float]:
     """Synthesize on one hierarchy; programs are re-checked unless the engine is the interpreter itself."""
     start = time.perf_counter()
-    prob = problem(h, require_progress)
+    prob = problem(h, require_progress, sharding)
     outcome, indices = _solve(prob, config or EngineConfig(), h)
     return _programs(h, indices), outcome, time.perf_counter() - start
 
@@ -552,7 +556,7 @@ def synthesize(request: Request, config: EngineConfig | None = None, *,
         t0 = time.perf_counter()
         h = synthesis_hierarchy(placement, reduction_axes, system.level_names, request.hierarchy,
                                 request.master_scope)
-        prob = problem(h, request.require_progress)
+        prob = problem(h, request.require_progress, request.sharding(placement, h))
         if prob in solved:
             first, outcome, indices = solved[prob]
             stats: dict[str, Any] = {"same_problem_as": [list(r) for r in first]}
@@ -574,5 +578,5 @@ def synthesize(request: Request, config: EngineConfig | None = None, *,
             on_matrix(results[-1])
     return SynthesisResult(
         system.name, request.axes, reduction_axes, config.engine, config.max_len, tuple(results),
-        time.perf_counter() - start,
+        time.perf_counter() - start, request.goal,
     )

@@ -21,7 +21,7 @@ def enumerate_programs(problem: SynthesisProblem, max_len: int,
             f"state is limited to {MAX_INTERPRETER_DEVICES} devices); use --engine pieces (the same "
             "search on a compressed state, exact at any size) or --engine z3 --encoding representative"
         )
-    goal = goal_state(k, problem.goal_groups)
+    goal = goal_state(k, problem.goal_groups, sharding=problem.sharding)
     cands = problem.candidates
 
     def step(state: np.ndarray, i: int) -> np.ndarray | None:
@@ -29,7 +29,7 @@ def enumerate_programs(problem: SynthesisProblem, max_len: int,
         return None if isinstance(nxt, Violation) else nxt
 
     return search_programs(
-        initial_state(k),
+        initial_state(k, sharding=problem.sharding),
         max_len,
         len(cands),
         step,

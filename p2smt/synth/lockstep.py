@@ -90,6 +90,7 @@ class _Side:
     matrix) for a real size with many devices. Both decide the same Hoare rules exactly."""
 
     def __init__(self, prob: SynthesisProblem, sizes: Sequence[int], interpreter: str = "bitmatrix") -> None:
+        prob.refuse_sharded("the generic-size inclusion proof")
         self.sizes = tuple(sizes)
         self.prob = prob
         if interpreter == "pieces":

@@ -199,6 +199,8 @@ def get_pruning(name: str) -> Pruning:
 def apply_pruning(name: str, problem: SynthesisProblem, programs: Sequence[Program]) -> list[Program]:
     """The programs that pruning ``name`` keeps, in their given order (programs must be valid)."""
     pruning = get_pruning(name)
+    if name != "none":
+        problem.refuse_sharded(f"--prune {name} (its rules are stated on the AllReduce goal)")
     n = len(problem.candidates)
     for program in programs:
         if any(not 0 <= i < n for i in program):

@@ -54,6 +54,7 @@ def recheck(prob: SynthesisProblem, programs, engine: str, drop: bool = False, s
 
     which = checker(prob.num_devices)
     if which != "numpy":
+        prob.refuse_sharded(f"the re-check above {PIECES_ABOVE} devices ({INTERPRETERS[which]})")
         if which == "pieces":
             from p2smt.semantics.pieces import check_programs
 
@@ -72,6 +73,7 @@ def recheck(prob: SynthesisProblem, programs, engine: str, drop: bool = False, s
         prob.goal_groups,
         prob.require_progress,
         keep_states=False,
+        sharding=prob.sharding,
     )
     for prog, run in zip(programs, runs, strict=True):
         if not run.valid:

@@ -9,12 +9,14 @@ from typing import Any
 
 from p2smt.errors import InternalError
 from p2smt.model.problem import SynthesisProblem
-from p2smt.semantics.pieces import State, _getter, outcome
+from p2smt.semantics.pieces import State, _getter, goal_states, initial_states, outcome
 from p2smt.synth.search import FirstStepReport, search_programs
 
 FORMAT = "p2smt-state-graph"
 VERSION = 1
-
+SHARDED_VERSION = 2
+"""Version 2 adds ``sharded_goal`` (a sharded goal of docs/semantics.md §6); the AllReduce goal's certificates
+stay version 1, unchanged."""
 
 @dataclass(frozen=True)
 class StateGraph:
@@ -47,10 +49,13 @@ class StateGraph:
     def document(self, programs: list[tuple[int, ...]]) -> dict[str, Any]:
         """The certificate (JSON-ready): the problem, the graph, and the programs it claims."""
         prob = self.problem
+        sh = prob.sharding
         return {
-            "format": FORMAT, "version": VERSION, "devices": prob.num_devices, "max_len": self.max_len,
-            "require_progress": prob.require_progress,
+            "format": FORMAT, "version": VERSION if sh is None else SHARDED_VERSION, "devices": prob.num_devices,
+            "max_len": self.max_len, "require_progress": prob.require_progress,
             "goal_groups": [list(g) for g in prob.goal_groups],
+            **({} if sh is None else {"sharded_goal": {"kind": sh.kind.value, "rank": list(sh.rank),
+                                                       "shards": sh.shards}}),
             "candidates": [[c.collective.value, [list(g) for g in c.groups]] for c in prob.candidates],
             "device_states": [format(m, "x") for m in self.matrices],
             "states": [list(s) for s in self.states],
@@ -113,14 +118,8 @@ def explore(prob: SynthesisProblem, max_len: int) -> StateGraph:
             mats.append(matrix(s, k))
         return t
 
-    full = (1 << k) - 1
-    initial = tuple(token(((full, 1 << d),)) for d in range(k))
-    goal_devs: list[State] = [()] * k
-    for g in prob.goal_groups:
-        mask = sum(1 << d for d in g)
-        for d in g:
-            goal_devs[d] = ((full, mask),)
-    goal_key = tuple(token(s) for s in goal_devs)
+    initial = tuple(token(s) for s in initial_states(prob))
+    goal_key = tuple(token(s) for s in goal_states(prob))
     plans = []
     for c in prob.candidates:
         flat = [d for g in c.groups for d in g]

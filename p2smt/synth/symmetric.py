@@ -355,6 +355,8 @@ def synthesize(
     allows it, at most ``INCLUSION_PAIRS`` pairs of states; ``inclusion_pairs`` sets the bound and asks for
     it at any number of levels and devices (0: never). When it finds a program of at most
     ``max_len`` steps that the generic instance misses, the engine searches at the real size instead."""
+    prob.refuse_sharded("the symmetric engine (a shard rank breaks the symmetry inside a level; use the default "
+                        "engine)")
     why = why_not_generic(h, prob.num_devices)
     if why is None:
         # the generic instance has the candidates of ``prob`` (checked below): its search is sized before it is built
