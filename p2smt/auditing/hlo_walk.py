@@ -39,7 +39,8 @@ from p2smt.model.replica_groups import global_groups
 __all__ = ["NO_DECLARED", "layout_of_sharding", "walk_hlo"]
 
 NO_DECLARED = "compiled HLO text does not declare output shardings; give --expect"
-_OPAQUE = ("collective-permute", "all-to-all", "ragged-all-to-all", "collective-broadcast", "send", "recv")
+_OPAQUE = ("collective-permute", "all-to-all", "ragged-all-to-all", "collective-broadcast", "send", "recv",
+           "infeed")
 _LOCAL_CUSTOM_CALLS = ("X64Combine", "X64SplitLow", "X64SplitHigh", "lapack_", "annotate_device_placement")
 _ZERO_FORMS = frozenset({"constant", "broadcast", "convert", "reshape", "bitcast", "copy"})
 _IMPURE = frozenset({"parameter", "partition-id", "replica-id", "rng", "rng-bit-generator",
