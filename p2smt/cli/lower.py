@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import sys
 
+from p2smt.cli.goals import add_goal, goal_of
 from p2smt.cli.inputs import plan_from_args
 from p2smt.cli.options import add_json, add_plan_input, add_request, count, file_arg, one_hierarchy, seconds
 from p2smt.cli.output import ExitCode, emit
@@ -37,6 +38,7 @@ def _add_lowering(p: argparse.ArgumentParser) -> None:
     add_request(p, matrix_required=True)
     p.add_argument("--backend", required=True, choices=["jax", "torch"])
     add_plan_input(p)
+    add_goal(p)
     p.add_argument("--axis-names", help="comma-separated names of the axes (identifiers)")
 
 
@@ -46,13 +48,15 @@ def lowering_inputs(args: argparse.Namespace):
     from p2smt.semantics.verdict import judge
 
     system, placement, reduce, h = one_hierarchy(args)
+    sharding = goal_of(args, reduce).sharding(placement)
     plan, program, _ = plan_from_args(args, h, placement.num_devices)
     names = args.axis_names.split(",") if args.axis_names else None
-    target = placement_target(placement, reduce, system.level_names, names, system.name)
+    target = placement_target(placement, reduce, system.level_names, names, system.name, sharding)
     labels = [str(i) for i in program.instructions] if program else None
     goal = placement.reduction_groups(reduce)
+    # a sharded goal is judged in buffer positions too: its lowering hands each device its buffer as it is
     verdict = judge(placement.num_devices, [(s.collective, s.groups) for s in plan], goal, len(goal[0]),
-                    True, layout=labels is None, labels=labels)
+                    True, layout=labels is None or sharding is not None, labels=labels, sharding=sharding)
     return plan, target, labels, verdict
 
 

@@ -33,12 +33,12 @@ def run_case(case: dict, num_devices: int, repeats: int) -> dict:
     import jax
     import numpy as np
 
-    from p2smt.lower.check import MAX_REPORTED, compare, inputs
+    from p2smt.lower.check import MAX_REPORTED, compare, device_input
 
     mod = _load(case["module"], f"p2smt_generated_{case['index']}")
     mesh = mod.make_mesh(jax.devices()[:num_devices])
-    length, k = case["length"], mod.NUM_CHUNKS
-    x = inputs(num_devices, length)
+    length, k, goal = case["length"], mod.NUM_CHUNKS, case.get("goal")
+    x = np.stack([device_input(d, num_devices, length, k, goal) for d in range(num_devices)])
     state0 = mod.to_global(x, mesh)
     whole = mod.sharded(mod.reduce_local, mesh)
     out, setup_s = _timed(whole, state0)
@@ -46,7 +46,7 @@ def run_case(case: dict, num_devices: int, repeats: int) -> dict:
     group_of = {d: g for g in case["groups"] for d in g}
     mismatches = []
     for d in range(num_devices):
-        mismatches += compare(d, result[d], group_of[d], k, length)
+        mismatches += compare(d, result[d], group_of[d], k, length, goal, num_devices)
     start = mod.sharded(mod._place, mesh)
     steps = [mod.sharded(step, mesh) for step in mod.STEPS]
     finish = mod.sharded(mod.finish, mesh)

@@ -29,18 +29,18 @@ def run_case(case: dict, rank: int, num_devices: int, repeats: int) -> dict:
     import torch
     import torch.distributed as dist
 
-    from p2smt.lower.check import MAX_REPORTED, compare, inputs
+    from p2smt.lower.check import MAX_REPORTED, compare, device_input
 
     mod = _load(case["module"], f"p2smt_generated_{case['index']}")
-    length, k = case["length"], mod.NUM_CHUNKS
-    x = torch.from_numpy(inputs(num_devices, length)[rank].copy())
+    length, k, goal = case["length"], mod.NUM_CHUNKS, case.get("goal")
+    x = torch.from_numpy(device_input(rank, num_devices, length, k, goal).copy())
     dist.barrier()
     t0 = time.perf_counter()
     mod.setup()
     setup_s = time.perf_counter() - t0
     out = mod.reduce(x)
     group = next(g for g in case["groups"] if rank in g)
-    mismatches = compare(rank, out.numpy(), group, k, length)
+    mismatches = compare(rank, out.numpy(), group, k, length, goal, num_devices)
     chunk = length // k
     step_s = [float("inf")] * len(mod.STEPS)
     total_s = float("inf")

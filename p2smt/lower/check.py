@@ -1,7 +1,10 @@
 """The numeric check of a run: distinct integer inputs and the exact sums every device must end with.
 
 Device d's input element p is ``d * L + p + 1`` (int64, exact): distinct across devices and
-positions, so a missing, doubled or misplaced contribution changes the value.
+positions, so a missing, doubled or misplaced contribution changes the value. Under a sharded goal
+(``goal``: the target's ``goal_json``) a device passes in, and must get back, only the goal's chunks
+(docs/semantics.md §6): its shard of the sum (ReduceScatter, HSDP), or its own shard in and every
+member's shard, in rank order, out (AllGather).
 """
 
 from __future__ import annotations
@@ -23,19 +26,54 @@ def expected_row(group: Sequence[int], length: int) -> np.ndarray:
     return int(sum(group)) * length + len(group) * np.arange(1, length + 1, dtype=np.int64)
 
 
+def _shard(goal: dict, device: int, num_chunks: int) -> range:
+    b = num_chunks // goal["shards"]
+    return range(goal["rank"][device] * b, (goal["rank"][device] + 1) * b)
+
+
+def _chunks(row: np.ndarray, ids: Sequence[int], num_chunks: int) -> np.ndarray:
+    c = row.shape[0] // num_chunks
+    return np.concatenate([row[r * c:(r + 1) * c] for r in ids])
+
+
+def device_input(device: int, num_devices: int, length: int, num_chunks: int, goal: dict | None) -> np.ndarray:
+    """What ``device`` passes in: its row of ``inputs``, or under the all-gather goal only its shard of it."""
+    row = inputs(num_devices, length)[device]
+    if goal is not None and goal["kind"] == "all-gather":
+        return _chunks(row, _shard(goal, device, num_chunks), num_chunks)
+    return row
+
+
+def expected(device: int, group: Sequence[int], num_devices: int, length: int, num_chunks: int,
+             goal: dict | None) -> tuple[np.ndarray, tuple[int, ...]]:
+    """What ``device`` must get back, and the chunk id at each of its chunk positions."""
+    if goal is None:
+        return expected_row(group, length), tuple(range(num_chunks))
+    if goal["kind"] == "reduce-scatter":
+        ids = tuple(_shard(goal, device, num_chunks))
+        return _chunks(expected_row(group, length), ids, num_chunks), ids
+    rows = inputs(num_devices, length)
+    b = num_chunks // goal["shards"]
+    owner = {goal["rank"][d]: d for d in group}
+    parts = [_chunks(rows[owner[r // b]], (r,), num_chunks) for r in range(num_chunks)]
+    return np.concatenate(parts), tuple(range(num_chunks))
+
+
 def compare(
-    device: int, got: np.ndarray, group: Sequence[int], num_chunks: int, length: int
+    device: int, got: np.ndarray, group: Sequence[int], num_chunks: int, length: int,
+    goal: dict | None = None, num_devices: int | None = None,
 ) -> list[tuple[int, int, int, int]]:
     """Mismatching chunks of one device as (device, chunk, expected, got) at the chunk's first bad element.
 
     A result of the wrong length is one mismatch with chunk -1 and the lengths as the values.
     """
     got = np.asarray(got).reshape(-1)
-    want = expected_row(group, length)
+    n = max(group) + 1 if num_devices is None else num_devices
+    want, ids = expected(device, group, n, length, num_chunks, goal)
     if got.shape != want.shape:
-        return [(device, -1, int(length), int(got.shape[0]))]
+        return [(device, -1, int(want.shape[0]), int(got.shape[0]))]
     out = []
-    for r, (g, w) in enumerate(zip(np.split(got, num_chunks), np.split(want, num_chunks))):
+    for r, g, w in zip(ids, np.split(got, len(ids)), np.split(want, len(ids))):
         bad = np.nonzero(g != w)[0]
         if bad.size:
             out.append((device, r, int(w[bad[0]]), int(g[bad[0]])))

@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from p2smt.errors import P2Error
-from p2smt.lower.names import as_int, check_label
+from p2smt.lower.names import as_int, check_label, wrap_ints
 from p2smt.model.collectives import Collective, ExplicitPlan, ExplicitStep, Group
 from p2smt.model.dsl import validate_plan
 
@@ -70,8 +70,7 @@ class PlanLayout:
 
     @property
     def initial(self) -> tuple[tuple[int, ...], ...]:
-        k = self.target.num_chunks
-        return tuple(tuple(range(k)) for _ in range(self.target.num_devices))
+        return tuple(self.target.starts_with(d) for d in range(self.target.num_devices))
 
     @property
     def final(self) -> tuple[tuple[int, ...], ...]:
@@ -82,6 +81,11 @@ class PlanLayout:
         """The most chunks any device holds at any point (the JAX buffer height)."""
         states = (self.initial, *(s.holdings for s in self.steps))
         return max(len(h) for state in states for h in state)
+
+    @property
+    def reaches_goal(self) -> bool:
+        """Every device's final buffer is exactly what the target's goal asks, in order (positions only)."""
+        return all(h == self.target.ends_with(d) for d, h in enumerate(self.final))
 
     @property
     def final_is_identity(self) -> bool:
@@ -101,7 +105,7 @@ def layout(plan: ExplicitPlan, target: Target, step_labels: Sequence[str] | None
     if step_labels is not None and len(step_labels) != len(plan):
         raise P2Error(f"{len(step_labels)} step labels for {len(plan)} steps")
     labels = [None if step_labels is None else check_label(s) for s in (step_labels or [None] * len(plan))]
-    hold: list[tuple[int, ...]] = [tuple(range(target.num_chunks)) for _ in range(n)]
+    hold: list[tuple[int, ...]] = [target.starts_with(d) for d in range(n)]
     out = []
     for t, (step, label) in enumerate(zip(plan, labels), start=1):
         coll, groups = step.collective, tuple(tuple(int(d) for d in g) for g in step.groups)
@@ -171,3 +175,17 @@ def mesh_axes_of(groups: tuple[Group, ...], mesh: MeshSpec, ordered: bool) -> tu
     else:
         same = {frozenset(c) for c in canon} == {frozenset(g) for g in groups}
     return tuple(mesh.names[a] for a in vary) if same else None
+
+
+def goal_constants(layout: PlanLayout) -> list[str]:
+    """SHARDS, SHARD[physical id] and the chunks a device passes in and gets back, for a sharded goal."""
+    target = layout.target
+    if target.sharding is None:
+        return []
+    return [
+        f"SHARDS = {target.sharding.shards!r}  # the result of a reduction group is cut into SHARDS shards",
+        "# SHARD[d]: the shard physical device d ends with (reduce-scatter) or starts with (all-gather)",
+        *wrap_ints("SHARD", target.sharding.rank),
+        f"INPUT_CHUNKS = {len(target.starts_with(0))!r}  # chunks of the buffer every device passes in",
+        f"OUTPUT_CHUNKS = {len(target.ends_with(0))!r}  # chunks of the buffer every device gets back",
+    ]

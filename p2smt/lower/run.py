@@ -28,6 +28,9 @@ from p2smt.model.collectives import ExplicitPlan
 
 DEFAULT_CHUNK = 256
 MAX_ELEMENTS = 1 << 28
+GOOD_WORDS = {None: "exact sums on every device",
+              "reduce-scatter": "every device holds exactly its shard of the sum",
+              "all-gather": "every device holds every shard of its group, in rank order"}
 BACKEND_PACKAGES = {"jax": ("jax", "pip install jax"), "torch": ("torch", "pip install torch")}
 
 
@@ -65,6 +68,7 @@ class RunReport:
     bad_devices: tuple[int, ...] = ()
     mismatches: tuple[Mismatch, ...] = ()
     step_labels: tuple[str, ...] = ()
+    goal: str | None = None  # a sharded goal's kind (docs/semantics.md §6); None: every device ends with the sum
     step_seconds: tuple[float, ...] = ()
     total_seconds: float | None = None
     setup_seconds: float | None = None
@@ -85,6 +89,7 @@ class RunReport:
             "bad_devices": list(self.bad_devices),
             "mismatches": [vars(m) for m in self.mismatches],
             "steps": [{"step": s} for s in self.step_labels],
+            **({"goal": self.goal} if self.goal else {}),
             "error": self.error,
             "stats": {"step_seconds": list(self.step_seconds), "total_seconds": self.total_seconds,
                       "setup_seconds": self.setup_seconds},
@@ -92,7 +97,7 @@ class RunReport:
 
     def summary(self) -> str:
         """A few human-readable lines."""
-        verdict = "exact sums on every device" if self.ok else "WRONG RESULT" if not self.error else "FAILED"
+        verdict = (GOOD_WORDS[self.goal] if self.ok else "WRONG RESULT" if not self.error else "FAILED")
         lines = [
             f"{self.backend} on {self.num_devices} devices, L={self.length} ({self.num_chunks} chunks): {verdict}"
         ]
@@ -256,7 +261,8 @@ def run_cases(
             path = tmp / f"case{i}.py"
             path.write_text(src)
             groups = [list(g) for g in case.target.reduction_groups]
-            job_cases.append({"index": i, "module": str(path), "length": length, "groups": groups})
+            job_cases.append({"index": i, "module": str(path), "length": length, "groups": groups,
+                              "goal": case.target.goal_json()})
         job = {
             "num_devices": n,
             "repeats": repeats,
@@ -287,6 +293,7 @@ def run_cases(
             "num_chunks": case.target.num_chunks,
             "length": length,
             "step_labels": labels,
+            "goal": None if case.target.sharding is None else case.target.sharding.kind.value,
         }
         r = merged[i] if merged is not None and i < len(merged) else None
         if r is None or "step_s" not in r:

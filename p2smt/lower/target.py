@@ -10,6 +10,7 @@ from p2smt.errors import P2Error
 from p2smt.lower.layout import check_plan
 from p2smt.lower.names import as_int, check_identifier, check_text
 from p2smt.model.collectives import ExplicitPlan, Group
+from p2smt.model.goal import GoalKind, Sharding
 
 MAX_LOWER_DEVICES = 4096
 
@@ -96,6 +97,7 @@ class Target:
     mesh: MeshSpec
     reduction_groups: tuple[Group, ...]
     description: tuple[str, ...] = ()
+    sharding: Sharding | None = None  # a sharded goal (docs/semantics.md §6); None: every device ends with the sum
 
     def __post_init__(self) -> None:
         n = as_int(self.num_devices, "number of devices")
@@ -106,10 +108,34 @@ class Target:
         check_partition(self.reduction_groups, n, "reduction groups")
         for line in self.description:
             check_text(line)
+        if self.sharding is not None:
+            if len(self.sharding.rank) != n:
+                raise P2Error(f"the goal ranks {len(self.sharding.rank)} devices, the target has {n}")
+            self.sharding.block(self.num_chunks)
 
     @property
     def num_chunks(self) -> int:
         return len(self.reduction_groups[0])
+
+    def starts_with(self, device: int) -> tuple[int, ...]:
+        """The chunk ids ``device``'s buffer holds before the first step: all k, or its shard (AllGather)."""
+        k = self.num_chunks
+        if self.sharding is not None and self.sharding.kind is GoalKind.ALL_GATHER:
+            return tuple(self.sharding.shard(device, k))
+        return tuple(range(k))
+
+    def ends_with(self, device: int) -> tuple[int, ...]:
+        """The chunk ids ``device``'s buffer must hold at the end, in order: its shard (ReduceScatter, HSDP)
+        or all k (AllReduce, AllGather)."""
+        k = self.num_chunks
+        if self.sharding is not None and self.sharding.kind is GoalKind.REDUCE_SCATTER:
+            return tuple(self.sharding.shard(device, k))
+        return tuple(range(k))
+
+    def goal_json(self) -> dict | None:
+        """The sharded goal for a worker process (kind, each device's rank, shards), or None."""
+        s = self.sharding
+        return None if s is None else {"kind": s.kind.value, "rank": list(s.rank), "shards": s.shards}
 
 
 def check_partition(groups: Sequence[Group], num_devices: int, what: str) -> None:
@@ -129,8 +155,9 @@ def placement_target(
     level_names: Sequence[str],
     axis_names: Sequence[str] | None = None,
     system_name: str | None = None,
+    sharding: Sharding | None = None,
 ) -> Target:
-    """The target of a placement: factor mesh, reduction groups, and a one-line description."""
+    """The target of a placement: factor mesh, reduction groups, the goal, and a one-line description."""
     mesh = placement_mesh(placement, level_names, axis_names)
     red = placement.check_axes(tuple(reduction_axes))
     matrix = [list(r) for r in placement.matrix]
@@ -138,7 +165,9 @@ def placement_target(
     if system_name is not None:
         lines.append(f"system: {check_text(system_name)}")
     lines.append(f"axes: {list(placement.axes)}  matrix: {matrix}  reduce: {list(red)}")
-    return Target(placement.num_devices, mesh, placement.reduction_groups(red), tuple(lines))
+    if sharding is not None:
+        lines.append(sharding.describe())
+    return Target(placement.num_devices, mesh, placement.reduction_groups(red), tuple(lines), sharding)
 
 
 def connected_groups(plan: ExplicitPlan, num_devices: int) -> tuple[Group, ...]:
