@@ -12,6 +12,7 @@ from p2smt.cost.step import step_time
 from p2smt.cost.volumes import default_bytes_per_device, held_fractions_of_programs
 from p2smt.model.collectives import Collective, Group
 from p2smt.model.dsl import Instruction, Program, instruction_groups, lower_program
+from p2smt.model.goal import Sharding
 from p2smt.model.hierarchy import SynthesisHierarchy
 from p2smt.model.system import System
 from p2smt.model.topology import Topology, build_topology
@@ -44,9 +45,10 @@ def program_time(system: System, hierarchy: SynthesisHierarchy, program: Program
 def programs_seconds(system: System, hierarchy: SynthesisHierarchy, programs: Sequence[Program], *,
                      algo: str = "ring", bytes_per_device: float | None = None,
                      fractions: Mapping[Program, Sequence[np.ndarray]] | None = None,
-                     checked: bool = False) -> list[float]:
+                     checked: bool = False, sharding: Sharding | None = None) -> list[float]:
     """``program_time(...).seconds`` of many programs of one hierarchy (the same floats), for scoring;
-    ``checked``: the programs are a synthesis result, proved valid already (see ``held_fractions_of_programs``).
+    ``checked``: the programs are a synthesis result, proved valid already (see ``held_fractions_of_programs``);
+    ``sharding``: a sharded goal on the hierarchy's devices (the AllGather goal starts from one shard).
 
     Programs that share a prefix share its running sum (the programs of one length come in
     lexicographic order), and a step is priced once per (instruction, holdings before it) in a table
@@ -55,7 +57,7 @@ def programs_seconds(system: System, hierarchy: SynthesisHierarchy, programs: Se
     topo = build_topology(system)
     b = default_bytes_per_device(system) if bytes_per_device is None else bytes_per_device
     if fractions is None:
-        fractions = _fractions(hierarchy, tuple(programs), checked)
+        fractions = _fractions(hierarchy, tuple(programs), checked, sharding)
     priced: dict[tuple[Instruction, bytes], float] = topo.memo(("priced", hierarchy, algo, b), dict)
     prefix: list[Instruction] = []
     sums: list[float] = [0]
@@ -90,9 +92,9 @@ def step_seconds(topo: Topology, hierarchy: SynthesisHierarchy, ins: Instruction
 
 @lru_cache(maxsize=64)
 def _fractions(hierarchy: SynthesisHierarchy, programs: tuple[Program, ...],
-               checked: bool) -> dict[Program, list[np.ndarray]]:
+               checked: bool, sharding: Sharding | None = None) -> dict[Program, list[np.ndarray]]:
     """``held_fractions_of_programs`` per listed programs (its own cache key sorts them by text first)."""
-    return held_fractions_of_programs(hierarchy, programs, checked=checked)
+    return held_fractions_of_programs(hierarchy, programs, checked=checked, sharding=sharding)
 
 
 def _message_sizes(collective: Collective, held: np.ndarray) -> np.ndarray:

@@ -11,9 +11,11 @@ from p2smt.cost.model import (
     programs_seconds,
     step_time,
 )
+from p2smt.cost.volumes import held_fractions_of_programs, message_bytes
 from p2smt.errors import P2Error
 from p2smt.model.collectives import Collective
-from p2smt.model.dsl import format_program
+from p2smt.model.dsl import format_program, instruction_groups
+from p2smt.model.goal import Goal, GoalKind
 from p2smt.model.placement import Matrix, Placement
 from p2smt.model.request import Request
 from p2smt.model.system import System
@@ -41,6 +43,31 @@ def allreduce_seconds(system: System, matrix: Matrix, axes: Sequence[int], reduc
     return step_time(topo, Collective.ALL_REDUCE, groups, [float(bytes_per_device)] * len(groups), algo)
 
 
+def flat_sharded_seconds(system: System, placement: Placement, reduction_axes: Sequence[int], goal: Goal, algo: str,
+                         bytes_per_device: float) -> tuple[str, float] | None:
+    """The flat collective of a ReduceScatter or AllGather goal (one step over every reduction group, members in
+    rank order, docs/semantics.md §6) and its predicted time; None for the AllReduce and HSDP goals (whose flat
+    baseline is the AllReduce, or no single collective)."""
+    sharding = goal.sharding(placement)
+    if sharding is None or tuple(goal.shard_axes) != tuple(sorted(reduction_axes)):
+        return None
+    groups = [tuple(sorted(g, key=sharding.rank.__getitem__)) for g in placement.reduction_groups(tuple(reduction_axes))]
+    coll = Collective.REDUCE_SCATTER if goal.kind is GoalKind.REDUCE_SCATTER else Collective.ALL_GATHER
+    held = float(bytes_per_device) if coll is Collective.REDUCE_SCATTER else float(bytes_per_device) / len(groups[0])
+    sizes = [message_bytes(coll, [held] * len(g)) for g in groups]
+    return coll.value, step_time(build_topology(system), coll, groups, sizes, algo)
+
+
+def step_bytes(system: System, m, program, b: float, sharding) -> list[float]:
+    """The message bytes of each step of a program (its largest group), from the holdings before the step."""
+    fractions = held_fractions_of_programs(m.hierarchy, [program], checked=True, sharding=sharding)[program]
+    out = []
+    for ins, frac in zip(program.instructions, fractions):
+        groups = instruction_groups(m.hierarchy, ins)
+        out.append(max(message_bytes(ins.collective, [float(frac[d]) * b for d in g]) for g in groups))
+    return out
+
+
 def check_request(system: System, algo: str, bytes_per_device: float | None, top: int | None) -> float:
     if algo not in ALGOS:
         raise P2Error(f"unknown algorithm {algo!r}; choose one of {', '.join(ALGOS)}")
@@ -63,23 +90,34 @@ def rank_result(system: System, result: SynthesisResult, *, algo: str = "ring",
     b = check_request(system, algo, bytes_per_device, top)
     matrices = []
     best = None
+    goal = result.goal
     for m in result.matrices:
-        seconds = programs_seconds(system, m.hierarchy, m.programs, algo=algo, bytes_per_device=b, checked=True)
-        scored = [(t, format_program(prog)) for t, prog in zip(seconds, m.programs)]
-        scored.sort(key=lambda st: sort_key(*st))
+        placement = Placement(system.sizes, tuple(result.axes), m.matrix)
+        bound = goal.sharding(placement)
+        sharding = None if bound is None else bound.on_hierarchy(m.hierarchy)
+        seconds = programs_seconds(system, m.hierarchy, m.programs, algo=algo, bytes_per_device=b, checked=True,
+                                   sharding=sharding)
+        scored = [(t, format_program(prog), prog) for t, prog in zip(seconds, m.programs)]
+        scored.sort(key=lambda st: sort_key(*st[:2]))
         matrix = [list(r) for r in m.matrix]
+        flat = flat_sharded_seconds(system, placement, result.reduction_axes, goal, algo, b) if goal.sharded else None
         matrices.append({
             "matrix": matrix,
             "allreduce_seconds": allreduce_seconds(system, m.matrix, result.axes, result.reduction_axes, algo, b),
+            **({"flat_collective": flat[0], "flat_seconds": flat[1]} if flat else {}),
             "status": m.status,
             **({"rests_on": m.stats["rests_on"]} if "rests_on" in m.stats else {}),
-            "programs": [{"program": text, "seconds": s} for s, text in scored[:top]],
+            "programs": [{"program": text, "seconds": s,
+                          **({"step_bytes": step_bytes(system, m, prog, b, sharding)} if goal.sharded else {})}
+                         for s, text, prog in scored[:top]],
         })
+        scored = [st[:2] for st in scored]
         if scored and (best is None or sort_key(*scored[0]) + (matrix,) < sort_key(best[0], best[1]) + (best[2],)):
             best = (scored[0][0], scored[0][1], matrix)
     return {
         "bytes_per_device": b,
         "algo": algo,
+        **({"goal": goal.to_json()} if goal.sharded else {}),  # the AllReduce goal's report unchanged
         "engine": result.engine,
         "status": result.status,
         **({"certified": result.certified, "certification": result.certification()}
@@ -105,7 +143,7 @@ def rank(request: Request, config: EngineConfig | None = None, *, algo: str = "r
     check_request(system, algo, bytes_per_device, top)
     result = synthesize(Request.for_system(system, request.axes, request.reduce, matrix=request.matrix,
                                            hierarchy=request.hierarchy, master_scope=request.master_scope,
-                                           require_progress=request.require_progress),
+                                           require_progress=request.require_progress, goal=request.goal),
                         config or EngineConfig())
     return rank_result(system, result, algo=algo, bytes_per_device=bytes_per_device, top=top)
 
@@ -122,13 +160,19 @@ def render_rank(report: dict[str, Any]):
 
     tables = []
     for m in report["matrices"]:
-        t = Table(title=f"matrix {m['matrix']}  AllReduce {m['allreduce_seconds']:.6g} s", show_lines=False)
+        flat = f"  flat {m['flat_collective']} {m['flat_seconds']:.6g} s" if "flat_seconds" in m else ""
+        t = Table(title=f"matrix {m['matrix']}  AllReduce {m['allreduce_seconds']:.6g} s{flat}", show_lines=False)
         t.add_column("#", justify="right")
         t.add_column("seconds", justify="right")
         t.add_column("vs AllReduce", justify="right")
+        if flat:
+            t.add_column(f"vs {m['flat_collective']}", justify="right")
         t.add_column("program")
         for i, p in enumerate(m["programs"], 1):
-            t.add_row(str(i), f"{p['seconds']:.6g}", f"{m['allreduce_seconds'] / p['seconds']:.3f}x", p["program"])
+            vs = [f"{m['flat_seconds'] / p['seconds']:.3f}x"] if flat else []
+            text = p["program"] + (f"  [dim](MB per step: {', '.join(f'{v / 1e6:.4g}' for v in p['step_bytes'])})[/dim]"
+                                   if "step_bytes" in p else "")
+            t.add_row(str(i), f"{p['seconds']:.6g}", f"{m['allreduce_seconds'] / p['seconds']:.3f}x", *vs, text)
         tables.append(t)
     best = report.get("best")
     if best:

@@ -16,6 +16,7 @@ import numpy as np
 from p2smt.errors import P2Error
 from p2smt.model.collectives import Collective, Group
 from p2smt.model.dsl import Program, instruction_groups
+from p2smt.model.goal import GoalKind, Sharding
 from p2smt.model.hierarchy import SynthesisHierarchy
 from p2smt.model.system import System
 from p2smt.model.topology import build_topology
@@ -54,26 +55,28 @@ def held_fractions(states: Sequence[np.ndarray]) -> list[np.ndarray]:
     return [s.any(axis=2).sum(axis=1) / s.shape[1] for s in states]
 
 def held_fractions_of_programs(hierarchy: SynthesisHierarchy, programs: Sequence[Program], *,
-                               checked: bool = False) -> dict[Program, list[np.ndarray]]:
+                               checked: bool = False, sharding: Sharding | None = None
+                               ) -> dict[Program, list[np.ndarray]]:
     """For each program, the share of the full buffer every synthesis device holds before each step.
 
     States come from the interpreter (``semantics.initial_state``/``apply_step``); programs are walked
     in prefix order so a shared prefix is interpreted once. Results are memoized (pure function).
     ``checked``: an interpreter has already proved every program valid (a synthesis result), so the row
-    abstraction gives their volumes at every size, at k² instead of k³ per step.
+    abstraction gives their volumes at every size, at k² instead of k³ per step. ``sharding``: a sharded goal
+    on the hierarchy's devices (docs/semantics.md §6); under the AllGather goal a device starts with its shard.
     """
     ordered = tuple(sorted(set(programs), key=lambda p: tuple(map(str, p.instructions))))
-    return _held_fractions(hierarchy, ordered, checked)
+    return _held_fractions(hierarchy, ordered, checked, sharding)
 
 
 @lru_cache(maxsize=64)
 def _held_fractions(hierarchy: SynthesisHierarchy, programs: tuple[Program, ...],
-                    checked: bool = False) -> dict[Program, list[np.ndarray]]:
+                    checked: bool = False, sharding: Sharding | None = None) -> dict[Program, list[np.ndarray]]:
     k = hierarchy.num_devices
     if checked or k > INTERPRETED_DEVICES:
-        return _held_fractions_by_rows(hierarchy, programs)
+        return _held_fractions_by_rows(hierarchy, programs, sharding)
     out: dict[Program, list[np.ndarray]] = {}
-    stack: list[tuple[tuple, np.ndarray, np.ndarray]] = [((), initial_state(k), None)]
+    stack: list[tuple[tuple, np.ndarray, np.ndarray]] = [((), initial_state(k, sharding=sharding), None)]
     stack[0] = ((), stack[0][1], held_fractions([stack[0][1]])[0])
     for prog in programs:
         instrs = prog.instructions
@@ -90,12 +93,16 @@ def _held_fractions(hierarchy: SynthesisHierarchy, programs: tuple[Program, ...]
     return out
 
 
-def _held_fractions_by_rows(hierarchy: SynthesisHierarchy,
-                            programs: tuple[Program, ...]) -> dict[Program, list[np.ndarray]]:
+def _held_fractions_by_rows(hierarchy: SynthesisHierarchy, programs: tuple[Program, ...],
+                            sharding: Sharding | None = None) -> dict[Program, list[np.ndarray]]:
     """As ``_held_fractions`` on the row abstraction (``rows[d, r]``: device d's chunk r is non-empty)."""
     k = hierarchy.num_devices
     out: dict[Program, list[np.ndarray]] = {}
     start = np.ones((k, k), dtype=bool)
+    if sharding is not None and sharding.kind is GoalKind.ALL_GATHER:  # each device starts with its shard only
+        start[:] = False
+        for d in range(k):
+            start[d, list(sharding.shard(d, k))] = True
     stack: list[tuple[tuple, np.ndarray]] = [((), start)]
     for prog in programs:
         instrs = prog.instructions

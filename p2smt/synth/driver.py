@@ -20,6 +20,7 @@ from p2smt.semantics.dense import execute_all
 from p2smt.synth.config import Engine, EngineConfig, Proof
 from p2smt.synth.partial import FirstStepPrograms
 from p2smt.synth.pieces import SEARCH_LIMIT
+from p2smt.synth.positions_check import permuted, positions_stats, positions_words
 from p2smt.synth.proofstore import ProofStore, Spent
 from p2smt.synth.recheck import INTERPRETERS, PIECES_ABOVE, RECHECK_LIMIT, checker, dropped_stats, recheck
 from p2smt.synth.search import FirstStepReport
@@ -290,7 +291,8 @@ ENGINES: dict[Engine, tuple[str, EngineFn]] = {
 }
 
 
-DROPPED_KEYS = ("dropped_at_real_size", "dropped_example", "inclusion_pairs", "generic_misses")
+DROPPED_KEYS = ("dropped_at_real_size", "dropped_example", "inclusion_pairs", "generic_misses", "positions_dropped",
+                "positions_example")
 """The symmetric engine's keys of a placement's JSON: how many generic-instance programs the real-size
 check rejected, and the shortest of them; the pairs of states its completeness proof explored (the status
 says whether it proved it), and a program the generic instance misses (longer than the maximum length)."""
@@ -466,6 +468,10 @@ def _solve(prob: SynthesisProblem, config: EngineConfig, h: SynthesisHierarchy |
             gone = set(rejected)
             programs = [p for p in programs if p not in gone]
             outcome.stats.update(dropped_stats(prob, rejected))
+    if prob.sharding is not None:  # the chunk semantics cannot see an AllGather's order: positions can (§6)
+        dropped = permuted(prob, programs)
+        programs = [p for p in programs if p not in dropped]
+        outcome.stats.update(positions_stats(prob, dropped))
     if config.prune != "none":
         from p2smt.synth.pruning import apply_pruning
 
@@ -569,7 +575,8 @@ def synthesize(request: Request, config: EngineConfig | None = None, *,
                 report = _first_step_reporter(placement.matrix, h, prob, config, on_partial)
             outcome, indices = _solve(prob, config, h, report)
             engine = resolved(config).engine
-            stats = dict(outcome.stats) | {"rests_on": rests_on(engine, prob.num_devices, outcome)}
+            stats = dict(outcome.stats) | {"rests_on": rests_on(engine, prob.num_devices, outcome)
+                                           + (positions_words(outcome.stats) if prob.sharding else "")}
             solved[prob] = (placement.matrix, replace(outcome, stats=stats), indices)
         progs = _programs(h, indices)
         secs = time.perf_counter() - t0
