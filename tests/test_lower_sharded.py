@@ -225,3 +225,58 @@ def test_run_takes_the_goal_on_the_command_line(run_cli):
                            "--program", "(node, InsideGroup, AllGather); (node, Parallel(root), AllGather)")
     data = json.loads(out)
     assert rc == 0 and data["ok"] and data["goal"] == "all-gather" and data["length"] == 32
+
+
+V100 = load_system("v100-2x8")  # 16 devices in 2 nodes of 8, wired as they are (pricing needs it)
+V100_RS = ["--system", "v100-2x8", "--axes", "16", "--reduce", "0", "--matrix", "[[2,8]]", "--goal", "reduce-scatter"]
+
+
+def _v100(goal: str, shard_axes=None, axes=(16,), matrix=((2, 8),), reduce=(0,)):
+    from p2smt.cost.sharded import flat_plan
+
+    p = Placement(V100.sizes, axes, matrix)
+    g = Goal.of(goal, shard_axes, reduce)
+    return p, g, placement_target(p, reduce, V100.level_names, None, V100.name, g.sharding(p)), flat_plan(p, reduce, g)
+
+
+def test_step_bytes_follow_the_buffers_of_the_goal():
+    """ReduceScatter: the message is the members' buffer, a ring member sends (g-1)/g of it; the buffer shrinks
+    step by step. AllGather: it starts from one shard and its message is the gathered output."""
+    from p2smt.cost.sharded import price_plan
+
+    p, g, target, _ = _v100("reduce-scatter")
+    h = synthesis_hierarchy(p, (0,), V100.level_names)
+    prog = parse_program(ACROSS_THEN_INSIDE, h)
+    price = price_plan(V100, lower_program(h, prog), target, p, (0,), g, 1.6e9, "ring")
+    assert [(s.groups, s.group_size, s.message_bytes) for s in price.steps] == [(8, 2, 1.6e9), (2, 8, 0.8e9)]
+    assert [s.sent_bytes for s in price.steps] == [0.8e9, 0.7e9]
+    assert [s.links for s in price.steps] == ["net", "pci"] and price.flat[0].links == "net"
+    assert [(s.collective, s.group_size, s.message_bytes, s.sent_bytes) for s in price.flat] == [
+        (Collective.REDUCE_SCATTER, 16, 1.6e9, 1.5e9)]
+    assert price.seconds == sum(s.seconds for s in price.steps) > 0 and price.flat_seconds > 0
+    p, g, target, _ = _v100("all-gather")
+    h = synthesis_hierarchy(p, (0,), V100.level_names)
+    prog = parse_program("(node, InsideGroup, AllGather); (node, Parallel(root), AllGather)", h)
+    price = price_plan(V100, lower_program(h, prog), target, p, (0,), g, 1.6e9, "ring")
+    assert [s.message_bytes for s in price.steps] == [0.8e9, 1.6e9]  # 8 shards of 0.1e9, then 2 of 0.8e9
+    assert [(s.collective, s.message_bytes) for s in price.flat] == [(Collective.ALL_GATHER, 1.6e9)]
+
+
+def test_the_flat_collective_of_hsdp_is_a_reduce_scatter_then_an_allreduce():
+    _, _, target, flat = _v100("reduce-scatter", (1,), (2, 8), ((2, 1), (1, 8)), (0, 1))
+    assert [(s.collective, len(s.groups), len(s.groups[0])) for s in flat] == [
+        (Collective.REDUCE_SCATTER, 2, 8), (Collective.ALL_REDUCE, 8, 2)]
+    assert layout(flat, target).reaches_goal
+
+
+def test_lower_states_the_prediction_and_a_refused_one_in_one_line(run_cli):
+    rc, out, err = run_cli("lower", "--backend", "jax", *V100_RS, "--bytes", "1e9", "--program", ACROSS_THEN_INSIDE)
+    assert rc == 0 and err == ""
+    assert "predicted on v100-2x8 (NCCL tuner, --algo ring), 1e+09 B per device in the full buffer:" in out
+    assert "step 1 (node, Parallel(root), ReduceScatter): 8 group(s) of 2, message 1e+09 B, 5e+08 B sent" in out
+    assert "flat ReduceScatter over the 16-device goal groups: 1 group(s) of 16, message 1e+09 B" in out
+    rc, out, err = run_cli("lower", "--backend", "jax", *ONE_AXIS_RS.argv(), "--bytes", "1e9",
+                           "--program", ACROSS_THEN_INSIDE)
+    assert rc == 2 and out == "" and err.count("\n") == 1 and "a node's wiring cannot be resized" in err
+    rc, out, err = run_cli("lower", "--backend", "jax", *ONE_AXIS_RS.argv(), "--program", ACROSS_THEN_INSIDE)
+    assert rc == 0 and err == "" and "predicted on" not in out  # the default prediction is skipped there

@@ -22,9 +22,9 @@ from p2smt.cost.best import best_on_hierarchy
 from p2smt.cost.branch import MAX_DEVICES as SEARCH_DEVICES
 from p2smt.cost.model import step_time
 from p2smt.cost.rank import allreduce_seconds, rank_result
-from p2smt.cost.tuner import HOP_CLASSES
+from p2smt.cost.step import link_class
 from p2smt.errors import P2Error
-from p2smt.model.collectives import Collective, Group
+from p2smt.model.collectives import Collective
 from p2smt.model.dsl import Program, candidate_instructions, format_program, lower_program, problem
 from p2smt.model.hierarchy import SynthesisHierarchy, synthesis_hierarchy
 from p2smt.model.placement import Matrix, Placement, matrices
@@ -90,14 +90,6 @@ def p2p_seconds(system: System, placement: Placement, axis: int, nbytes: float, 
         return 0.0
     return step_time(build_topology(system), Collective.BROADCAST, pairs, [nbytes] * len(pairs),
                      "ring" if algo == "tree" else algo)
-
-
-def link_class(system: System, groups: tuple[Group, ...]) -> str:
-    """The slowest link class a step's groups use: ``net`` if a group spans nodes, else the worst
-    route class between its members (``nvlink`` or ``pci``), as NCCL classes paths."""
-    topo = build_topology(system)
-    worst = max((topo.route_class(topo.route(g[0], d)) for g in groups for d in g[1:]), default=0)
-    return HOP_CLASSES[worst]
 
 
 def _reduction_choices(system: System, axes: tuple[int, ...], comm: Communication, red: tuple[int, ...],

@@ -8,6 +8,7 @@ from dataclasses import dataclass, replace
 from p2smt.cost.channels import ALGOS, Channel, _coef, available_algos, group_channels
 from p2smt.cost.fluid import _flow_times
 from p2smt.cost.tuner import (
+    HOP_CLASSES,
     PROTOCOLS_OF,
     RAMP_PROTOCOLS,
     GroupShape,
@@ -225,6 +226,14 @@ def plan_time(topology: Topology, plan: ExplicitPlan, volumes: Sequence[Mapping[
         sizes = [message_bytes(step.collective, [held[d] for d in g]) for g in step.groups]
         out.append(step_time(topology, step.collective, step.groups, sizes, algo))
     return out
+
+
+def link_class(system: System, groups: Sequence[Group]) -> str:
+    """The slowest link class a step's groups use: ``net`` if a group spans nodes, else the worst
+    route class between its members (``nvlink`` or ``pci``), as NCCL classes paths."""
+    topo = build_topology(system)
+    worst = max((topo.route_class(topo.route(g[0], d)) for g in groups for d in g[1:]), default=0)
+    return HOP_CLASSES[worst]
 
 
 def flat_collective_choice(system: System, collective: Collective | str, nbytes: float,

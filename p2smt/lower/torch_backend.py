@@ -37,10 +37,12 @@ _USAGE = {
 group. """,
     GoalKind.REDUCE_SCATTER: """rank's 1-D tensor, length L divisible by NUM_CHUNKS; out (length L // SHARDS) = slice SHARD[rank]
 of SHARDS equal slices of the sum over the rank's reduction group (docs/semantics.md section 6: SHARD[d]
-is d's rank along the shard axes). """,
+is d's rank along the shard axes).
+""",
     GoalKind.ALL_GATHER: """rank's shard, a 1-D tensor of length L // SHARDS (slice SHARD[rank] of the gathered array; SHARD[d]
 is d's rank along the shard axes, docs/semantics.md section 6); out (length L) = the shards of the rank's
-group in rank order. """,
+group in rank order.
+""",
 }
 
 _SETUP = '''
