@@ -8,6 +8,7 @@ from rich.console import Console
 from rich.table import Table
 
 from p2smt.cli.bounded import add_bounds, run_bounded
+from p2smt.cli.goals import add_goal
 from p2smt.cli.options import (
     add_allow_noop,
     add_cost,
@@ -26,6 +27,7 @@ from p2smt.smt.budget import DEFAULT_PROOF_BUDGET
 def register(sub) -> None:
     p = sub.add_parser("best", help="the N cheapest programs under the cost model, found and proved with Z3")
     add_request(p)
+    add_goal(p)
     p.add_argument("--engine", default="z3", choices=["z3"], help="the search is Z3's (kept for symmetry)")
     p.add_argument("--max-len", type=int, default=8, help="longest program considered (default 8)")
     add_cost(p)
@@ -69,6 +71,10 @@ def run(args: argparse.Namespace) -> int:
     if args.proof_budget < 0:
         raise P2Error(f"--proof-budget must be 0 (no limit) or positive, got {args.proof_budget}")
     req = request_of(args)
+    if req.goal.sharded:
+        raise P2Error(f"best does not take the {req.goal.kind.value} goal yet (its branch and bound and bound query "
+                      f"state the allreduce goal); `p2smt rank --goal {req.goal.kind.value} --top N` ranks the "
+                      "certified complete set")
     config = engine_config(args)
     system = req.load_system()
     placements = placements_for(system, req.axes, req.matrix)
