@@ -136,7 +136,8 @@ def close(doc: dict, problem: Problem, max_len: int) -> Closed:
         if depth[sid] >= max_len:
             continue
         row = edges[sid] if 0 <= sid < len(edges) else None
-        _need(isinstance(row, list) and len(row) == len(cands), f"state {sid} does not account for every candidate")
+        _need(isinstance(row, (list, tuple)) and len(row) == len(cands),
+              f"state {sid} does not account for every candidate")
         for i, edge in enumerate(row):
             coll, groups = cands[i]
             src = states[sid]
@@ -189,18 +190,19 @@ def _ends(problem: Problem) -> tuple[tuple[int, ...], tuple[int, ...]]:
 def _fact(sid: int, i: int, coll: str, groups, src: tuple[int, ...], edge) -> tuple:
     """The fact lemma of a failure ``[group, rule, member]``: the one precondition it breaks, on its members."""
     where = f"state {sid}, candidate {i}"
-    _need(isinstance(edge, list) and len(edge) == 3 and type(edge[0]) is int and type(edge[2]) is int
+    _need(isinstance(edge, (list, tuple)) and len(edge) == 3 and type(edge[0]) is int and type(edge[2]) is int
           and 0 <= edge[0] < len(groups) and isinstance(edge[1], str) and edge[1] in RULES,
           f"{where}: a malformed failure {edge!r}")
     g, rule, a = edge
     owners, kind = RULES[rule]
-    members = tuple(src[d] for d in groups[g])
+    group = groups[g]
     _need(coll in owners, f"{where}: {rule} is no rule of {coll}")
     if kind in PAIRED:
-        _need(1 <= a < len(members), f"{where}: member {a} of a group of {len(members)}")
+        _need(1 <= a < len(group), f"{where}: member {a} of a group of {len(group)}")
         if kind in ("disjoint", "disjoint_chunks"):
-            return (kind, members[a], tuple(sorted(set(members[:a]))))
-        return (kind, members[0], members[a])
+            return (kind, src[group[a]], tuple(sorted({src[d] for d in group[:a]})))
+        return (kind, src[group[0]], src[group[a]])
+    members = tuple(src[d] for d in group)
     if kind == "divisible":
         return (kind, len(members), members[0])
     if kind == "information_increase":

@@ -46,10 +46,10 @@ class Proved:
     why: str | None = None
 
 
-def prove(lemmas: frozenset[tuple], k: int, units: int | None = None) -> Proved:
+def prove(lemmas: frozenset[tuple], k: int, units: int | None = None, timeout_ms: int | None = None) -> Proved:
     """Every lemma by Z3, ``BATCH`` to a ground query, within ``units`` resource units (None: no limit): a
     query whose parsing has spent more is not answered (unknown; Z3's counts repeat, so the same one stops
-    on every run)."""
+    on every run). ``timeout_ms`` bounds each query's wall time, reading included (``--timeout``)."""
     start = time.perf_counter()
     ordered = sorted(lemmas, key=repr)
     texts, refuted, status, why = [], [], "unsat", None
@@ -59,8 +59,15 @@ def prove(lemmas: frozenset[tuple], k: int, units: int | None = None) -> Proved:
         text, terms = query(ordered[i : i + BATCH], k)
         texts.append(text)
         solver = z3.SimpleSolver(ctx=ctx)
+        began = time.perf_counter()
         solver.from_string(text)  # ground: Z3 rewrites every lemma while it parses, counted in its units
         spent = _units(ctx) - begun
+        if timeout_ms is not None:
+            left = timeout_ms - (time.perf_counter() - began) * 1000
+            if left <= 0:
+                status, why = "unknown", f"exceeded the --timeout of {timeout_ms:,} ms per query"
+                break
+            solver.set("timeout", max(1, int(left)))
         if units is not None:
             if spent > units:
                 status, why = "unknown", f"spent its budget of {units:,} Z3 resource units"
@@ -68,7 +75,9 @@ def prove(lemmas: frozenset[tuple], k: int, units: int | None = None) -> Proved:
             solver.set("rlimit", units - spent)
         answer = solver.check()
         if answer == z3.unknown:
-            status, why = "unknown", solver.reason_unknown()
+            why = solver.reason_unknown()
+            status, why = "unknown", (f"exceeded the --timeout of {timeout_ms:,} ms per query"
+                                      if timeout_ms is not None and why in ("timeout", "canceled") else why)
             break
         if answer == z3.sat:
             status = "sat"

@@ -33,7 +33,8 @@ def register(sub) -> None:
     add_cost(p)
     p.add_argument("--top", type=int, default=1, help="programs per placement (rank order)")
     p.add_argument("--timeout", type=seconds,
-                   help="seconds per solver call; a placement that runs out is 'unknown'")
+                   help="seconds per solver call (the Z3 method's, or the proof's); a placement that runs out is "
+                        "'unknown'")
     p.add_argument("--encoding", help="counterexample-guided encoding (default bool-matrix)")
     p.add_argument("--encoding-options", help="JSON object of encoding options")
     p.add_argument("--bound", choices=["clauses", "sum"],
@@ -62,8 +63,10 @@ def run(args: argparse.Namespace) -> int:
 
     if args.method == "search" and args.proof != "bound":
         refuse_given((("--encoding", args.encoding), ("--encoding-options", args.encoding_options),
-                      ("--bound", args.bound), ("--timeout", args.timeout), ("--no-lookahead", args.no_lookahead)),
+                      ("--bound", args.bound), ("--no-lookahead", args.no_lookahead)),
                      "options of the Z3 bound strategy (--method z3, or --method search --proof bound)")
+    if args.proof == "none":
+        refuse_given((("--timeout", args.timeout),), "--proof none calls no solver (--deadline bounds the search)")
     if args.method == "z3":
         refuse_given((("--proof", args.proof != "auto" and args.proof),
                       ("--proof-budget", args.proof_budget != DEFAULT_PROOF_BUDGET)),

@@ -144,10 +144,30 @@ def best_on_hierarchy(system: System, h: SynthesisHierarchy, *, max_len: int = 8
     if method == "search":
         from p2smt.cost.branch import BranchAndBound
 
+        figures = None
+        if proof_for(BestProof(proof), h.num_devices) is BestProof.CERTIFICATE and h.num_devices <= CERTIFY_LIMIT:
+            proved, figures = _graph_paths(system, h, max_len=max_len, top=top, algo=algo, bytes_per_device=b,
+                                           require_progress=require_progress,
+                                           units=proof_budget * UNITS if proof_budget else None,
+                                           timeout_ms=timeout_ms)
+            if figures["certified"]:
+                cert = figures["certificate"]
+                stats = {"method": "search", "proof": figures, "rests_on": (
+                    f"the cheapest goal paths of a state-graph certificate ({cert['states']} states, {cert['steps']} "
+                    f"steps closed by the independent checker, {cert['lemmas']} distinct steps proved by Z3 "
+                    f"against §4): its goal paths are exactly the valid programs of at most {max_len} steps, each "
+                    "priced from its certified states")}
+                status = SolveStatus.OPTIMAL if proved else SolveStatus.INFEASIBLE
+                return MatrixBest(matrix, h, tuple(proved), status, time.perf_counter() - start, stats)
         ranked, stats = BranchAndBound(system, h, algo=algo, bytes_per_device=b, max_len=max_len, top=top,
                                        require_progress=require_progress).run()
         status = SolveStatus.OPTIMAL if ranked else SolveStatus.INFEASIBLE
         stats["search_seconds"] = round(time.perf_counter() - start, 6)
+        if figures is not None:  # the certificate ran out (budget, --timeout): the search's list, not certified
+            stats["proof"] = figures
+            stats["rests_on"] = (f"the exhaustive branch and bound; the state-graph certificate is not finished "
+                                 f"({figures['why_not']}), so optimality is not certified")
+            return MatrixBest(matrix, h, tuple(ranked), SolveStatus.UNKNOWN, time.perf_counter() - start, stats)
         status = _certify(system, h, ranked, status, stats, proof=BestProof(proof), max_len=max_len, top=top,
                           algo=algo, bytes_per_device=b, timeout_ms=timeout_ms, encoding=encoding,
                           encoding_options=encoding_options, require_progress=require_progress, bound=bound,
@@ -184,8 +204,8 @@ def _certify(system: System, h: SynthesisHierarchy, ranked: list[RankedProgram],
              stats: dict[str, Any], *, proof: BestProof, max_len: int, top: int, algo: str, bytes_per_device: float,
              timeout_ms: int | None, encoding: str, encoding_options: dict[str, Any] | None,
              require_progress: bool, bound: str, lookahead: bool, proof_budget: int) -> SolveStatus:
-    """Prove the branch and bound's list (``stats`` gets the proof's figures and ``rests_on``); the status
-    becomes unknown when the proof gave up, and two exact searches that disagree are an internal error."""
+    """Prove the branch and bound's list by the bound query (``stats`` gets its figures and ``rests_on``); the
+    status becomes unknown when the query gave up, and two exact searches that disagree are an internal error."""
     chosen = proof_for(proof, h.num_devices)
     search = "the exhaustive branch and bound"
     if chosen is BestProof.NONE:
@@ -196,21 +216,6 @@ def _certify(system: System, h: SynthesisHierarchy, ranked: list[RankedProgram],
     if h.num_devices > CERTIFY_LIMIT:
         raise P2Error(f"--proof {chosen.value}: {h.num_devices:,} synthesis devices, more than the Z3 encodings "
                       f"take on ({CERTIFY_LIMIT}); use --proof none (the exhaustive search alone)")
-    if chosen is BestProof.CERTIFICATE:
-        proved, figures = _graph_paths(system, h, max_len=max_len, top=top, algo=algo,
-                                       bytes_per_device=bytes_per_device, require_progress=require_progress,
-                                       units=proof_budget * UNITS if proof_budget else None)
-        stats["proof"] = figures
-        if not figures["certified"]:
-            stats["rests_on"] = f"{search}; {figures['why_not']}, so optimality is not certified"
-            return SolveStatus.UNKNOWN
-        _same(ranked, proved, "the certified state graph's cheapest paths")
-        cert = figures["certificate"]
-        stats["rests_on"] = (f"{search}, its list equal to the cheapest goal paths of a state-graph certificate "
-                             f"({cert['states']} states, {cert['steps']} steps closed by the independent checker, "
-                             f"{cert['lemmas']} distinct steps proved by Z3 against §4): no valid program of at "
-                             f"most {max_len} steps is cheaper")
-        return status
     status, stats["proof"] = _bound_query(system, h, ranked, max_len=max_len, top=top, algo=algo,
                                           bytes_per_device=bytes_per_device, timeout_ms=timeout_ms,
                                           encoding=encoding, encoding_options=encoding_options,
@@ -223,8 +228,8 @@ def _certify(system: System, h: SynthesisHierarchy, ranked: list[RankedProgram],
 
 
 def _graph_paths(system: System, h: SynthesisHierarchy, *, max_len: int, top: int, algo: str,
-                 bytes_per_device: float, require_progress: bool, units: int | None
-                 ) -> tuple[list[RankedProgram], dict[str, Any]]:
+                 bytes_per_device: float, require_progress: bool, units: int | None,
+                 timeout_ms: int | None) -> tuple[list[RankedProgram], dict[str, Any]]:
     """The state-graph certificate of the hierarchy's problem, proved, and its cheapest goal paths."""
     from p2smt.cost.graphbest import cheapest_paths
     from p2smt.model.dsl import candidate_instructions, problem
@@ -232,7 +237,7 @@ def _graph_paths(system: System, h: SynthesisHierarchy, *, max_len: int, top: in
     from p2smt.synth.certproof import graph_proof
 
     prob = problem(h, require_progress)
-    doc, closed, figures = graph_proof(prob, max_len, units=units)
+    doc, closed, figures = graph_proof(prob, max_len, units=units, timeout_ms=timeout_ms)
     if not figures["certified"]:
         return [], figures
     started = time.perf_counter()

@@ -27,8 +27,8 @@ def checker_problem(prob: SynthesisProblem) -> Problem:
 
 
 def certificate_proof(prob: SynthesisProblem, max_len: int, *, units: int | None = None,
-                      folder: str | None = None, on_first_step: FirstStepReport | None = None
-                      ) -> tuple[tuple[tuple[int, ...], ...], dict[str, Any]]:
+                      folder: str | None = None, on_first_step: FirstStepReport | None = None,
+                      timeout_ms: int | None = None) -> tuple[tuple[tuple[int, ...], ...], dict[str, Any]]:
     """(programs, stats): the search's programs and the proof's figures (``certified``, else ``why_not``);
     a certificate the checker rejects or a step Z3 refutes is an InternalError (the search is wrong).
     Z3's resource units bound the proof but are not reported: in the thread's reused context they depend
@@ -44,16 +44,16 @@ def certificate_proof(prob: SynthesisProblem, max_len: int, *, units: int | None
         raise InternalError(f"certified synthesis: the state-graph certificate is rejected: {err}") from None
     closed = time.perf_counter()
     stats = _proved(prob, doc, checked.lemmas, checked.states, checked.steps, units, folder,
-                    (start, searched, closed))
+                    (start, searched, closed), timeout_ms)
     return tuple(programs), stats
 
 
-def graph_proof(prob: SynthesisProblem, max_len: int, *, units: int | None = None
+def graph_proof(prob: SynthesisProblem, max_len: int, *, units: int | None = None, timeout_ms: int | None = None
                 ) -> tuple[dict[str, Any], Closed, dict[str, Any]]:
     """(certificate, its closed graph, figures): the state graph without its program set, closed by the
     checker and its steps proved by Z3 — what ``best`` reads its cheapest goal paths from."""
     start = time.perf_counter()
-    doc = explore(prob, max_len).document([])
+    doc = explore(prob, max_len).document([], lists=False)
     searched = time.perf_counter()
     try:
         closed = close(doc, checker_problem(prob), max_len)
@@ -61,15 +61,16 @@ def graph_proof(prob: SynthesisProblem, max_len: int, *, units: int | None = Non
         raise InternalError(f"best: the state-graph certificate is rejected: {err}") from None
     walked = time.perf_counter()
     stats = _proved(prob, doc, closed.lemmas, len(closed.reached), closed.steps, units, None,
-                    (start, searched, walked))
+                    (start, searched, walked), timeout_ms)
     return doc, closed, stats
 
 
 def _proved(prob: SynthesisProblem, doc: dict[str, Any], lemmas: frozenset[tuple], states: int, steps: int,
-            units: int | None, folder: str | None, times: tuple[float, float, float]) -> dict[str, Any]:
+            units: int | None, folder: str | None, times: tuple[float, float, float],
+            timeout_ms: int | None = None) -> dict[str, Any]:
     """Z3 on the lemmas; the figures (``certified``, else ``why_not``); a refuted step is an InternalError."""
     start, searched, closed = times
-    proved = prove(lemmas, prob.num_devices, units)
+    proved = prove(lemmas, prob.num_devices, units, timeout_ms)
     if folder is not None and proved.status == "unsat":  # only a finished proof: no partial certificate
         write(Path(folder), doc, proved.texts)
     if proved.status == "sat":

@@ -234,7 +234,7 @@ def _state_graph(prob: SynthesisProblem, max_len: int, opts: EngineOptions,
                       f"({SEARCH_LIMIT:,})")
     units = opts.proof_budget * UNITS if opts.proof_budget else None
     programs, stats = certificate_proof(prob, max_len, units=units, folder=opts.certificate,
-                                        on_first_step=on_first_step)
+                                        on_first_step=on_first_step, timeout_ms=opts.timeout_ms)
     stats = {"proposer": Engine.PIECES.value, "proposer_seconds": stats["certificate"]["search_seconds"]} | stats
     if stats["certified"]:
         stats["rests_on"] = certificate_words(prob.num_devices, max_len, stats["certificate"])

@@ -46,8 +46,9 @@ class StateGraph:
         return search_programs(0, self.max_len, len(self.problem.candidates), step, lambda s: s == goal,
                                lambda s: s, on_first_step)
 
-    def document(self, programs: list[tuple[int, ...]]) -> dict[str, Any]:
-        """The certificate (JSON-ready): the problem, the graph, and the programs it claims."""
+    def document(self, programs: list[tuple[int, ...]], lists: bool = True) -> dict[str, Any]:
+        """The certificate (JSON-ready): the problem, the graph, and the programs it claims. ``lists=False``
+        keeps the graph's own tuples (the same JSON; handed in-process to the checker, which takes both)."""
         prob = self.problem
         sh = prob.sharding
         return {
@@ -58,9 +59,10 @@ class StateGraph:
                                                        "shards": sh.shards}}),
             "candidates": [[c.collective.value, [list(g) for g in c.groups]] for c in prob.candidates],
             "device_states": [format(m, "x") for m in self.matrices],
-            "states": [list(s) for s in self.states],
+            "states": [list(s) for s in self.states] if lists else self.states,
             "goal": self.goal,
-            "edges": [None if e is None else [x if x.__class__ is int else list(x) for x in e] for e in self.edges],
+            "edges": [None if e is None else [x if x.__class__ is int else list(x) for x in e] for e in self.edges]
+            if lists else self.edges,
             "programs": [list(p) for p in programs],
         }
 
