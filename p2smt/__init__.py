@@ -24,6 +24,7 @@ _EXPORTS = {
     "MasterScope": "p2smt.model.request",
     "Engine": "p2smt.synth.config",
     "EngineConfig": "p2smt.synth.config",
+    "Goal": "p2smt.model.goal",
     "P2Error": "p2smt.errors",
     "load_system": "p2smt.api",
     "placements": "p2smt.api",
@@ -47,6 +48,7 @@ _EXPORTS = {
 __all__ = [
     "Engine",
     "EngineConfig",
+    "Goal",
     "HierarchyKind",
     "MasterScope",
     "P2Error",

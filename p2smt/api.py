@@ -159,11 +159,19 @@ def groups(request: Request, instructions: str) -> list[dict[str, Any]]:
     """
     from p2smt.model.dsl import instruction_groups, lower_program, parse_program
 
-    _, h = hierarchy_of(request)
+    placement, h = hierarchy_of(request)
     program = parse_program(instructions, h)
     return [{"instruction": str(ins), "synthesis_groups": [list(g) for g in instruction_groups(h, ins)],
-             "device_groups": [list(g) for g in step.groups]}
+             "device_groups": [list(g) for g in step.groups],
+             **shard_ranks(request, placement, h, instruction_groups(h, ins))}
             for ins, step in zip(program.instructions, lower_program(h, program))]
+
+
+def shard_ranks(request: Request, placement: Placement, h: SynthesisHierarchy, groups) -> dict[str, Any]:
+    """Under a sharded goal (``request.goal``, docs/semantics.md §6), each synthesis group's members' shard
+    ranks (``groups --goal``): a ReduceScatter leaves member i block i, so the goal wants ranks in order."""
+    sharding = request.sharding(placement, h)
+    return {} if sharding is None else {"shard_ranks": [[sharding.rank[d] for d in g] for g in groups]}
 
 
 def _judged(request: Request, program: str | Sequence[Mapping[str, Any]], goal: str = "allreduce",

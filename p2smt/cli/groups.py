@@ -8,7 +8,7 @@ from rich.console import Console
 
 from p2smt.cli.goals import add_goal
 from p2smt.cli.inputs import read_arg_text
-from p2smt.cli.options import add_json, add_request, one_hierarchy
+from p2smt.cli.options import add_json, add_request, one_hierarchy, request_of
 from p2smt.cli.output import ExitCode, emit
 
 
@@ -23,9 +23,11 @@ def register(sub) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    from p2smt.api import shard_ranks
     from p2smt.model.dsl import instruction_groups, lower_program, parse_program
 
-    _, _, _, h = one_hierarchy(args)
+    _, placement, _, h = one_hierarchy(args)
+    req = request_of(args)
     text, source = read_arg_text(args.instruction, "--instruction")
     program = parse_program(text, h, source)
     lowered = lower_program(h, program)
@@ -34,6 +36,7 @@ def run(args: argparse.Namespace) -> int:
             "instruction": str(ins),
             "synthesis_groups": [list(g) for g in instruction_groups(h, ins)],
             "device_groups": [list(g) for g in step.groups],
+            **shard_ranks(req, placement, h, instruction_groups(h, ins)),
         }
         for ins, step in zip(program.instructions, lowered)
     ]
@@ -45,6 +48,8 @@ def run(args: argparse.Namespace) -> int:
             c.print(f"[bold]{r['instruction']}[/bold]")
             c.print(f"  on the synthesis hierarchy: {r['synthesis_groups']}")
             c.print(f"  on the system ({len(r['device_groups'])} groups): {r['device_groups']}")
+            if "shard_ranks" in r:
+                c.print(f"  shard ranks of the synthesis groups' members: {r['shard_ranks']}")
 
     emit(args, payload, render)
     return ExitCode.OK
