@@ -26,7 +26,7 @@ from p2smt.model.problem import SynthesisProblem, canonical_order
 from p2smt.model.status import SolveStatus
 from p2smt.smt.base import Encoding, Program
 from p2smt.smt.budget import ResourceBudget
-from p2smt.smt.registry import load_encoding
+from p2smt.smt.registry import SHARDED_ENCODINGS, load_encoding
 from p2smt.smt.statistics import statistics
 from p2smt.smt.strategy import Enumerate, Phase, Strategy
 
@@ -299,10 +299,6 @@ def run_encoding(
     if emitter.active:
         stats["smt2_files"] = emitter.count
     return EngineResult(status, tuple(canonical_order(programs)), stats)
-
-
-SHARDED_ENCODINGS = ("bool-matrix",)
-"""The encodings that state the sharded goals of docs/semantics.md §6 (the others refuse them)."""
 
 
 def enumerate_z3(

@@ -20,6 +20,9 @@ from p2smt.errors import P2Error
 from p2smt.model.system import _packaged_dir
 from p2smt.smt.base import EncodingSpec
 
+SHARDED_ENCODINGS = ("bool-matrix",)
+"""The encodings that state the sharded goals of docs/semantics.md §6 (the others refuse them)."""
+
 ENV_VAR = "P2SMT_ENCODINGS_PATH"
 
 

@@ -29,10 +29,11 @@ from p2smt.model.collectives import AG, BC, Collective, Group
 from p2smt.model.components import Split
 from p2smt.model.dsl import validate_plan
 from p2smt.model.failure import Rule, Violation, goal_masks, mixed_pair, mixed_violation, step_text, violation
+from p2smt.model.goal import Sharding
 from p2smt.model.problem import Candidate, SynthesisProblem
 from p2smt.model.status import ProofStatus
 from p2smt.smt.check import Failure, PlanChecker, Unknown
-from p2smt.smt.registry import load_encoding
+from p2smt.smt.registry import SHARDED_ENCODINGS, load_encoding
 from p2smt.smt.unroll import Semantics
 
 Step = tuple[Collective, Sequence[Group]]
@@ -174,9 +175,11 @@ def unknown_message(err: Unknown, clock: ProofClock, steps: int) -> str:
 
 
 def plan_problem(
-    num_devices: int, steps: Sequence[Step], goal_groups: Sequence[Group], require_progress: bool
+    num_devices: int, steps: Sequence[Step], goal_groups: Sequence[Group], require_progress: bool,
+    sharding: Sharding | None = None,
 ) -> tuple[SynthesisProblem, tuple[int, ...]]:
-    """The plan as a problem whose candidates are its distinct steps, and the plan as indices."""
+    """The plan as a problem whose candidates are its distinct steps, and the plan as indices; ``sharding``: a
+    sharded goal (docs/semantics.md §6) on the plan's devices, None for the AllReduce goal."""
     if num_devices < 1:
         raise P2Error(f"a plan needs at least one device, got {num_devices}")
     goals = tuple(tuple(int(d) for d in g) for g in goal_groups)
@@ -198,7 +201,7 @@ def plan_problem(
             index[key] = len(cands)
             cands.append(Candidate(step_text(coll, groups), coll, groups))
         plan.append(index[key])
-    return SynthesisProblem(num_devices, goals, tuple(cands), require_progress), tuple(plan)
+    return SynthesisProblem(num_devices, goals, tuple(cands), require_progress, sharding), tuple(plan)
 
 
 def plan_checker(
@@ -210,6 +213,7 @@ def plan_checker(
     chunks: int | None,
     encoding: str,
     extra_dirs: Iterable[str | Path],
+    sharding: Sharding | None = None,
 ) -> tuple[SynthesisProblem, tuple[int, ...], Any, PlanChecker]:
     """A plan's problem, its candidate indices, and ``encoding``'s checker over ``chunks`` rows."""
     if not steps:
@@ -217,8 +221,11 @@ def plan_checker(
     chunks = num_devices if chunks is None else chunks
     if chunks < 1:
         raise P2Error(f"chunks must be positive, got {chunks}")
-    problem, plan = plan_problem(num_devices, steps, goal_groups, require_progress)
-    enc = load_encoding(encoding, extra_dirs).create(problem, len(plan))
+    problem, plan = plan_problem(num_devices, steps, goal_groups, require_progress, sharding)
+    spec = load_encoding(encoding, extra_dirs)
+    if spec.name not in SHARDED_ENCODINGS:
+        problem.refuse_sharded(f"the {spec.name} encoding")
+    enc = spec.create(problem, len(plan))
     if not hasattr(enc, "new_checker"):
         raise P2Error(f"encoding {encoding!r} cannot prove plans (it has no cell checker)")
     return problem, plan, enc, enc.new_checker(chunks=chunks, timeout_ms=timeout_ms)
@@ -235,16 +242,19 @@ def prove_plan(
     encoding: str = "bool-matrix",
     extra_dirs: Iterable[str | Path] = (),
     report: StepReport | None = None,
+    sharding: Sharding | None = None,
 ) -> PlanProof:
     """PROVED, COUNTEREXAMPLE (first failing step, group, devices, rule, defects) or unknown.
 
     ``chunks``: rows of the state matrix (default ``num_devices``; the size of one reduction group for
     a lowered plan, as ``p2smt.semantics.dense.execute`` takes it). ``report(t)``: steps 1..t proved to apply.
+    ``sharding``: a sharded goal (§6) Z3 proves instead of the AllReduce goal; a goal failure is then worded by
+    ``synth.sharded`` (this module's goal report states the AllReduce goal).
     """
     start = time.perf_counter()
     clock = ProofClock(timeout_ms, report)
     problem, plan, enc, checker = plan_checker(
-        num_devices, steps, goal_groups, require_progress, clock.solver_ms(), chunks, encoding, extra_dirs
+        num_devices, steps, goal_groups, require_progress, clock.solver_ms(), chunks, encoding, extra_dirs, sharding
     )
     if not hasattr(enc, "mask_payload"):
         raise P2Error(f"encoding {encoding!r} cannot prove plans (it has no mask payload to report states with)")
@@ -257,6 +267,9 @@ def prove_plan(
                          stats=proof_stats(checker, start), steps_proved=clock.proved)
     if failure is None:
         return PlanProof(ProofStatus.PROVED, stats=proof_stats(checker, start))
+    if failure.step is None and sharding is not None:  # the report below states the AllReduce goal: synth.sharded
+        return PlanProof(ProofStatus.COUNTEREXAMPLE, None, f"the {sharding.kind.value} goal is not reached",
+                         stats=proof_stats(checker, start))
     return _counterexample(enc, checker, problem, plan, failure, start)
 
 

@@ -1,20 +1,19 @@
-"""One plan proved against a sharded goal (docs/semantics.md §6): Z3's proof that every step applies, joined
-with the interpreters' verdict on the final state.
+"""One plan proved against a sharded goal (docs/semantics.md §6) by Z3, its goal failure worded by the interpreter.
 
-A ReduceScatter or HSDP goal starts from the allreduce goal's state, so the Boolean encoding's step rules are
-its rules: Z3 proves (or refutes) each step at the real size. Only the goal differs, and the encodings do not
-have it yet; the dense interpreter judges the final state, which on one fixed plan is exact (every chunk and
-contribution is concrete). The AllGather goal starts from another state, which the encodings lack: refused.
+The Boolean encoding states the sharded goals (and the AllGather goal's initial state): Z3 proves every step
+applies and the final state is the sharded goal, at the real size. Where Z3 finds the goal missed, the dense
+interpreter, exact on one plan, names the device and the chunks it ends with and should hold (the encoding's
+own goal report states the AllReduce goal); the two must agree, else it is an internal error.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 
-from p2smt.errors import InternalError, P2Error
+from p2smt.errors import InternalError
 from p2smt.model.collectives import Group
 from p2smt.model.failure import Rule, Violation
-from p2smt.model.goal import GoalKind, Sharding
+from p2smt.model.goal import Sharding
 from p2smt.model.status import ProofStatus
 from p2smt.semantics.dense import Step
 from p2smt.semantics.positions import PositionRun
@@ -38,30 +37,26 @@ def prove_sharded(
     report: StepReport | None = None,
     verdict: Verdict | None = None,
 ) -> PlanProof:
-    """PROVED, COUNTEREXAMPLE or unknown for ``steps`` against the sharded goal ``sharding``.
+    """PROVED, COUNTEREXAMPLE or unknown for ``steps`` against the sharded goal ``sharding``, by Z3.
 
-    A failing step is Z3's counterexample on the plan up to that step (as ``prove_plan`` gives it); a plan
-    whose steps all apply is PROVED when the interpreter finds the sharded goal reached, else the interpreter's
-    goal violation (device, the chunks it ends with and its shard's). ``verdict``: the interpreter's, when the
-    caller has it already."""
-    if sharding.kind is GoalKind.ALL_GATHER:
-        raise P2Error("Z3 does not prove the all-gather goal yet (its encodings start every device with the whole "
-                      "buffer); check judges it")
+    A failing step is Z3's counterexample (as ``prove_plan`` gives it); a plan whose steps all apply is PROVED
+    when Z3 proves the sharded goal, else the interpreter's goal violation (device, the chunks it ends with and
+    its shard's). ``verdict``: the interpreter's, when the caller has it already."""
     chunks = chunks or len(goal_groups[0])
     if verdict is None:
         verdict = judge(num_devices, steps, goal_groups, chunks, require_progress, layout=False, sharding=sharding)
-    v = verdict.violation
-    failing = v.step if v is not None else None
-    prefix = steps if failing is None else steps[:failing]
-    proof = prove_plan(num_devices, prefix, goal_groups, require_progress=require_progress, timeout_ms=timeout_ms,
-                       chunks=chunks, encoding=encoding, report=report)
-    if failing is not None or proof.status is ProofStatus.UNKNOWN:
+    proof = prove_plan(num_devices, steps, goal_groups, require_progress=require_progress, timeout_ms=timeout_ms,
+                       chunks=chunks, encoding=encoding, report=report, sharding=sharding)
+    if proof.status is ProofStatus.UNKNOWN:
         return proof
-    if proof.violation is not None and proof.violation.step is not None:
-        raise InternalError(f"Z3 refutes step {proof.violation.step} ({proof.violation.rule}) but the interpreter "
-                            "applies every step")
-    if verdict.execution.valid:
-        return PlanProof(ProofStatus.PROVED, stats=proof.stats)
+    v = verdict.violation
+    z3_step = proof.violation is not None and proof.violation.step is not None  # Z3 names a failing step
+    if (proof.status is ProofStatus.PROVED) != verdict.execution.valid or (z3_step and (v is None or v.step is None)):
+        raise InternalError(f"Z3 ({proof.status}) and the interpreter ({'valid' if verdict.execution.valid else v}) "
+                            f"disagree on a plan against the {sharding.kind.value} goal")
+    if proof.status is ProofStatus.PROVED or z3_step:
+        return proof
+    # Z3: every step applies, the goal is missed; the interpreter names where (or the first step mixing groups)
     defects = verdict.execution.defects
     shown = list(dict.fromkeys(v.devices))[:MAX_STATES]
     return PlanProof(
