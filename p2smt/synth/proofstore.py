@@ -126,6 +126,8 @@ def problem_json(prob: SynthesisProblem) -> dict[str, Any]:
         "goal": [list(g) for g in prob.goal_groups],
         "candidates": [[c.label, c.collective.value, [list(g) for g in c.groups]] for c in prob.candidates],
         "progress": prob.require_progress,
+        **({} if prob.sharding is None else {"sharded_goal": {  # the AllReduce goal's keys unchanged
+            "kind": prob.sharding.kind.value, "rank": list(prob.sharding.rank), "shards": prob.sharding.shards}}),
     }
 
 
