@@ -46,9 +46,12 @@ class Where:
     def placement(self) -> Placement:
         return Placement(SYSTEM.sizes, self.axes, self.matrix)
 
+    def goal_obj(self) -> Goal:
+        return Goal.of(self.goal, self.shard_axes, self.reduce)
+
     @property
     def sharding(self):
-        return Goal.of(self.goal, self.shard_axes, self.reduce).sharding(self.placement)
+        return self.goal_obj().sharding(self.placement)
 
     def target(self):
         return placement_target(self.placement, self.reduce, SYSTEM.level_names, None, SYSTEM.name, self.sharding)
@@ -280,3 +283,59 @@ def test_lower_states_the_prediction_and_a_refused_one_in_one_line(run_cli):
     assert rc == 2 and out == "" and err.count("\n") == 1 and "a node's wiring cannot be resized" in err
     rc, out, err = run_cli("lower", "--backend", "jax", *ONE_AXIS_RS.argv(), "--program", ACROSS_THEN_INSIDE)
     assert rc == 0 and err == "" and "predicted on" not in out  # the default prediction is skipped there
+
+
+def test_every_rank_order_program_reaches_the_goal_and_the_first_is_flat():
+    """The plan's sharded options, on placements whose rank order is and is not the physical order: each checked
+    by both interpreters (not only the buffer positions plan relies on)."""
+    from p2smt.cost.sharded import flat_plan, rank_order_plans
+
+    for where in (ONE_AXIS_RS, ONE_AXIS_AG, HSDP, TWO_AXES_RS):
+        options = rank_order_plans(where.placement, where.reduce, where.goal_obj(), SYSTEM.level_names)
+        assert len(options) == 2 ** (len([x for r in where.matrix for x in r if x > 1]) - (where is HSDP) - 1)
+        for labels, plan in options:
+            assert _valid(where, plan), labels
+            assert layout(plan, where.target()).reaches_goal
+        flat = flat_plan(where.placement, where.reduce, where.goal_obj())
+        assert [set(s.groups) for s in options[0][1]] == [set(s.groups) for s in flat]
+    labels = [lab for lab, _ in rank_order_plans(ONE_AXIS_RS.placement, (0,), ONE_AXIS_RS.goal_obj(), SYSTEM.level_names)]
+    assert labels == [("ReduceScatter over axis0_node+axis0_gpu",),
+                      ("ReduceScatter over axis0_node", "ReduceScatter over axis0_gpu")]
+
+
+def test_plan_prices_fsdp_and_hsdp_profiles_against_the_flat_collective():
+    from p2smt.cost.plan import plan
+
+    report = plan("llama2-7b-hsdp", load_system("dgx-h100", 4))
+    assert "not synthesized by plan" in report["sharded"]
+    best = report["best"]
+    assert best["matrix"] == [[4, 1], [1, 8]]  # the shard group inside a node
+    grads = next(c for c in best["communications"] if c["name"] == "grads")
+    assert grads["kind"] == "reduce-scatter" and grads["program"].endswith("AllReduce over replica")
+    assert grads["step_bytes"] == [404e6, 404e6 / 8]
+    for row in report["placements"]:
+        for c in row["communications"]:
+            assert c["seconds_each"] <= c["allreduce_seconds_each"] and "rank-order program" in c["rests_on"]
+
+
+def test_plan_takes_a_hierarchical_sharded_program_where_it_beats_the_flat_one():
+    from p2smt.cost.plan import plan
+
+    report = plan("llama2-7b-fsdp", load_system("gb200-nvl72", 2))
+    (row,) = report["placements"]
+    by = {c["name"]: c for c in row["communications"]}
+    assert by["grads"]["program"] == "ReduceScatter over data_rack+data_tray; ReduceScatter over data_superchip+data_gpu"
+    assert by["params_fwd"]["program"] == "AllGather over data_superchip+data_gpu; AllGather over data_rack+data_tray"
+    assert by["grads"]["step_bytes"] == [404e6, 404e6 / 36]
+    assert row["total_seconds"] < row["allreduce_total_seconds"]
+
+
+def test_profile_shard_axes_are_checked(tmp_path):
+    from p2smt.model.profile import Profile
+
+    base = {"name": "t", "axes": [{"name": "a", "size": "auto"}, {"name": "b", "size": 2}]}
+    for comm, words in (({"kind": "all-gather", "shard_axes": ["a"]}, "for kind reduce-scatter only"),
+                        ({"kind": "reduce-scatter", "shard_axes": ["c"]}, "must be distinct axes of")):
+        with pytest.raises(ValueError, match=words):
+            Profile.model_validate(base | {"communication": [{"name": "x", "axes": ["a", "b"], "bytes_per_device": 1,
+                                                              **comm}]})

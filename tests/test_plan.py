@@ -21,7 +21,7 @@ def _profile(axes, comms, name="t"):
 
 
 def test_shipped_profiles_load():
-    assert shipped_profiles() == ["gpt3-13b-tp-dp", "gpt3-tp-pp-dp", "resnet50-dp"]
+    assert shipped_profiles() == ["gpt3-13b-tp-dp", "gpt3-tp-pp-dp", "llama2-7b-fsdp", "llama2-7b-hsdp", "resnet50-dp"]
     for name in shipped_profiles():
         p = load_profile(name)
         assert p.sizes_for(64)

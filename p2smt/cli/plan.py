@@ -75,6 +75,8 @@ def run(args: argparse.Namespace) -> int:
         )
         if "certification" in report:
             c.print(flagged(report["certification"]))
+        if "sharded" in report:
+            c.print(report["sharded"])
         if args.png:
             c.print(f"chart: {args.png}")
 
@@ -132,7 +134,7 @@ def export_plan(report: dict[str, Any], profile, system, out: Path) -> list[str]
     }, indent=2) + "\n", "--export-dir")
     written.append(str(mesh))
     for comm in best["communications"]:
-        if comm["program"] is None:
+        if comm["program"] is None or comm["kind"] != "reduce":  # a sharded one's program is no DSL text
             continue
         spec = next(c for c in profile.communication if c.name == comm["name"])
         red = tuple(sorted(profile.axis_index(a) for a in spec.axes))

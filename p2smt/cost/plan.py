@@ -22,10 +22,13 @@ from p2smt.cost.best import best_on_hierarchy
 from p2smt.cost.branch import MAX_DEVICES as SEARCH_DEVICES
 from p2smt.cost.model import step_time
 from p2smt.cost.rank import allreduce_seconds, rank_result
+from p2smt.cost.sharded import cheapest_rank_order
 from p2smt.cost.step import link_class
+from p2smt.cost.tuner import HOP_CLASSES
 from p2smt.errors import P2Error
 from p2smt.model.collectives import Collective
 from p2smt.model.dsl import Program, candidate_instructions, format_program, lower_program, problem
+from p2smt.model.goal import Goal
 from p2smt.model.hierarchy import SynthesisHierarchy, synthesis_hierarchy
 from p2smt.model.placement import Matrix, Placement, matrices
 from p2smt.model.profile import Communication, Profile, load_profile
@@ -51,6 +54,7 @@ class CommChoice:
     allreduce_links: str | None = None
     rests_on: str | None = None  # a reduction's choice: what makes it the cheapest valid program
     certified: bool | None = None  # whether Z3 certified the program set it was chosen from (None: not asked)
+    step_bytes: tuple[float, ...] = ()  # a sharded communication's message bytes per step (its baseline: the flat one)
 
     @property
     def seconds_total(self) -> float:
@@ -163,9 +167,33 @@ def _choice(system: System, comm: Communication, h: SynthesisHierarchy, program:
                       rests_on, certified)
 
 
+def _sharded_choices(system: System, axes: tuple[int, ...], profile: Profile, comm: Communication,
+                     mats: list[Matrix], algo: str, report: UnitReport | None) -> list[CommChoice]:
+    """A reduce-scatter's or all-gather's cheapest rank-order program on every placement, against its flat
+    collective (``cost.sharded``); plan does not synthesize sharded programs (``rank --goal`` does)."""
+    kind, red, shard = profile.goal_of(comm)
+    goal = Goal.of(kind, shard, red)
+    names = [a.name for a in profile.axes]
+    out = []
+    for m in mats:
+        price, count = cheapest_rank_order(system, Placement(system.sizes, axes, m), red, goal, comm.bytes_per_device,
+                                           algo, names)
+        flat_links = max((s.links for s in price.flat), key=HOP_CLASSES.index)
+        rests_on = (f"the cheapest of {count} rank-order program{'s' if count != 1 else ''} (the {goal.describe()} "
+                    "goal's digits cut into consecutive steps, each checked in buffer positions), priced by NCCL's "
+                    "tuner against the flat collective; sharded programs are not synthesized by plan (rank --goal "
+                    "synthesizes them)")
+        out.append(CommChoice(comm.name, comm.kind, comm.count, price.seconds, price.flat_seconds,
+                              "; ".join(s.label for s in price.steps), tuple(s.links for s in price.steps), flat_links,
+                              rests_on, step_bytes=tuple(s.message_bytes for s in price.steps)))
+        if report is not None:
+            report(PlanUnit(m, out[-1]))
+    return out
+
+
 def _nothing_to_reduce(comm: Communication) -> CommChoice:
     """A reduction over axes of size 1: every reduction group is one device, so no step and no time."""
-    return CommChoice(comm.name, "reduce", comm.count, 0.0, 0.0, None,
+    return CommChoice(comm.name, comm.kind, comm.count, 0.0, 0.0, None,
                       rests_on="nothing to communicate: the reduced axes have size 1 (one device per group)")
 
 
@@ -209,7 +237,7 @@ def plan(profile: Profile | str, system: System | str, *, algo: str = "ring", co
     per_comm: list[list[CommChoice]] = []
     for comm in profile.communication:
         idx = tuple(sorted(profile.axis_index(a) for a in comm.axes))
-        if comm.kind == "reduce" and prod(axes[i] for i in idx) == 1:
+        if comm.kind != "p2p" and prod(axes[i] for i in idx) == 1:
             per_comm.append([_nothing_to_reduce(comm) for _ in mats])
             if report is not None:
                 for m, choice in zip(mats, per_comm[-1]):
@@ -217,6 +245,9 @@ def plan(profile: Profile | str, system: System | str, *, algo: str = "ring", co
             continue
         if comm.kind == "reduce":
             per_comm.append(_reduction_choices(system, axes, comm, idx, algo, config, report))
+            continue
+        if comm.kind in SHARDED:
+            per_comm.append(_sharded_choices(system, axes, profile, comm, mats, algo, report))
             continue
         per_comm.append([])
         for m in mats:
@@ -237,7 +268,8 @@ def plan(profile: Profile | str, system: System | str, *, algo: str = "ring", co
                 {"name": c.name, "kind": c.kind, "count": c.count, "seconds_each": c.seconds_each,
                  "seconds_total": c.seconds_total, "allreduce_seconds_each": c.allreduce_seconds_each,
                  "program": c.program, "links": list(c.links), "allreduce_links": c.allreduce_links,
-                 "moved": moved(c), **({"rests_on": c.rests_on} if c.rests_on is not None else {})}
+                 "moved": moved(c), **({"rests_on": c.rests_on} if c.rests_on is not None else {}),
+                 **({"step_bytes": list(c.step_bytes)} if c.step_bytes else {})}
                 for c in choices
             ],
         })
@@ -259,12 +291,19 @@ def plan(profile: Profile | str, system: System | str, *, algo: str = "ring", co
         "algo": algo,
         "engine": config.engine.value,
         **certification(config, [c for choices in per_comm for c in choices if c.kind == "reduce"]),
+        **({"sharded": SHARDED_NOTE} if any(c.kind in SHARDED for c in profile.communication) else {}),
         "placements": rows,
         "best": rows[0],
         "median_seconds": statistics.median(totals),
         "worst": rows[-1],
         "pareto_front": [r["matrix"] for r in rows if r["pareto"]],
     }
+
+
+SHARDED = ("reduce-scatter", "all-gather")
+SHARDED_NOTE = ("reduce-scatter and all-gather communications: the cheapest rank-order program (flat collective "
+                "or the rank's digits cut into consecutive steps), priced by NCCL's tuner; their baseline column is "
+                "the flat collective; hierarchical sharded programs are not synthesized by plan (rank --goal does)")
 
 
 def certification(config: EngineConfig, reductions: list[CommChoice]) -> dict[str, Any]:
@@ -306,19 +345,26 @@ def render_plan(report: dict[str, Any]):
     t.add_column("#", justify="right")
     t.add_column("matrix (" + " / ".join(axis_names) + ")")
     t.add_column("total s", justify="right")
-    t.add_column("AllReduce-only s", justify="right")
+    t.add_column("AllReduce-only s" if "sharded" not in report else "baseline s", justify="right")
     t.add_column("pareto")
     for c in report["placements"][0]["communications"]:
         t.add_column(f"{c['name']} ×{c['count']:g}", overflow="fold")
     for r in report["placements"]:
         cells = [
             f"{c['seconds_total']:.4g} s" + (f"\n{c['program']}" if c["program"] else "")
-            + (f"\nlinks {' '.join(c['links'])} (AllReduce {c['allreduce_links']})" if c.get("links") else "")
+            + (f"\nlinks {' '.join(c['links'])} ({baseline_name(c)} {c['allreduce_links']})" if c.get("links") else "")
             for c in r["communications"]
         ]
         t.add_row(str(r["rank"]), str(r["matrix"]), f"{r['total_seconds']:.4g}",
                   f"{r['allreduce_total_seconds']:.4g}", "yes" if r["pareto"] else "", *cells)
     return t
+
+
+def baseline_name(comm: dict[str, Any]) -> str:
+    """What a communication is compared with: the AllReduce, or a sharded one's flat collective (and its time)."""
+    if comm["kind"] not in SHARDED:
+        return "AllReduce"
+    return f"flat {comm['allreduce_seconds_each'] * comm['count']:.4g} s,"
 
 
 def plot_plan(report: dict[str, Any], path: Path) -> Path:

@@ -18,7 +18,8 @@ from dataclasses import dataclass
 from p2smt.cost.channels import _coef
 from p2smt.cost.step import link_class, step_choices
 from p2smt.cost.volumes import message_bytes
-from p2smt.lower.layout import layout
+from p2smt.errors import InternalError
+from p2smt.lower.layout import PlanLayout, layout
 from p2smt.lower.target import Target
 from p2smt.model.collectives import Collective, ExplicitPlan, ExplicitStep
 from p2smt.model.goal import Goal, GoalKind
@@ -93,8 +94,14 @@ def price_steps(system: System, plan: ExplicitPlan, target: Target, bytes_per_de
                 labels: Sequence[str] | None = None) -> tuple[StepPrice, ...]:
     """Every step of ``plan`` on ``target`` priced from the buffers its layout gives (``bytes_per_device``: the
     full buffer, k chunks)."""
+    return price_layout(system, layout(plan, target), bytes_per_device, algo, labels)
+
+
+def price_layout(system: System, lay: PlanLayout, bytes_per_device: float, algo: str = "ring",
+                 labels: Sequence[str] | None = None) -> tuple[StepPrice, ...]:
+    """``price_steps`` of a plan whose layout is known."""
     topo = build_topology(system)
-    lay = layout(plan, target)
+    target, plan = lay.target, [ExplicitStep(s.collective, s.groups) for s in lay.steps]
     chunk = bytes_per_device / target.num_chunks
     holdings = (lay.initial, *(s.holdings for s in lay.steps))
     out = []
@@ -138,3 +145,73 @@ def price_plan(system: System, plan: ExplicitPlan, target: Target, placement: Pl
     return PlanPrice(system.name, bytes_per_device, algo, price_steps(system, plan, target, bytes_per_device, algo, labels),
                      price_steps(system, flat, target, bytes_per_device, algo, flat_labels))
 
+
+
+def rank_digits(placement: Placement, goal: Goal) -> tuple[tuple[int, int], ...]:
+    """The digits of a device's rank along the shard axes, most significant first: (axis, level) for every shard
+    axis in ascending order and every level it is split over, outermost first (§1's numbering, §6's rank)."""
+    return tuple((a, j) for a in goal.shard_axes for j, parts in enumerate(placement.matrix[a]) if parts > 1)
+
+
+def digit_groups(placement: Placement, segment: Sequence[tuple[int, int]]) -> tuple[tuple[int, ...], ...]:
+    """Devices that differ only in the digits of ``segment``, members in rank order (the segment's digits read
+    as a number, first most significant), groups by first member."""
+    digits = placement.digits
+    inside = set(segment)
+    fixed = [(i, j) for i in range(digits.shape[1]) for j in range(digits.shape[2]) if (i, j) not in inside]
+    groups: dict[tuple[int, ...], list[tuple[tuple[int, ...], int]]] = {}
+    for d in range(placement.num_devices):
+        key = tuple(int(digits[d, i, j]) for i, j in fixed)
+        groups.setdefault(key, []).append((tuple(int(digits[d, i, j]) for i, j in segment), d))
+    return tuple(sorted(tuple(d for _, d in sorted(g)) for g in groups.values()))
+
+
+def rank_order_plans(placement: Placement, reduce: Sequence[int], goal: Goal, level_names: Sequence[str],
+                     axis_names: Sequence[str] | None = None) -> list[tuple[tuple[str, ...], ExplicitPlan]]:
+    """Every program that cuts the rank's digits into consecutive segments, one collective per segment: a
+    ReduceScatter over the most significant segment first (each then holds the block its rank's leading digits
+    name) or an AllGather over the least significant first; HSDP then adds an AllReduce over the replicated axes.
+    Each is the goal by construction (``cheapest_rank_order`` checks it); the first, one segment, is the flat
+    collective. Labels name the mesh axes ``<axis>_<level>`` of each step."""
+    names = tuple(axis_names) if axis_names is not None else tuple(f"axis{i}" for i in range(len(placement.axes)))
+    digits = rank_digits(placement, goal)
+    gather = goal.kind is GoalKind.ALL_GATHER
+    coll = Collective.ALL_GATHER if gather else Collective.REDUCE_SCATTER
+    rest = tuple(a for a in sorted(set(reduce)) if a not in goal.shard_axes)
+    out = []
+    for cuts in range(1 << max(len(digits) - 1, 0)):
+        segments, start = [], 0
+        for i in range(1, len(digits)):
+            if cuts >> (i - 1) & 1:
+                segments.append(digits[start:i])
+                start = i
+        segments.append(digits[start:])
+        if gather:
+            segments.reverse()
+        labels = [f"{coll.value} over {'+'.join(f'{names[a]}_{level_names[j]}' for a, j in seg)}" for seg in segments]
+        steps = [ExplicitStep(coll, digit_groups(placement, seg)) for seg in segments]
+        if rest:
+            labels.append(f"AllReduce over {'+'.join(names[a] for a in rest)}")
+            steps.append(ExplicitStep(Collective.ALL_REDUCE, placement.reduction_groups(rest)))
+        out.append((tuple(labels), tuple(steps)))
+    return out
+
+
+def cheapest_rank_order(system: System, placement: Placement, reduce: Sequence[int], goal: Goal,
+                        bytes_per_device: float, algo: str = "ring",
+                        axis_names: Sequence[str] | None = None) -> tuple[PlanPrice, int]:
+    """The cheapest of ``rank_order_plans`` (ties: the fewer steps, then the text) against the flat collective,
+    and how many programs were priced. Each is checked against the goal in buffer positions first (an internal
+    error if one misses it: the construction is wrong)."""
+    from p2smt.lower.target import placement_target
+
+    target = placement_target(placement, reduce, system.level_names, None, system.name, goal.sharding(placement))
+    priced = []
+    for labels, plan in rank_order_plans(placement, reduce, goal, system.level_names, axis_names):
+        lay = layout(plan, target)
+        if not lay.reaches_goal:
+            raise InternalError(f"the rank-order program {'; '.join(labels)} misses the {goal.describe()} goal")
+        priced.append(price_layout(system, lay, bytes_per_device, algo, labels))
+    best = min(priced, key=lambda steps: (float(f"{sum(s.seconds for s in steps):.9g}"), len(steps),
+                                          [s.label for s in steps]))
+    return PlanPrice(system.name, bytes_per_device, algo, best, priced[0]), len(priced)

@@ -55,17 +55,24 @@ class Axis(BaseModel):
 
 
 class Communication(BaseModel):
-    """A collective a step runs ``count`` times: a reduction over axes, or pipeline point-to-point sends.
+    """A collective a step runs ``count`` times: a reduction over axes, sharded or not, an all-gather, or pipeline
+    point-to-point sends.
 
     ``reduce``: every device ends with the sum over the devices that differ only on ``axes``.
+    ``reduce-scatter``: the same sum, every device keeping only its shard along ``shard_axes`` (default: all of
+    ``axes``; fewer is HSDP, the shard replicated over the others), docs/semantics.md §6 (gradients in ZeRO/FSDP).
+    ``all-gather``: every device starts with its shard and ends with every shard of its group (parameters).
+    ``bytes_per_device`` is the full (unsharded) buffer: a reduce-scatter's input, an all-gather's output.
     ``p2p``: every device sends its buffer to the next index on the single axis in ``axes``
     (pipeline activations/gradients); costed as one round of pair transfers, all at once (full-duplex links).
     """
 
     model_config = ConfigDict(allow_inf_nan=False, extra="forbid", frozen=True)
     name: str
-    kind: Literal["reduce", "p2p"] = "reduce"
+    kind: Literal["reduce", "reduce-scatter", "all-gather", "p2p"] = "reduce"
     axes: tuple[str, ...] = Field(min_length=1)
+    shard_axes: tuple[str, ...] | None = Field(default=None, description="reduce-scatter only: the axes the result "
+                                                                       "is sharded over (default: every axis)")
     bytes_per_device: float = Field(gt=0, le=MAX_BYTES)
     count: float = Field(default=1, gt=0, le=MAX_COUNT, description="times per training step")
 
@@ -103,10 +110,23 @@ class Profile(BaseModel):
                 raise ValueError(f"communication {c.name!r} repeats an axis")
             if c.kind == "p2p" and len(c.axes) != 1:
                 raise ValueError(f"p2p communication {c.name!r} needs exactly one axis")
+            if c.shard_axes is not None:
+                if c.kind != "reduce-scatter":
+                    raise ValueError(f"communication {c.name!r}: shard_axes is for kind reduce-scatter only")
+                if not c.shard_axes or any(a not in c.axes for a in c.shard_axes) or \
+                        len(set(c.shard_axes)) != len(c.shard_axes):
+                    raise ValueError(f"communication {c.name!r}: shard_axes must be distinct axes of {list(c.axes)}")
         return self
 
     def axis_index(self, name: str) -> int:
         return [a.name for a in self.axes].index(name)
+
+    def goal_of(self, comm: Communication) -> tuple[str, tuple[int, ...], tuple[int, ...] | None]:
+        """A communication's goal kind, reduction axes and shard axes as indices (docs/semantics.md §6)."""
+        kind = {"reduce": "allreduce", "reduce-scatter": "reduce-scatter", "all-gather": "all-gather"}[comm.kind]
+        red = tuple(sorted(self.axis_index(a) for a in comm.axes))
+        shard = None if comm.shard_axes is None else tuple(sorted(self.axis_index(a) for a in comm.shard_axes))
+        return kind, red, shard
 
     def sizes_for(self, num_devices: int) -> tuple[int, ...]:
         """Axis sizes on a system of ``num_devices``; resolves ``auto``; errors if they do not factor."""
