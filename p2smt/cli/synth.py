@@ -94,6 +94,9 @@ def next_steps(args: argparse.Namespace) -> str:
 
     if (why := unpriceable(system_of(args))) is not None:
         return f"not priceable: {why}"
+    if getattr(args, "goal", "allreduce") != "allreduce":  # best states the allreduce goal only
+        shard = f" --shard-axes {args.shard_axes}" if args.shard_axes is not None else ""
+        return f"next: `p2smt rank {req} --goal {args.goal}{shard}` orders these by predicted time"
     return (f"next: `p2smt rank {req}` orders these by predicted time; `p2smt best {req}` finds the cheapest "
             "(exact search) and proves it optimal")
 
@@ -162,6 +165,7 @@ def run(args: argparse.Namespace) -> int:
         unfinished = f" ({len(partial)} more listed as PARTIAL below)" if partial else ""
         c.print(
             f"{result.system}: axes {list(result.axes)}, reduce {list(result.reduction_axes)}, "
+            f"{'goal ' + result.goal.describe() + ', ' if result.goal.sharded else ''}"
             f"engine {args.engine}, max length {args.max_len}: [bold]{result.total_programs}[/bold] programs "
             f"over {counted(len(result.matrices), finished + 'placement')}{unfinished} in {result.seconds:.3f} s — "
             f"status {payload['status']}"
