@@ -307,7 +307,7 @@ def test_plan_prices_fsdp_and_hsdp_profiles_against_the_flat_collective():
     from p2smt.cost.plan import plan
 
     report = plan("llama2-7b-hsdp", load_system("dgx-h100", 4))
-    assert "not synthesized by plan" in report["sharded"]
+    assert "rank-order program" in report["sharded"]
     best = report["best"]
     assert best["matrix"] == [[4, 1], [1, 8]]  # the shard group inside a node
     grads = next(c for c in best["communications"] if c["name"] == "grads")
@@ -316,6 +316,7 @@ def test_plan_prices_fsdp_and_hsdp_profiles_against_the_flat_collective():
     for row in report["placements"]:
         for c in row["communications"]:
             assert c["seconds_each"] <= c["allreduce_seconds_each"] and "rank-order program" in c["rests_on"]
+            assert "not synthesized by plan's default engine" in c["rests_on"]
 
 
 def test_plan_takes_a_hierarchical_sharded_program_where_it_beats_the_flat_one():
@@ -339,3 +340,39 @@ def test_profile_shard_axes_are_checked(tmp_path):
         with pytest.raises(ValueError, match=words):
             Profile.model_validate(base | {"communication": [{"name": "x", "axes": ["a", "b"], "bytes_per_device": 1,
                                                               **comm}]})
+
+
+def test_plan_with_an_engine_also_synthesizes_sharded_programs_where_the_hierarchy_allows():
+    from p2smt.cost.plan import plan
+    from p2smt.synth.config import EngineConfig
+
+    report = plan("llama2-7b-hsdp", load_system("dgx-h100", 4), config=EngineConfig(engine="pieces"))
+    words = {tuple(map(tuple, r["matrix"])): {c["name"]: c["rests_on"] for c in r["communications"]}
+             for r in report["placements"]}
+    assert "synthesized programs" in words[((4, 1), (1, 8))]["grads"]
+    split = [m for m in words if m[0][1] > 1 and m[1][1] > 1 or m[0][0] > 1 and m[1][0] > 1]
+    assert split and all("not synthesized" in words[m]["grads"] and "give --hierarchy c" in words[m]["grads"]
+                         for m in split)
+    assert all("synthesized programs" in w["params_fwd"] for w in words.values())
+
+
+A100_64 = ["--system", "a100-4x16", "--axes", "64", "--reduce", "0", "--matrix", "[[4,16]]", "--goal", "reduce-scatter"]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("backend", ["jax", "torch"])
+def test_the_issue_request_runs_on_64_devices(run_cli, backend):
+    """Issue 33's system as it is: 4 nodes of 16 GPUs. Across nodes then inside each node, every one of the 64
+    devices holds exactly its shard of the sum; the reverse order, run anyway, leaves device 1 block 4's sum."""
+    if importlib.util.find_spec(backend) is None:
+        pytest.skip(f"{backend} is not installed")
+    rc, out, _ = run_cli("run", "--backend", backend, *A100_64, "--length", "128", "--bytes", "1e9", "--json",
+                         "--program", ACROSS_THEN_INSIDE)
+    data = json.loads(out)
+    assert rc == 0 and data["ok"] and data["num_devices"] == 64 and data["goal"] == "reduce-scatter"
+    assert [s["message_bytes"] for s in data["predicted"]["steps"]] == [1e9, 0.25e9]
+    assert data["predicted"]["flat"][0]["group_size"] == 64
+    rc, out, _ = run_cli("run", "--backend", backend, *A100_64, "--length", "128", "--json", "--allow-invalid",
+                         "--program", INSIDE_THEN_ACROSS)
+    data = json.loads(out)
+    assert rc == 1 and not data["ok"] and data["mismatches"][0]["device"] == 1 and data["mismatches"][0]["chunk"] == 1

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import statistics
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from math import prod
 from pathlib import Path
 from typing import Any
@@ -168,27 +168,60 @@ def _choice(system: System, comm: Communication, h: SynthesisHierarchy, program:
 
 
 def _sharded_choices(system: System, axes: tuple[int, ...], profile: Profile, comm: Communication,
-                     mats: list[Matrix], algo: str, report: UnitReport | None) -> list[CommChoice]:
-    """A reduce-scatter's or all-gather's cheapest rank-order program on every placement, against its flat
-    collective (``cost.sharded``); plan does not synthesize sharded programs (``rank --goal`` does)."""
+                     mats: list[Matrix], algo: str, config: EngineConfig,
+                     report: UnitReport | None) -> list[CommChoice]:
+    """A reduce-scatter's or all-gather's cheapest program on every placement against its flat collective: the
+    cheapest rank-order program (``cost.sharded``), and under an engine named with ``--engine`` (not ``auto``)
+    also the cheapest synthesized one (``rank --goal``'s), where the engine takes the goal."""
     kind, red, shard = profile.goal_of(comm)
     goal = Goal.of(kind, shard, red)
-    names = [a.name for a in profile.axes]
     out = []
     for m in mats:
         price, count = cheapest_rank_order(system, Placement(system.sizes, axes, m), red, goal, comm.bytes_per_device,
-                                           algo, names)
+                                           algo, [a.name for a in profile.axes])
         flat_links = max((s.links for s in price.flat), key=HOP_CLASSES.index)
         rests_on = (f"the cheapest of {count} rank-order program{'s' if count != 1 else ''} (the {goal.describe()} "
                     "goal's digits cut into consecutive steps, each checked in buffer positions), priced by NCCL's "
-                    "tuner against the flat collective; sharded programs are not synthesized by plan (rank --goal "
-                    "synthesizes them)")
-        out.append(CommChoice(comm.name, comm.kind, comm.count, price.seconds, price.flat_seconds,
-                              "; ".join(s.label for s in price.steps), tuple(s.links for s in price.steps), flat_links,
-                              rests_on, step_bytes=tuple(s.message_bytes for s in price.steps)))
+                    "tuner against the flat collective")
+        choice = CommChoice(comm.name, comm.kind, comm.count, price.seconds, price.flat_seconds,
+                            "; ".join(s.label for s in price.steps), tuple(s.links for s in price.steps), flat_links,
+                            rests_on, step_bytes=tuple(s.message_bytes for s in price.steps))
+        found = _synthesized(system, axes, red, goal, comm, algo, config, m)
+        if isinstance(found, str):
+            choice = replace(choice, rests_on=f"{rests_on}; {found}")
+        elif found[1] < price.seconds * (1 - 1e-9):
+            program, seconds, step_bytes, h, words = found
+            links = tuple(link_class(system, step.groups) for step in lower_program(h, program))
+            choice = replace(choice, seconds_each=seconds, program=format_program(program), links=links,
+                             rests_on=f"{words}; cheaper than {rests_on}", step_bytes=step_bytes)
+        else:
+            choice = replace(choice, rests_on=f"{rests_on}; no synthesized program is cheaper ({found[4]})")
+        out.append(choice)
         if report is not None:
             report(PlanUnit(m, out[-1]))
     return out
+
+
+def _synthesized(system: System, axes: tuple[int, ...], red: tuple[int, ...], goal: Goal, comm: Communication,
+                 algo: str, config: EngineConfig, matrix: Matrix) -> tuple | str:
+    """One placement's cheapest synthesized program of a sharded goal (program, seconds, bytes per step,
+    hierarchy, what it rests on), or why none was searched: under ``auto`` plan does not synthesize them, and an
+    engine or hierarchy that refuses the goal says so in one line."""
+    if config.engine is Engine.AUTO:
+        return ("sharded programs are not synthesized by plan's default engine (--engine certified or pieces, "
+                "or rank --goal, synthesizes them)")
+    try:
+        result = synthesize(Request.for_system(system, axes, red, goal=goal, matrix=matrix), config)
+        ranked = rank_result(system, result, algo=algo, bytes_per_device=comm.bytes_per_device, top=1)
+    except P2Error as err:
+        return f"not synthesized: {err}"
+    (found,), (m,) = result.matrices, ranked["matrices"]
+    if not m["programs"]:
+        return f"no program of length up to {config.max_len} synthesized"
+    best = m["programs"][0]
+    (prog,) = [p for p in found.programs if format_program(p) == best["program"]]
+    words = f"the cheapest of {len(found.programs)} synthesized programs; " + found.stats.get("rests_on", found.status)
+    return prog, best["seconds"], tuple(best.get("step_bytes", ())), found.hierarchy, words
 
 
 def _nothing_to_reduce(comm: Communication) -> CommChoice:
@@ -247,7 +280,7 @@ def plan(profile: Profile | str, system: System | str, *, algo: str = "ring", co
             per_comm.append(_reduction_choices(system, axes, comm, idx, algo, config, report))
             continue
         if comm.kind in SHARDED:
-            per_comm.append(_sharded_choices(system, axes, profile, comm, mats, algo, report))
+            per_comm.append(_sharded_choices(system, axes, profile, comm, mats, algo, config, report))
             continue
         per_comm.append([])
         for m in mats:
@@ -302,8 +335,8 @@ def plan(profile: Profile | str, system: System | str, *, algo: str = "ring", co
 
 SHARDED = ("reduce-scatter", "all-gather")
 SHARDED_NOTE = ("reduce-scatter and all-gather communications: the cheapest rank-order program (flat collective "
-                "or the rank's digits cut into consecutive steps), priced by NCCL's tuner; their baseline column is "
-                "the flat collective; hierarchical sharded programs are not synthesized by plan (rank --goal does)")
+                "or the rank's digits cut into consecutive steps), priced by NCCL's tuner, or under --engine certified "
+                "or pieces a cheaper synthesized one; their baseline column is the flat collective")
 
 
 def certification(config: EngineConfig, reductions: list[CommChoice]) -> dict[str, Any]:
