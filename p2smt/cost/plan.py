@@ -6,7 +6,9 @@ best program is found by the branch and bound of ``cost.branch`` under the defau
 prices only what its bound cannot cut), else by ranking the engine's whole program set (under
 ``certified``, a set Z3 proved valid and complete): the same program.
 Placements are ranked by that total; the Pareto front keeps those no other placement beats on every
-communication at once.
+communication at once. A reduce-scatter or all-gather communication (docs/semantics.md §6) takes the cheapest
+rank-order program of ``cost.sharded`` against its flat collective, or under a named engine a cheaper
+synthesized one.
 """
 
 from __future__ import annotations
