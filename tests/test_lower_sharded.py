@@ -376,3 +376,17 @@ def test_the_issue_request_runs_on_64_devices(run_cli, backend):
                          "--program", INSIDE_THEN_ACROSS)
     data = json.loads(out)
     assert rc == 1 and not data["ok"] and data["mismatches"][0]["device"] == 1 and data["mismatches"][0]["chunk"] == 1
+
+
+def test_plan_exports_sharded_communications_lowered_under_their_goal(run_cli, tmp_path):
+    rc, out, err = run_cli("plan", "--profile", "llama2-7b-hsdp", "--system", "dgx-h100", "--nodes", "2",
+                           "--export-dir", str(tmp_path / "out"), "--json")
+    assert rc == 0, err
+    assert sorted(p.name for p in (tmp_path / "out").iterdir()) == sorted(
+        ["mesh.json"] + [f"{n}_{b}.py" for n in ("params_fwd", "params_bwd", "grads") for b in ("jax", "torch")])
+    grads = (tmp_path / "out" / "grads_jax.py").read_text()
+    assert "reduce-scatter goal over 8 shards" in grads and "SHARDS = 8" in grads
+    assert 'jax.lax.psum_scatter(buf[:16], ("shard_gpu",), scatter_dimension=0, tiled=True)' in grads
+    assert 'jax.lax.psum(buf[:2], ("replica_node",))' in grads
+    gather = (tmp_path / "out" / "params_fwd_torch.py").read_text()
+    assert "all-gather goal over 8 shards" in gather and "dist.all_gather_single(out, buf, group=comm)" in gather

@@ -117,9 +117,12 @@ def expired(args: argparse.Namespace, bounded, profile, system) -> int:
 
 
 def export_plan(report: dict[str, Any], profile, system, out: Path) -> list[str]:
-    """Write the best placement's JAX mesh order and, per reduction, its program lowered to JAX and torch."""
+    """Write the best placement's JAX mesh order and, per reduction, its program lowered to JAX and torch (a
+    sharded one under its goal)."""
+    from p2smt.cost.sharded import rank_order_plans
     from p2smt.lower import lower_module, placement_target
     from p2smt.model.dsl import lower_program, parse_program
+    from p2smt.model.goal import Goal
     from p2smt.model.hierarchy import synthesis_hierarchy
     from p2smt.model.placement import Placement
 
@@ -134,16 +137,25 @@ def export_plan(report: dict[str, Any], profile, system, out: Path) -> list[str]
     }, indent=2) + "\n", "--export-dir")
     written.append(str(mesh))
     for comm in best["communications"]:
-        if comm["program"] is None or comm["kind"] != "reduce":  # a sharded one's program is no DSL text
+        if comm["program"] is None:
             continue
         spec = next(c for c in profile.communication if c.name == comm["name"])
-        red = tuple(sorted(profile.axis_index(a) for a in spec.axes))
+        kind, red, shard = profile.goal_of(spec)
+        goal = Goal.of(kind, shard, red)
         h = synthesis_hierarchy(placement, red, system.level_names)
-        program = parse_program(comm["program"], h)
-        target = placement_target(placement, red, system.level_names, list(report["axes"]), system.name)
-        labels = [str(i) for i in program.instructions]
+        target = placement_target(placement, red, system.level_names, list(report["axes"]), system.name,
+                                  goal.sharding(placement))
+        # a sharded communication's rank-order program is named by its steps, not DSL text: lowered as the plan
+        options = {"; ".join(labels): steps for labels, steps in
+                   rank_order_plans(placement, red, goal, system.level_names, list(report["axes"]))} \
+            if goal.sharded else {}
+        if comm["program"] in options:
+            plan, labels = options[comm["program"]], None
+        else:
+            program = parse_program(comm["program"], h)
+            plan, labels = lower_program(h, program), [str(i) for i in program.instructions]
         for backend in ("jax", "torch"):
             path = out / f"{comm['name']}_{backend}.py"
-            write_text(path, lower_module(backend, lower_program(h, program), target, labels), "--export-dir")
+            write_text(path, lower_module(backend, plan, target, labels), "--export-dir")
             written.append(str(path))
     return written
