@@ -379,7 +379,7 @@ def test_the_issue_request_runs_on_64_devices(run_cli, backend):
 
 
 def test_plan_exports_sharded_communications_lowered_under_their_goal(run_cli, tmp_path):
-    rc, out, err = run_cli("plan", "--profile", "llama2-7b-hsdp", "--system", "dgx-h100", "--nodes", "2",
+    rc, _, err = run_cli("plan", "--profile", "llama2-7b-hsdp", "--system", "dgx-h100", "--nodes", "2",
                            "--export-dir", str(tmp_path / "out"), "--json")
     assert rc == 0, err
     assert sorted(p.name for p in (tmp_path / "out").iterdir()) == sorted(
