@@ -179,7 +179,8 @@ def test_the_expected_values_follow_the_goal():
     assert device_input(1, 4, 8, 4, gather).tolist() == [13, 14]  # device 1's own chunk 2
     want, _ = expected(0, (0, 1, 2, 3), 4, 8, 4, gather)
     assert want.tolist() == [1, 2, 19, 20, 13, 14, 31, 32]  # chunk r from the device of rank r
-    assert compare(0, want[::-1], (0, 1, 2, 3), 4, 8, gather, 4)[0][:2] == (0, 0)
+    assert compare(0, want[::-1], (0, 1, 2, 3), 4, 8, gather, 4)[0] == (0, 0, 1, 32, -1)  # reversed: no chunk's
+    assert compare(0, want[[2, 3, 0, 1, 4, 5, 6, 7]], (0, 1, 2, 3), 4, 8, gather, 4)[0] == (0, 0, 1, 19, 1)
 
 
 def test_lower_refuses_a_program_off_the_goal_in_one_line(run_cli):
@@ -218,8 +219,11 @@ def test_a_wrong_order_is_caught_by_the_numbers(reports, name):
     assert not r.ok and r.error is None and r.mismatches, r.summary()
     if name == "rs-inside-then-across":  # §6: device 1 ends with block 4's sum, not block 1's
         first = r.mismatches[0]
-        assert (first.device, first.chunk) == (1, 1)
+        assert (first.device, first.chunk, first.found) == (1, 1, 4)
         assert first.got == expected(4, tuple(range(16)), 16, 64, 16, CASES[name][0].target.goal_json())[0][0]
+        assert "device 1 chunk 1: expected" in r.summary() and "(chunk 4's value)" in r.summary()
+    if name == "ag-across-then-inside":  # every device gathers the shards, but in the wrong order
+        assert all(m.found >= 0 for m in r.mismatches)
 
 
 @pytest.mark.skipif(importlib.util.find_spec("jax") is None, reason="jax is not installed")

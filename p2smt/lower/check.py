@@ -62,8 +62,9 @@ def expected(device: int, group: Sequence[int], num_devices: int, length: int, n
 def compare(
     device: int, got: np.ndarray, group: Sequence[int], num_chunks: int, length: int,
     goal: dict | None = None, num_devices: int | None = None,
-) -> list[tuple[int, int, int, int]]:
-    """Mismatching chunks of one device as (device, chunk, expected, got) at the chunk's first bad element.
+) -> list[tuple[int, int, int, int, int]]:
+    """Mismatching chunks of one device as (device, chunk, expected, got, found) at the chunk's first bad element;
+    ``found`` is the chunk whose expected value ``got`` is at that offset (a misplaced chunk), or -1.
 
     A result of the wrong length is one mismatch with chunk -1 and the lengths as the values.
     """
@@ -71,10 +72,14 @@ def compare(
     n = max(group) + 1 if num_devices is None else num_devices
     want, ids = expected(device, group, n, length, num_chunks, goal)
     if got.shape != want.shape:
-        return [(device, -1, int(want.shape[0]), int(got.shape[0]))]
+        return [(device, -1, int(want.shape[0]), int(got.shape[0]), -1)]
+    full = expected(group[0], group, n, length, num_chunks, None if goal is None or goal["kind"] == "reduce-scatter"
+                    else goal)[0].reshape(num_chunks, -1)  # every chunk of the group's result
     out = []
     for r, g, w in zip(ids, np.split(got, len(ids)), np.split(want, len(ids))):
         bad = np.nonzero(g != w)[0]
         if bad.size:
-            out.append((device, r, int(w[bad[0]]), int(g[bad[0]])))
+            at = int(bad[0])
+            found = np.nonzero(full[:, at] == g[at])[0]
+            out.append((device, r, int(w[at]), int(g[at]), int(found[0]) if found.size else -1))
     return out

@@ -53,6 +53,7 @@ class Mismatch:
     chunk: int
     expected: int
     got: int
+    found: int = -1  # the chunk whose value ``got`` is (a misplaced chunk), -1 if none
 
 
 @dataclass(frozen=True)
@@ -112,7 +113,8 @@ class RunReport:
             lines.append(f"  {len(self.bad_devices)} device(s) wrong: {list(self.bad_devices[:16])}")
         for m in self.mismatches:
             where = "length" if m.chunk < 0 else f"chunk {m.chunk}"
-            lines.append(f"  device {m.device} {where}: expected {m.expected}, got {m.got}")
+            found = f" (chunk {m.found}'s value)" if m.found >= 0 else ""
+            lines.append(f"  device {m.device} {where}: expected {m.expected}, got {m.got}{found}")
         if self.error:
             lines.append(f"  error: {self.error.strip().splitlines()[0]}")
         return "\n".join(lines)
