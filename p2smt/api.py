@@ -224,10 +224,12 @@ def cost(system: System | str, collective: str, nbytes: float, algo: str = "ring
 
 
 def lower(request: Request, program: str, backend: str = "jax", axis_names: list[str] | None = None,
-          allow_invalid: bool = False) -> str:
+          allow_invalid: bool = False, *, goal: str = "allreduce", shard_axes: Sequence[int] | None = None) -> str:
     """Source of a module that runs a DSL program with JAX ``shard_map`` or torch.distributed (``p2smt lower``).
 
-    An invalid program is refused (P2Error with the interpreter's reason) unless ``allow_invalid``.
+    An invalid program is refused (P2Error with the interpreter's reason) unless ``allow_invalid``. ``goal`` and
+    ``shard_axes`` as ``--goal`` and ``--shard-axes`` (docs/semantics.md §6): the program is then judged in buffer
+    positions too, and the module hands each device its shard (or every shard, in rank order).
 
     >>> req = Request("v100-2x8", axes=(2, 8), reduce=(0,), matrix=((2, 1), (1, 8)))
     >>> "def reduce(" in lower(req, "(root, InsideGroup, AllReduce)", backend="torch")
@@ -238,15 +240,16 @@ def lower(request: Request, program: str, backend: str = "jax", axis_names: list
     """
     from p2smt.lower import lower_module
 
-    prog, plan, target = _lowering(request, program, axis_names, allow_invalid, "lower")
+    prog, plan, target = _lowering(request, program, axis_names, allow_invalid, "lower", goal, shard_axes)
     return lower_module(backend, plan, target, [str(i) for i in prog.instructions])
 
 
 def run(request: Request, program: str, backend: str = "jax", *, length: int | None = None, repeats: int = 1,
-        timeout: float = 600.0, axis_names: list[str] | None = None, allow_invalid: bool = False) -> Any:
+        timeout: float = 600.0, axis_names: list[str] | None = None, allow_invalid: bool = False,
+        goal: str = "allreduce", shard_axes: Sequence[int] | None = None) -> Any:
     """Run a DSL program, lowered for ``backend``, on local CPU devices and check the exact sums
     (``p2smt run``): a report with ``ok``, the mismatches and the wall times. An invalid program is refused
-    as in ``lower``.
+    as in ``lower``; ``goal`` and ``shard_axes`` as in ``lower``.
 
     >>> req = Request("v100-2x8", axes=(2, 8), reduce=(0,), matrix=((2, 1), (1, 8)))
     >>> run(req, "(root, InsideGroup, ReduceScatter); (root, InsideGroup, AllGather)").ok  # doctest: +SKIP
@@ -259,24 +262,30 @@ def run(request: Request, program: str, backend: str = "jax", *, length: int | N
     """
     from p2smt.lower.run import require_backend, run_program
 
-    prog, plan, target = _lowering(request, program, axis_names, allow_invalid, "run")
+    prog, plan, target = _lowering(request, program, axis_names, allow_invalid, "run", goal, shard_axes)
     require_backend(backend)
     return run_program(backend, plan, target, step_labels=[str(i) for i in prog.instructions], length=length,
                        repeats=repeats, timeout=timeout)
 
 
-def _lowering(request: Request, program: str, axis_names: list[str] | None, allow_invalid: bool, what: str):
-    """(program, plan, target) to lower or run, refusing an invalid program unless allowed."""
+def _lowering(request: Request, program: str, axis_names: list[str] | None, allow_invalid: bool, what: str,
+              goal: str = "allreduce", shard_axes: Sequence[int] | None = None):
+    """(program, plan, target) to lower or run, refusing an invalid program unless allowed (under a sharded goal
+    judged in buffer positions too, as ``p2smt lower`` does: the module hands back the buffers as they are)."""
     from p2smt.errors import P2Error
     from p2smt.lower import placement_target
+    from p2smt.model.collectives import ExplicitStep
+    from p2smt.semantics.verdict import judge
 
-    placement, prog, plan, verdict = _judged(request, program)
+    placement, prog, steps, goal_groups, sharding = _plan(request, program, goal, shard_axes)
+    verdict = judge(placement.num_devices, steps, goal_groups, len(goal_groups[0]), request.require_progress,
+                    layout=prog is None or sharding is not None, sharding=sharding)
     if not verdict.valid and not allow_invalid:
         raise P2Error(f"refusing to {what} an invalid program: {verdict.message()}")
     system = request.load_system()
     target = placement_target(placement, placement.check_axes(request.reduce), system.level_names, axis_names,
-                              system.name)
-    return prog, plan, target
+                              system.name, sharding)
+    return prog, tuple(ExplicitStep(c, g) for c, g in steps), target
 
 
 def audit(fn: Any, *args: Any, system: System | str, mesh: Any = None, nodes: int | None = None,

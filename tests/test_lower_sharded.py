@@ -394,3 +394,16 @@ def test_plan_exports_sharded_communications_lowered_under_their_goal(run_cli, t
     assert 'jax.lax.psum(buf[:2], ("replica_node",))' in grads
     gather = (tmp_path / "out" / "params_fwd_torch.py").read_text()
     assert "all-gather goal over 8 shards" in gather and "dist.all_gather_single(out, buf, group=comm)" in gather
+
+
+def test_the_api_lowers_under_a_goal_and_refuses_a_program_off_it():
+    from p2smt.api import lower
+    from p2smt.errors import P2Error
+    from p2smt.model.request import Request
+
+    req = Request("v100-2x8", axes=(16,), reduce=(0,), matrix=((2, 8),))
+    src = lower(req, ACROSS_THEN_INSIDE, backend="torch", goal="reduce-scatter")
+    assert "reduce-scatter goal over 16 shards" in src and "OUTPUT_CHUNKS = 1" in src
+    with pytest.raises(P2Error, match="not its shard of the reduce-scatter goal"):
+        lower(req, INSIDE_THEN_ACROSS, goal="reduce-scatter")
+    assert "SHARD" not in lower(req, "(root, InsideGroup, AllReduce)")  # the allreduce goal's module unchanged
