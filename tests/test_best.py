@@ -229,3 +229,50 @@ def test_without_a_proof_the_result_says_it_rests_on_the_search_alone():
     assert found.status == "optimal"
     assert "alone" in found.matrices[0].stats["rests_on"]
     assert "proof" not in found.matrices[0].stats
+
+
+def test_the_default_certificate_is_grown_only_as_far_as_the_cost_bound_and_lists_every_program_when_asked():
+    """Top larger than the program set expands the whole graph and lists them all; top 1 leaves states
+    beyond the bound unexpanded and is still the branch and bound's answer."""
+    system = load_system("a100-4x16")
+    found = best(system, (4, 16), (1,), matrix=((4, 1), (1, 16)), max_len=3, top=10)
+    ranked = _enumerate_then_rank(system, (4, 16), (1,), ((4, 1), (1, 16)), 3, 10, "ring")
+    assert [p.to_json() for p in found.matrices[0].programs] == ranked["matrices"][0]["programs"]
+    assert found.matrices[0].stats["proof"]["certificate"]["bound_seconds"] is None  # nothing cut off
+    pod = load_system("h100-superpod")
+    kwargs = {"matrix": ((2, 2, 2, 1), (2, 16, 2, 2)), "max_len": 5}
+    proved = best(pod, (8, 128), (0,), **kwargs)
+    assert proved.matrices[0].stats["proof"]["certificate"]["unexpanded"] > 0
+    assert proved.to_json()["best"] == best(pod, (8, 128), (0,), proof="none", **kwargs).to_json()["best"]
+
+
+def test_a_certificate_missing_a_row_the_bound_needs_is_refused():
+    """The paths are read off the certificate only after checking it expands every state a path within the
+    bound reaches before its last step: a row dropped from the cheapest path is an internal error."""
+    from dataclasses import replace
+
+    from p2smt.cost.graphbest import Prices, cheapest_paths, grow
+    from p2smt.errors import InternalError
+    from p2smt.model.dsl import candidate_instructions, problem
+    from p2smt.model.hierarchy import synthesis_hierarchy
+    from p2smt.model.topology import build_topology
+    from p2smt.synth.certproof import graph_proof
+    from p2smt.synth.driver import placements_for
+
+    system = load_system("dgx1-v100")
+    (placement,) = placements_for(system, (16,), None)
+    h = synthesis_hierarchy(placement, (0,), system.level_names, "d", "per-ancestor")
+    prob = problem(h, True)
+    instructions = [ins for ins, _ in candidate_instructions(h)]
+    prices = Prices(instructions, build_topology(system), h, algo="ring", bytes_per_device=2.0**26,
+                    k=prob.num_devices)
+    bound = []
+    doc, closed, figures = graph_proof(prob, 4, grow=lambda b: bound.append(grow(b, prices, 4, 1)))
+    assert figures["certified"]
+    (first,) = cheapest_paths(doc, closed, instructions, prices, max_len=4, top=1, bound=bound[0])
+    on_path = doc["edges"][0][instructions.index(first.program.instructions[0])]
+    if on_path in closed.goals:
+        pytest.skip("the cheapest program is one step")
+    dropped = replace(closed, unexpanded=closed.unexpanded | {on_path})
+    with pytest.raises(InternalError, match="unexpanded"):
+        cheapest_paths(doc, dropped, instructions, prices, max_len=4, top=1, bound=bound[0])

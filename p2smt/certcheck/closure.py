@@ -57,6 +57,7 @@ class Closed:
     edges: list
     lemmas: frozenset[tuple]
     steps: int
+    unexpanded: frozenset[int] = frozenset()
 
 
 @dataclass(frozen=True)
@@ -99,9 +100,10 @@ def check(doc: dict, problem: Problem, max_len: int) -> Checked:
     return Checked(found, closed.lemmas, len(closed.reached), closed.steps)
 
 
-def close(doc: dict, problem: Problem, max_len: int) -> Closed:
+def close(doc: dict, problem: Problem, max_len: int, partial: bool = False) -> Closed:
     """The certificate's graph walked and closed (no program set: ``best`` reads its cheapest paths), or
-    ``Rejected``."""
+    ``Rejected``. ``partial``: a reached state may be left unexpanded (no row); they are returned, and
+    whoever reads paths off the graph must show that none of them matters (``best``'s cost bound)."""
     k, cands = problem.devices, problem.candidates
     try:
         sharded = problem.sharded_goal
@@ -131,11 +133,14 @@ def close(doc: dict, problem: Problem, max_len: int) -> Closed:
     goals = {i for i, s in enumerate(states) if s == goal}
     _need(goals == ({doc["goal"]} if type(doc["goal"]) is int else set()) and (goals or doc["goal"] is None),
           "the goal is not the state the goal accepts")
-    depth, order, lemmas = {0: 0}, [0], set()
+    depth, order, lemmas, unexpanded = {0: 0}, [0], set(), set()
     for sid in order:  # breadth first: depth is the fewest steps from the initial state
         if depth[sid] >= max_len:
             continue
         row = edges[sid] if 0 <= sid < len(edges) else None
+        if partial and row is None:
+            unexpanded.add(sid)
+            continue
         _need(isinstance(row, (list, tuple)) and len(row) == len(cands),
               f"state {sid} does not account for every candidate")
         for i, edge in enumerate(row):
@@ -155,7 +160,8 @@ def close(doc: dict, problem: Problem, max_len: int) -> Closed:
             else:
                 lemmas.add(_fact(sid, i, coll, groups, src, edge))
     return Closed(frozenset(goals), tuple(order), edges, frozenset(lemmas),
-                  sum(len(edges[s]) for s in order if depth[s] < max_len))
+                  sum(len(edges[s]) for s in order if depth[s] < max_len and s not in unexpanded),
+                  frozenset(unexpanded))
 
 
 def _ends(problem: Problem) -> tuple[tuple[int, ...], tuple[int, ...]]:

@@ -32,6 +32,14 @@ def _units(ctx: z3.Context) -> int:
     return int(figures.get_key_value("rlimit count")) if "rlimit count" in figures.keys() else 0  # noqa: SIM118
 
 
+def _text(x) -> str:
+    """A lemma's sort key: its repr with numbers in hex (a k²-bit state past 116 devices has more decimal digits
+    than Python converts)."""
+    if isinstance(x, tuple):
+        return "(" + ",".join(_text(y) for y in x) + ")"
+    return format(x, "x") if isinstance(x, int) else repr(x)
+
+
 @dataclass(frozen=True)
 class Proved:
     """Z3's answer on a certificate's lemmas: ``status`` unsat (all proved), sat (``refuted`` lists the
@@ -51,7 +59,7 @@ def prove(lemmas: frozenset[tuple], k: int, units: int | None = None, timeout_ms
     query whose parsing has spent more is not answered (unknown; Z3's counts repeat, so the same one stops
     on every run). ``timeout_ms`` bounds each query's wall time, reading included (``--timeout``)."""
     start = time.perf_counter()
-    ordered = sorted(lemmas, key=repr)
+    ordered = sorted(lemmas, key=_text)
     texts, refuted, status, why = [], [], "unsat", None
     ctx = _context()
     begun = _units(ctx)

@@ -5,6 +5,7 @@ order of ties: ``rank``'s, so ``best`` returns what ranking the complete program
 
 from __future__ import annotations
 
+import math
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -21,7 +22,7 @@ from p2smt.model.status import SolveStatus
 from p2smt.model.system import System, load_system
 from p2smt.smt.budget import DEFAULT_PROOF_BUDGET, UNITS
 from p2smt.synth.config import MAX_LEN_LIMIT
-from p2smt.synth.driver import CERTIFICATE_UP_TO, CERTIFY_LIMIT, placements_for
+from p2smt.synth.driver import CERTIFY_LIMIT, placements_for
 
 __all__ = ["BOUNDS", "METHODS", "TIE_TOLERANCE", "BestProof", "BestResult", "MatrixBest", "RankedProgram", "best", "best_on_hierarchy"]
 
@@ -152,11 +153,13 @@ def best_on_hierarchy(system: System, h: SynthesisHierarchy, *, max_len: int = 8
                                            timeout_ms=timeout_ms)
             if figures["certified"]:
                 cert = figures["certificate"]
+                beyond = (f"; {cert['unexpanded']} states beyond the cost bound left unexpanded, every path "
+                          "within it checked to run on proved rows" if cert["unexpanded"] else "")
                 stats = {"method": "search", "proof": figures, "rests_on": (
                     f"the cheapest goal paths of a state-graph certificate ({cert['states']} states, {cert['steps']} "
                     f"steps closed by the independent checker, {cert['lemmas']} distinct steps proved by Z3 "
-                    f"against §4): its goal paths are exactly the valid programs of at most {max_len} steps, each "
-                    "priced from its certified states")}
+                    f"against §4{beyond}): no valid program of at most {max_len} steps is cheaper, each priced "
+                    "from its certified states")}
                 status = SolveStatus.OPTIMAL if proved else SolveStatus.INFEASIBLE
                 return MatrixBest(matrix, h, tuple(proved), status, time.perf_counter() - start, stats)
         ranked, stats = BranchAndBound(system, h, algo=algo, bytes_per_device=b, max_len=max_len, top=top,
@@ -190,12 +193,18 @@ def _nth(top: int) -> str:
     return "cheapest" if top == 1 else f"{top}th cheapest"
 
 
+BEST_CERTIFICATE_UP_TO = 64
+"""Most synthesis devices for which ``--proof auto`` takes the certificate: grown only as far as the cost
+bound, it beat the bound query at 64 devices (superpod, four levels, length 5: 20.6 s against 60 s); at 256
+its k²-bit states keep Z3 past 600 s even at length 2 (docs/certified.md)."""
+
+
 def proof_for(proof: BestProof, devices: int) -> BestProof:
-    """``auto``: the certificate up to ``CERTIFICATE_UP_TO`` synthesis devices, the bound query up to
+    """``auto``: the certificate up to ``BEST_CERTIFICATE_UP_TO`` synthesis devices, the bound query up to
     ``CERTIFY_LIMIT``, none beyond (the search alone, said in the result)."""
     if proof is not BestProof.AUTO:
         return proof
-    if devices <= CERTIFICATE_UP_TO:
+    if devices <= BEST_CERTIFICATE_UP_TO:
         return BestProof.CERTIFICATE
     return BestProof.BOUND if devices <= CERTIFY_LIMIT else BestProof.NONE
 
@@ -230,21 +239,26 @@ def _certify(system: System, h: SynthesisHierarchy, ranked: list[RankedProgram],
 def _graph_paths(system: System, h: SynthesisHierarchy, *, max_len: int, top: int, algo: str,
                  bytes_per_device: float, require_progress: bool, units: int | None,
                  timeout_ms: int | None) -> tuple[list[RankedProgram], dict[str, Any]]:
-    """The state-graph certificate of the hierarchy's problem, proved, and its cheapest goal paths."""
-    from p2smt.cost.graphbest import cheapest_paths
+    """The state-graph certificate of the hierarchy's problem, grown as far as the cost bound needs
+    (``cost.graphbest``), proved, and its cheapest goal paths."""
+    from p2smt.cost.graphbest import Prices, cheapest_paths, grow
     from p2smt.model.dsl import candidate_instructions, problem
     from p2smt.model.topology import build_topology
     from p2smt.synth.certproof import graph_proof
 
     prob = problem(h, require_progress)
-    doc, closed, figures = graph_proof(prob, max_len, units=units, timeout_ms=timeout_ms)
+    instructions = [ins for ins, _ in candidate_instructions(h)]
+    prices = Prices(instructions, build_topology(system), h, algo=algo, bytes_per_device=bytes_per_device,
+                    k=prob.num_devices)
+    bound: list[float] = []
+    doc, closed, figures = graph_proof(prob, max_len, units=units, timeout_ms=timeout_ms,
+                                       grow=lambda builder: bound.append(grow(builder, prices, max_len, top)))
     if not figures["certified"]:
         return [], figures
     started = time.perf_counter()
-    instructions = [ins for ins, _ in candidate_instructions(h)]
-    paths = cheapest_paths(doc, closed, instructions, build_topology(system), h, algo=algo,
-                           bytes_per_device=bytes_per_device, max_len=max_len, top=top)
+    paths = cheapest_paths(doc, closed, instructions, prices, max_len=max_len, top=top, bound=bound[0])
     figures["certificate"]["paths_seconds"] = round(time.perf_counter() - started, 6)
+    figures["certificate"]["bound_seconds"] = bound[0] if math.isfinite(bound[0]) else None
     return paths, figures
 
 

@@ -1,17 +1,25 @@
 """The ``top`` cheapest goal paths of a closed, Z3-proved state graph: ``best``'s optimality proof.
 
-The certificate (``synth.certproof.graph_proof``) proves that the valid programs of at most ``max_len``
-steps are exactly the graph's goal paths. Each edge is priced from the certified state it leaves (a
-device's holdings are the non-empty rows of its k×k matrix, the fractions ``rank`` prices with), the
-cheapest completion of every (state, steps left) is computed by dynamic programming over the whole graph,
-and the paths within the bound are read off it. Nothing here comes from the branch and bound: its list
-must equal this one, or the two exact searches disagree (an internal error).
+The certificate (``synth.certproof.graph_proof``) proves every written row: a state's successor under
+each candidate, or the rule that fails. Each edge is priced from the certified state it leaves (a device's
+holdings are the non-empty rows of its k×k matrix, the fractions ``rank`` prices with).
+
+Only the states a cost bound B needs are expanded (``grow``): cheapest first over (state, steps taken),
+every state some path reaches within B before its last step. Step prices are non-negative, so every prefix
+of a program costing at most B costs at most B: by induction along the program each of its states is
+reached within B and expanded, and the program is a path of the certified rows. With no goal reachable
+(or fewer than ``top`` paths in all), nothing is cut off and the whole graph before ``max_len`` is expanded. ``cheapest_paths`` does
+not trust the growth: it recomputes the same cheapest-first pass on the certificate and fails if a state
+reached within B before the last step has no row, then reads the paths within B off the rows (the cheapest
+completion of every expanded (state, steps left) bounds the depth-first pass). B starts at the cheapest
+goal's time plus ``rank``'s tie tolerance and doubles until ``top`` paths lie within it.
 """
 
 from __future__ import annotations
 
+import heapq
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import numpy as np
@@ -20,45 +28,117 @@ from p2smt.certcheck.closure import Closed
 from p2smt.cost.bound import TIE_TOLERANCE, RankedProgram
 from p2smt.cost.program import step_seconds
 from p2smt.cost.rank import sort_key as rank_key
+from p2smt.errors import InternalError
 from p2smt.model.dsl import Instruction, Program
 from p2smt.model.hierarchy import SynthesisHierarchy
 from p2smt.model.topology import Topology
 
-__all__ = ["cheapest_paths"]
+__all__ = ["Prices", "cheapest_paths", "grow"]
+
+Row = Callable[[int], Sequence[Any] | None]
 
 
-def _holdings(matrix: int, k: int) -> int:
+class Prices:
+    """A step's seconds from the state it leaves: per (candidate, every device's holdings), computed once."""
+
+    def __init__(self, instructions: Sequence[Instruction], topo: Topology, h: SynthesisHierarchy, *, algo: str,
+                 bytes_per_device: float, k: int):
+        self.instructions, self.topo, self.h, self.algo, self.b, self.k = instructions, topo, h, algo, \
+            bytes_per_device, k
+        self.table: dict[tuple[int, bytes], float] = {}
+
+    def of(self, held: Sequence[int], c: int) -> float:
+        counts = np.fromiter(held, dtype=np.int64, count=self.k)
+        key = (c, counts.tobytes())
+        seconds = self.table.get(key)
+        if seconds is None:
+            seconds = self.table[key] = step_seconds(self.topo, self.h, self.instructions[c],
+                                                     counts / self.k * self.b, self.algo)
+        return seconds
+
+
+def holdings(matrix: int, k: int) -> int:
     """Chunks a device holds: the non-empty rows of its k×k matrix (bit ``r·k + c``)."""
     row = (1 << k) - 1
     return sum(1 for r in range(k) if (matrix >> (r * k)) & row)
 
 
-def cheapest_paths(doc: dict[str, Any], closed: Closed, instructions: Sequence[Instruction],
-                   topo: Topology, h: SynthesisHierarchy, *, algo: str, bytes_per_device: float, max_len: int,
-                   top: int) -> list[RankedProgram]:
-    """The ``top`` cheapest goal paths of at most ``max_len`` steps (``rank``'s order and ties), with every
-    path tying the N-th within ``TIE_TOLERANCE`` considered before the cut."""
-    k = doc["devices"]
-    held_of = [_holdings(int(x, 16), k) for x in doc["device_states"]]
-    states, edges, goals = doc["states"], closed.edges, closed.goals
-    prices: dict[tuple[int, bytes], float] = {}
-    memo: dict[tuple[int, int], float] = {}
+def _settle(row_of: Row, price: Callable[[int, int], float], is_goal: Callable[[int], bool], max_len: int,
+            bound: float | None) -> tuple[float, list[int], bool]:
+    """Cheapest first over (state, steps taken) from state 0, within ``bound`` (None: the first goal's time
+    plus the tie tolerance): (the bound, the states it needed expanded but whose row is missing, whether the
+    bound cut some path off)."""
+    arrival: dict[tuple[int, int], float] = {(0, 0): 0.0}
+    heap = [(0.0, 0, 0)]
+    limit = math.inf if bound is None else bound
+    missing: list[int] = []
+    cut = False
+    while heap:
+        cost, sid, taken = heapq.heappop(heap)
+        if cost > limit:
+            cut = True
+            break
+        if arrival[sid, taken] < cost:
+            continue
+        if is_goal(sid) and bound is None and limit == math.inf:
+            limit = cost * (1 + TIE_TOLERANCE)
+        if taken >= max_len:
+            continue
+        row = row_of(sid)
+        if row is None:
+            missing.append(sid)
+            continue
+        for c, t in enumerate(row):
+            if type(t) is int:
+                nxt = cost + price(sid, c)
+                if nxt > limit:
+                    cut = True
+                elif nxt < arrival.get((t, taken + 1), math.inf):
+                    arrival[t, taken + 1] = nxt
+                    heapq.heappush(heap, (nxt, t, taken + 1))
+    return limit, missing, cut
+
+
+def grow(builder: Any, prices: Prices, max_len: int, top: int) -> float:
+    """Expand (``builder.expand``) every state a path reaches within the bound before its last step, the
+    bound doubling until ``top`` goal paths lie within it (or nothing is left unexpanded); returns it."""
+    k = builder.prob.num_devices
+    held: dict[int, int] = {}
 
     def price(sid: int, c: int) -> float:
-        counts = np.fromiter((held_of[t] for t in states[sid]), dtype=np.int64, count=k)
-        key = (c, counts.tobytes())
-        seconds = prices.get(key)
-        if seconds is None:
-            seconds = prices[key] = step_seconds(topo, h, instructions[c], counts / k * bytes_per_device, algo)
-        return seconds
+        for t in builder.states[sid]:
+            if t not in held:
+                held[t] = holdings(builder.mats[t], k)
+        return prices.of([held[t] for t in builder.states[sid]], c)
+
+    goal = builder.goal_key
+    bound, _, cut = _settle(builder.expand, price, lambda s: builder.states[s] == goal, max_len, None)
+    while cut:
+        doc = builder.graph(max_len).document([], lists=False)
+        if len(_paths(doc["edges"], _goals(doc), price, max_len, top, bound)) >= top:
+            return bound
+        bound *= 2
+        _, _, cut = _settle(builder.expand, price, lambda s: builder.states[s] == goal, max_len, bound)
+    return math.inf  # nothing cut off: every state before max_len is expanded
+
+
+def _goals(doc: dict[str, Any]) -> frozenset[int]:
+    return frozenset() if doc["goal"] is None else frozenset({doc["goal"]})
+
+
+def _paths(edges: Sequence[Any], goals: frozenset[int], price: Callable[[int, int], float],
+           max_len: int, top: int, bound: float) -> list[tuple[float, tuple[int, ...]]]:
+    """Goal paths of at most ``max_len`` steps within ``bound`` (the bound tightening to the ``top``-th
+    cheapest plus the tie tolerance once ``top`` are found), as (seconds, candidates)."""
+    memo: dict[tuple[int, int], float] = {}
 
     def to_go(sid: int, left: int) -> float:
-        """Cheapest goal path of 1..left steps from ``sid`` (inf: none)."""
+        """Cheapest goal path of 1..left steps from ``sid`` over the written rows (inf: none)."""
         key = (sid, left)
         found = memo.get(key)
         if found is None:
             found = math.inf
-            for c, t in enumerate(edges[sid]):
+            for c, t in enumerate(edges[sid] or ()):
                 if type(t) is not int:
                     continue
                 rest = 0.0 if t in goals else (to_go(t, left - 1) if left > 1 else math.inf)
@@ -67,26 +147,47 @@ def cheapest_paths(doc: dict[str, Any], closed: Closed, instructions: Sequence[I
             memo[key] = found
         return found
 
-    if max_len < 1 or to_go(0, max_len) == math.inf:
-        return []
-    limit = to_go(0, max_len) * (1 + TIE_TOLERANCE)
-    paths: list[tuple[tuple, RankedProgram]] = []
+    limit = bound
+    found: list[tuple[float, tuple[int, ...]]] = []
 
     def extend(sid: int, prefix: tuple[int, ...], spent: float, left: int) -> None:
         nonlocal limit
-        for c, t in enumerate(edges[sid]):
+        for c, t in enumerate(edges[sid] or ()):
             if type(t) is not int:
                 continue
             total = spent + price(sid, c)
             if t in goals and total <= limit:
-                rp = RankedProgram(Program(tuple(instructions[i] for i in (*prefix, c))), total)
-                paths.append((rank_key(total, rp.text), rp))
-                if len(paths) >= top:
-                    limit = sorted(key for key, _ in paths)[top - 1][0] * (1 + TIE_TOLERANCE)
+                found.append((total, (*prefix, c)))
+                if len(found) >= top:
+                    limit = min(limit, sorted(x for x, _ in found)[top - 1] * (1 + TIE_TOLERANCE))
             if left > 1 and total + to_go(t, left - 1) <= limit:
                 extend(t, (*prefix, c), total, left - 1)
 
-    if top > 1:
-        limit = math.inf
-    extend(0, (), 0.0, max_len)
-    return [rp for _, rp in sorted(paths, key=lambda p: p[0])[:top]]
+    if max_len >= 1:
+        extend(0, (), 0.0, max_len)
+    return [(seconds, program) for seconds, program in found if seconds <= limit]
+
+
+def cheapest_paths(doc: dict[str, Any], closed: Closed, instructions: Sequence[Instruction], prices: Prices, *,
+                   max_len: int, top: int, bound: float) -> list[RankedProgram]:
+    """The ``top`` cheapest goal paths of at most ``max_len`` steps (``rank``'s order and ties) of a closed
+    certificate, after checking that it expands every state a path within ``bound`` needs."""
+    k = doc["devices"]
+    held_of = [holdings(int(x, 16), k) for x in doc["device_states"]]
+    states, edges = doc["states"], closed.edges
+
+    def price(sid: int, c: int) -> float:
+        return prices.of([held_of[t] for t in states[sid]], c)
+
+    def row(sid: int) -> Sequence[Any] | None:
+        return None if sid in closed.unexpanded else edges[sid]
+
+    _, missing, _ = _settle(row, price, lambda s: s in closed.goals, max_len, bound)
+    if missing:
+        raise InternalError(f"best: the certificate leaves state {missing[0]} unexpanded, which a path within "
+                            f"{bound:.9g} s reaches before its last step")
+    rows = [row(s) if s < len(edges) else None for s in range(len(edges))]
+    found = _paths(rows, closed.goals, price, max_len, top, bound)
+    ranked = sorted((rank_key(seconds, p.text), p) for seconds, p in (
+        (s, RankedProgram(Program(tuple(instructions[c] for c in program)), s)) for s, program in found))
+    return [p for _, p in ranked[:top]]

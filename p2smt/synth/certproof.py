@@ -7,6 +7,7 @@ from __future__ import annotations
 import hashlib
 import json
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -15,7 +16,7 @@ from p2smt.certcheck.prove import prove
 from p2smt.errors import InternalError, P2Error
 from p2smt.model.problem import SynthesisProblem
 from p2smt.synth.search import FirstStepReport
-from p2smt.synth.stategraph import explore
+from p2smt.synth.stategraph import GraphBuilder, explore
 
 
 def checker_problem(prob: SynthesisProblem) -> Problem:
@@ -48,20 +49,29 @@ def certificate_proof(prob: SynthesisProblem, max_len: int, *, units: int | None
     return tuple(programs), stats
 
 
-def graph_proof(prob: SynthesisProblem, max_len: int, *, units: int | None = None, timeout_ms: int | None = None
-                ) -> tuple[dict[str, Any], Closed, dict[str, Any]]:
+def graph_proof(prob: SynthesisProblem, max_len: int, *, units: int | None = None, timeout_ms: int | None = None,
+                grow: Callable[[GraphBuilder], Any] | None = None) -> tuple[dict[str, Any], Closed, dict[str, Any]]:
     """(certificate, its closed graph, figures): the state graph without its program set, closed by the
-    checker and its steps proved by Z3 — what ``best`` reads its cheapest goal paths from."""
+    checker and its steps proved by Z3 — what ``best`` reads its cheapest goal paths from. ``grow`` expands
+    the states it needs (``best``'s cost bound; the rest stay unexpanded, ``Closed.unexpanded``); without it,
+    every state before ``max_len`` is expanded, as for synthesis."""
     start = time.perf_counter()
-    doc = explore(prob, max_len).document([], lists=False)
+    if grow is None:
+        graph = explore(prob, max_len)
+    else:
+        builder = GraphBuilder(prob)
+        grow(builder)
+        graph = builder.graph(max_len)
+    doc = graph.document([], lists=False)
     searched = time.perf_counter()
     try:
-        closed = close(doc, checker_problem(prob), max_len)
+        closed = close(doc, checker_problem(prob), max_len, partial=grow is not None)
     except Rejected as err:
         raise InternalError(f"best: the state-graph certificate is rejected: {err}") from None
     walked = time.perf_counter()
     stats = _proved(prob, doc, closed.lemmas, len(closed.reached), closed.steps, units, None,
                     (start, searched, walked), timeout_ms)
+    stats["certificate"]["unexpanded"] = len(closed.unexpanded)
     return doc, closed, stats
 
 

@@ -107,68 +107,87 @@ def witness(rule: str, members: list[State], mats: list[int]) -> int:
 def explore(prob: SynthesisProblem, max_len: int) -> StateGraph:
     """Breadth first from the initial state: every state first reached at depth < ``max_len`` is expanded
     with every candidate (the goal too, so that the steps out of it are certified as failures)."""
-    k = prob.num_devices
-    tokens: dict[State, int] = {}
-    devs: list[State] = []
-    mats: list[int] = []
+    builder = GraphBuilder(prob)
+    frontier = [0]
+    for _ in range(max_len):
+        known = len(builder.states)
+        for sid in frontier:
+            builder.expand(sid)
+        frontier = list(range(known, len(builder.states)))
+    return builder.graph(max_len)
 
-    def token(s: State) -> int:
-        t = tokens.get(s)
+
+class GraphBuilder:
+    """The state graph grown on demand: ``expand(sid)`` writes a state's row (every candidate's successor,
+    or the group and rule that fail), numbering new states as they are met. ``explore`` expands breadth
+    first; ``best`` expands only the states its cost bound needs (the checker then closes a partial graph)."""
+
+    def __init__(self, prob: SynthesisProblem):
+        self.prob = prob
+        k = prob.num_devices
+        self._tokens: dict[State, int] = {}
+        self.devs: list[State] = []
+        self.mats: list[int] = []
+        initial = tuple(self._token(s) for s in initial_states(prob))
+        self.goal_key = tuple(self._token(s) for s in goal_states(prob))
+        self.plans = []
+        for c in prob.candidates:
+            flat = [d for g in c.groups for d in g]
+            where = list(range(k))  # a device's new token: its own (devices in no group), else its group's output
+            for p, d in enumerate(flat):
+                where[d] = k + p
+            self.plans.append((c.collective, c.groups, [_getter(g) for g in c.groups], _getter(tuple(where))))
+        self._memo: dict[tuple[Any, tuple[int, ...]], tuple[int, ...] | tuple[str, int]] = {}
+        self.ids: dict[tuple[int, ...], int] = {initial: 0}
+        self.states: list[tuple[int, ...]] = [initial]
+        self.edges: list[tuple[Any, ...] | None] = [None]
+
+    def _token(self, s: State) -> int:
+        t = self._tokens.get(s)
         if t is None:
-            t = tokens[s] = len(devs)
-            devs.append(s)
-            mats.append(matrix(s, k))
+            t = self._tokens[s] = len(self.devs)
+            self.devs.append(s)
+            self.mats.append(matrix(s, self.prob.num_devices))
         return t
 
-    initial = tuple(token(s) for s in initial_states(prob))
-    goal_key = tuple(token(s) for s in goal_states(prob))
-    plans = []
-    for c in prob.candidates:
-        flat = [d for g in c.groups for d in g]
-        where = list(range(k))  # a device's new token: its own (devices in no group), else its group's output
-        for p, d in enumerate(flat):
-            where[d] = k + p
-        plans.append((c.collective, c.groups, [_getter(g) for g in c.groups], _getter(tuple(where))))
-    memo: dict[tuple[Any, tuple[int, ...]], tuple[int, ...] | tuple[str, int]] = {}
-    ids: dict[tuple[int, ...], int] = {initial: 0}
-    states: list[tuple[int, ...]] = [initial]
-    edges: list[tuple[Any, ...] | None] = [None]
-    frontier = [0]
-    progress = prob.require_progress
-    for _ in range(max_len):
-        nxt: list[int] = []
-        for sid in frontier:
-            state = states[sid]
-            row: list[Any] = []
-            for coll, groups, members_of, gather in plans:
-                flat: list[int] = []
-                failed = None
-                for gi, (g, get) in enumerate(zip(groups, members_of)):
-                    members = get(state)
-                    out = memo.get((coll, members))
-                    if out is None:
-                        before = [devs[t] for t in members]
-                        res = outcome(coll, g, before, progress)
-                        if res.__class__ is str:
-                            out = (res, witness(res, before, [mats[t] for t in members]))
-                        else:
-                            out = tuple(map(token, res))
-                        memo[coll, members] = out
-                    if out and out[0].__class__ is str:
-                        failed = (gi, *out)
-                        break
-                    flat += out
-                if failed is not None:
-                    row.append(failed)
-                    continue
-                new = gather([*state, *flat])
-                tid = ids.get(new)
-                if tid is None:
-                    tid = ids[new] = len(states)
-                    states.append(new)
-                    edges.append(None)
-                    nxt.append(tid)
-                row.append(tid)
-            edges[sid] = tuple(row)
-        frontier = nxt
-    return StateGraph(prob, max_len, tuple(states), tuple(edges), tuple(mats), ids.get(goal_key))
+    def expand(self, sid: int) -> tuple[Any, ...]:
+        """State ``sid``'s row (computed once)."""
+        done = self.edges[sid]
+        if done is not None:
+            return done
+        state, memo, devs, progress = self.states[sid], self._memo, self.devs, self.prob.require_progress
+        row: list[Any] = []
+        for coll, groups, members_of, gather in self.plans:
+            flat: list[int] = []
+            failed = None
+            for gi, (g, get) in enumerate(zip(groups, members_of)):
+                members = get(state)
+                out = memo.get((coll, members))
+                if out is None:
+                    before = [devs[t] for t in members]
+                    res = outcome(coll, g, before, progress)
+                    if res.__class__ is str:
+                        out = (res, witness(res, before, [self.mats[t] for t in members]))
+                    else:
+                        out = tuple(map(self._token, res))
+                    memo[coll, members] = out
+                if out and out[0].__class__ is str:
+                    failed = (gi, *out)
+                    break
+                flat += out
+            if failed is not None:
+                row.append(failed)
+                continue
+            new = gather([*state, *flat])
+            tid = self.ids.get(new)
+            if tid is None:
+                tid = self.ids[new] = len(self.states)
+                self.states.append(new)
+                self.edges.append(None)
+            row.append(tid)
+        self.edges[sid] = done = tuple(row)
+        return done
+
+    def graph(self, max_len: int) -> StateGraph:
+        return StateGraph(self.prob, max_len, tuple(self.states), tuple(self.edges), tuple(self.mats),
+                          self.ids.get(self.goal_key))
