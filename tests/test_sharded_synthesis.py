@@ -237,3 +237,12 @@ def test_rank_a_hierarchical_reduce_scatter_beats_the_flat_one():
     b = report["bytes_per_device"]
     assert top["step_bytes"] == [b, b / 16]
     assert report["goal"] == {"kind": "reduce-scatter", "shard_axes": [0, 1]}
+
+
+def test_hierarchy_c_with_several_goal_groups_the_same_set_from_every_engine():
+    """Under (c) every device is a synthesis device (two goal groups of 8 here, 16 chunks, shards of 2 or 4)."""
+    where = {"system": "dgx-a100", "axes": (2, 2, 4), "reduce": (1, 2), "matrix": ((2, 1), (1, 2), (1, 4))}
+    for kind, shard, count in (("reduce-scatter", (2,), 6), ("all-gather", None, 2)):
+        req = request(where, kind, shard, hierarchy="c")
+        found = [programs(req, config)[0] for config in ENGINES.values()]
+        assert all(f == found[0] for f in found) and len(found[0]) == count
