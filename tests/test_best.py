@@ -276,3 +276,25 @@ def test_a_certificate_missing_a_row_the_bound_needs_is_refused():
     dropped = replace(closed, unexpanded=closed.unexpanded | {on_path})
     with pytest.raises(InternalError, match="unexpanded"):
         cheapest_paths(doc, dropped, instructions, prices, max_len=4, top=1, bound=bound[0])
+
+
+@pytest.mark.parametrize("goal", ["reduce-scatter", "all-gather"])
+def test_sharded_goals_give_rank_s_list_from_the_certificate(goal):
+    """best --goal: the certificate carries the shards, AllGather is priced from its sharded start, and the
+    programs whose buffer positions are permuted are passed over: the list is rank's over the certified set."""
+    from p2smt.model.goal import Goal
+
+    system = load_system("a100-4x16")
+    kwargs = {"matrix": ((4, 16),), "max_len": 4}
+    found = best(system, (64,), (0,), top=3, bytes_per_device=1e8, goal=goal, **kwargs)
+    req = Request.for_system(system, (64,), (0,), goal=Goal.of(goal, None, (0,)), **{"matrix": kwargs["matrix"]})
+    ranked = rank_result(system, synthesize(req, EngineConfig(max_len=4)), top=3, bytes_per_device=1e8)
+    assert found.status == "optimal"
+    mine = found.to_json()["matrices"][0]["programs"]
+    assert mine == [{k: p[k] for k in ("program", "seconds")} for p in ranked["matrices"][0]["programs"]]
+    assert found.to_json()["goal"]["kind"] == goal
+    stats = found.matrices[0].stats
+    assert "buffer positions" in stats["rests_on"]
+    assert (stats["proof"]["positions_dropped"] > 0) == (goal == "all-gather")  # AllGather's permuted orders
+    with pytest.raises(P2Error, match="searched only by --method search"):
+        best(system, (64,), (0,), goal=goal, proof="bound", **kwargs)

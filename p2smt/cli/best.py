@@ -75,10 +75,6 @@ def run(args: argparse.Namespace) -> int:
     if args.proof_budget < 0:
         raise P2Error(f"--proof-budget must be 0 (no limit) or positive, got {args.proof_budget}")
     req = request_of(args)
-    if req.goal.sharded:
-        raise P2Error(f"best does not take the {req.goal.kind.value} goal yet (its branch and bound and bound query "
-                      f"state the allreduce goal); `p2smt rank --goal {req.goal.kind.value} --top N` ranks the "
-                      "certified complete set")
     config = engine_config(args)
     system = req.load_system()
     placements = placements_for(system, req.axes, req.matrix)
@@ -89,7 +85,8 @@ def run(args: argparse.Namespace) -> int:
                     encoding=config.encoding or "bool-matrix", encoding_options=config.encoding_options,
                     hierarchy_kind=req.hierarchy, master_scope=req.master_scope,
                     require_progress=req.require_progress, bound=args.bound or "clauses", lookahead=not args.no_lookahead,
-                    method=args.method, proof=args.proof, proof_budget=args.proof_budget, report=report)
+                    method=args.method, proof=args.proof, proof_budget=args.proof_budget,
+                    goal=req.goal.kind, shard_axes=req.goal.shard_axes or None, report=report)
 
     bounded = run_bounded(args, "best: placements proved", work, total=len(placements))
     result = bounded.result if not bounded.expired else partial_result(args, req, system, placements, bounded)

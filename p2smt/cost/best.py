@@ -16,8 +16,10 @@ from p2smt.cost.bound import TIE_TOLERANCE, CostBound, RankedProgram
 from p2smt.cost.rank import check_request
 from p2smt.cost.rank import sort_key as rank_key
 from p2smt.errors import InternalError, P2Error
+from p2smt.model.goal import Goal, GoalKind, Sharding
 from p2smt.model.hierarchy import HierarchyKind, MasterScope, SynthesisHierarchy, synthesis_hierarchy
 from p2smt.model.placement import Matrix
+from p2smt.model.request import Request
 from p2smt.model.status import SolveStatus
 from p2smt.model.system import System, load_system
 from p2smt.smt.budget import DEFAULT_PROOF_BUDGET, UNITS
@@ -83,6 +85,7 @@ class BestResult:
     top: int
     matrices: tuple[MatrixBest, ...]
     seconds: float
+    goal: Goal | None = None  # a sharded goal (docs/semantics.md §6); None: AllReduce
 
     @property
     def status(self) -> SolveStatus:
@@ -105,6 +108,7 @@ class BestResult:
             "system": self.system,
             "axes": list(self.axes),
             "reduce": list(self.reduction_axes),
+            **({"goal": self.goal.to_json()} if self.goal is not None and self.goal.sharded else {}),
             "bytes_per_device": self.bytes_per_device,
             "algo": self.algo,
             "max_len": self.max_len,
@@ -134,7 +138,7 @@ def best_on_hierarchy(system: System, h: SynthesisHierarchy, *, max_len: int = 8
                       encoding: str = "bool-matrix", encoding_options: dict[str, Any] | None = None,
                       require_progress: bool = True, bound: str = "clauses", matrix: Matrix = (),
                       lookahead: bool = True, method: str = "search", proof: BestProof | str = BestProof.AUTO,
-                      proof_budget: int = DEFAULT_PROOF_BUDGET) -> MatrixBest:
+                      proof_budget: int = DEFAULT_PROOF_BUDGET, sharding: Sharding | None = None) -> MatrixBest:
     """The ``top`` cheapest valid programs of at most ``max_len`` steps on one synthesis hierarchy.
 
     ``stats["rests_on"]`` says what the optimality rests on: the exhaustive branch and bound and its proof
@@ -142,6 +146,12 @@ def best_on_hierarchy(system: System, h: SynthesisHierarchy, *, max_len: int = 8
     b = check_request(system, algo, bytes_per_device, top)
     _check_options(max_len, timeout_ms, bound, method, proof)
     start = time.perf_counter()
+    if sharding is not None and (method != "search" or proof_for(BestProof(proof), h.num_devices)
+                                 is not BestProof.CERTIFICATE):
+        raise P2Error(f"the {sharding.kind.value} goal is searched only by --method search with the state-graph "
+                      "certificate (--proof certificate, the default up to "
+                      f"{BEST_CERTIFICATE_UP_TO} synthesis devices): the branch and bound and the bound query state "
+                      "the allreduce goal")
     if method == "search":
         from p2smt.cost.branch import BranchAndBound
 
@@ -150,11 +160,16 @@ def best_on_hierarchy(system: System, h: SynthesisHierarchy, *, max_len: int = 8
             proved, figures = _graph_paths(system, h, max_len=max_len, top=top, algo=algo, bytes_per_device=b,
                                            require_progress=require_progress,
                                            units=proof_budget * UNITS if proof_budget else None,
-                                           timeout_ms=timeout_ms)
+                                           timeout_ms=timeout_ms, sharding=sharding)
             if figures["certified"]:
                 cert = figures["certificate"]
                 beyond = (f"; {cert['unexpanded']} states beyond the cost bound left unexpanded, every path "
                           "within it checked to run on proved rows" if cert["unexpanded"] else "")
+                if sharding is not None:
+                    n = figures["positions_dropped"]
+                    beyond += (f"; each program within the bound also run in XLA/NCCL buffer positions, {n} "
+                               f"dropped (a permuted result)" if n else "; each program within the bound also "
+                               "run in XLA/NCCL buffer positions, none dropped")
                 stats = {"method": "search", "proof": figures, "rests_on": (
                     f"the cheapest goal paths of a state-graph certificate ({cert['states']} states, {cert['steps']} "
                     f"steps closed by the independent checker, {cert['lemmas']} distinct steps proved by Z3 "
@@ -162,6 +177,11 @@ def best_on_hierarchy(system: System, h: SynthesisHierarchy, *, max_len: int = 8
                     "from its certified states")}
                 status = SolveStatus.OPTIMAL if proved else SolveStatus.INFEASIBLE
                 return MatrixBest(matrix, h, tuple(proved), status, time.perf_counter() - start, stats)
+            if sharding is not None:  # no branch and bound of this goal to fall back on
+                stats = {"method": "search", "proof": figures, "rests_on": (
+                    f"nothing: the state-graph certificate is not finished ({figures['why_not']}), and only it "
+                    f"searches the {sharding.kind.value} goal")}
+                return MatrixBest(matrix, h, (), SolveStatus.UNKNOWN, time.perf_counter() - start, stats)
         ranked, stats = BranchAndBound(system, h, algo=algo, bytes_per_device=b, max_len=max_len, top=top,
                                        require_progress=require_progress).run()
         status = SolveStatus.OPTIMAL if ranked else SolveStatus.INFEASIBLE
@@ -238,7 +258,8 @@ def _certify(system: System, h: SynthesisHierarchy, ranked: list[RankedProgram],
 
 def _graph_paths(system: System, h: SynthesisHierarchy, *, max_len: int, top: int, algo: str,
                  bytes_per_device: float, require_progress: bool, units: int | None,
-                 timeout_ms: int | None) -> tuple[list[RankedProgram], dict[str, Any]]:
+                 timeout_ms: int | None, sharding: Sharding | None = None
+                 ) -> tuple[list[RankedProgram], dict[str, Any]]:
     """The state-graph certificate of the hierarchy's problem, grown as far as the cost bound needs
     (``cost.graphbest``), proved, and its cheapest goal paths."""
     from p2smt.cost.graphbest import Prices, cheapest_paths, grow
@@ -246,17 +267,30 @@ def _graph_paths(system: System, h: SynthesisHierarchy, *, max_len: int, top: in
     from p2smt.model.topology import build_topology
     from p2smt.synth.certproof import graph_proof
 
-    prob = problem(h, require_progress)
+    prob = problem(h, require_progress, sharding)
     instructions = [ins for ins, _ in candidate_instructions(h)]
     prices = Prices(instructions, build_topology(system), h, algo=algo, bytes_per_device=bytes_per_device,
                     k=prob.num_devices)
+    keep = None
+    if sharding is not None:  # the chunk semantics cannot see an AllGather's order: positions can (§6)
+        from p2smt.synth.positions_check import permuted
+
+        def keep(program: tuple[int, ...]) -> bool:
+            return not permuted(prob, [program])
     bound: list[float] = []
     doc, closed, figures = graph_proof(prob, max_len, units=units, timeout_ms=timeout_ms,
-                                       grow=lambda builder: bound.append(grow(builder, prices, max_len, top)))
+                                       grow=lambda builder: bound.append(grow(builder, prices, max_len, top, keep)))
     if not figures["certified"]:
         return [], figures
     started = time.perf_counter()
-    paths = cheapest_paths(doc, closed, instructions, prices, max_len=max_len, top=top, bound=bound[0])
+    passed: list[tuple[int, ...]] = []
+    paths = cheapest_paths(doc, closed, instructions, prices, max_len=max_len, top=top, bound=bound[0], keep=keep,
+                           passed=passed)
+    if sharding is not None:
+        figures["positions_dropped"] = len(passed)
+        if passed:
+            first = min(passed, key=lambda p: (len(p), p))
+            figures["positions_example"] = prob.label(first) + ": " + permuted(prob, [first])[first]
     figures["certificate"]["paths_seconds"] = round(time.perf_counter() - started, 6)
     figures["certificate"]["bound_seconds"] = bound[0] if math.isfinite(bound[0]) else None
     return paths, figures
@@ -290,13 +324,17 @@ def best(system: System | str, axes: Sequence[int], reduction_axes: Sequence[int
          encoding_options: dict[str, Any] | None = None, hierarchy_kind: HierarchyKind = "d",
          master_scope: MasterScope = "per-ancestor", require_progress: bool = True,
          bound: str = "clauses", lookahead: bool = True, method: str = "search",
-         proof: BestProof | str = BestProof.AUTO, proof_budget: int = DEFAULT_PROOF_BUDGET, report: Callable[[MatrixBest], None] | None = None) -> BestResult:
+         proof: BestProof | str = BestProof.AUTO, proof_budget: int = DEFAULT_PROOF_BUDGET,
+         goal: GoalKind | str = GoalKind.ALLREDUCE, shard_axes: Sequence[int] | None = None, report: Callable[[MatrixBest], None] | None = None) -> BestResult:
     """The ``top`` cheapest programs per placement (or one ``matrix``) and overall, proved with Z3.
 
     Same order, ties and seconds as ``rank.rank_result`` over the complete program set up to
     ``max_len``; ``timeout_ms`` bounds each solver call (a placement whose call gives up is "unknown").
     ``method="search"`` (default) finds the list by ``cost.branch``'s branch and bound and certifies it
     (``proof``, ``BestProof``: by default the state-graph certificate, whose cheapest goal paths must be the list); ``method="z3"`` finds and proves it with Z3 alone.
+    ``goal``/``shard_axes`` as ``--goal``/``--shard-axes`` (docs/semantics.md §6): a sharded goal is searched by
+    the state-graph certificate alone (its initial and goal states carry the shards, and each step is priced
+    from the certified holdings, an AllGather's from its shards).
     ``report`` receives each placement's result as it is finished (progress, partial results).
     ``system``: a System or a shipped system's name (``p2smt topologies``) or system file.
 
@@ -309,15 +347,18 @@ def best(system: System | str, axes: Sequence[int], reduction_axes: Sequence[int
     start = time.perf_counter()
     placements = placements_for(system, tuple(axes), matrix)
     red = placements[0].check_axes(tuple(reduction_axes))
+    request = Request.for_system(system, tuple(axes), red, goal=Goal.of(goal, shard_axes, red))
     results = []
     for placement in placements:
         h = synthesis_hierarchy(placement, red, system.level_names, hierarchy_kind, master_scope)
+        sharding = request.sharding(placement, h)
         results.append(best_on_hierarchy(system, h, max_len=max_len, top=top, algo=algo, bytes_per_device=b,
                                          timeout_ms=timeout_ms, encoding=encoding,
                                          encoding_options=encoding_options, require_progress=require_progress,
                                          bound=bound, matrix=placement.matrix, lookahead=lookahead,
-                                         method=method, proof=proof, proof_budget=proof_budget))
+                                         method=method, proof=proof, proof_budget=proof_budget,
+                                         sharding=sharding))
         if report is not None:
             report(results[-1])
     return BestResult(system.name, tuple(axes), tuple(red), algo, float(b), max_len, top, tuple(results),
-                      time.perf_counter() - start)
+                      time.perf_counter() - start, request.goal)

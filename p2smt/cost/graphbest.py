@@ -36,6 +36,8 @@ from p2smt.model.topology import Topology
 __all__ = ["Prices", "cheapest_paths", "grow"]
 
 Row = Callable[[int], Sequence[Any] | None]
+Keep = Callable[[tuple[int, ...]], bool]
+"""Which goal paths count (a sharded goal's positions check); the others are passed over, and counted."""
 
 
 class Prices:
@@ -99,7 +101,7 @@ def _settle(row_of: Row, price: Callable[[int, int], float], is_goal: Callable[[
     return limit, missing, cut
 
 
-def grow(builder: Any, prices: Prices, max_len: int, top: int) -> float:
+def grow(builder: Any, prices: Prices, max_len: int, top: int, keep: Keep | None = None) -> float:
     """Expand (``builder.expand``) every state a path reaches within the bound before its last step, the
     bound doubling until ``top`` goal paths lie within it (or nothing is left unexpanded); returns it."""
     k = builder.prob.num_devices
@@ -115,7 +117,7 @@ def grow(builder: Any, prices: Prices, max_len: int, top: int) -> float:
     bound, _, cut = _settle(builder.expand, price, lambda s: builder.states[s] == goal, max_len, None)
     while cut:
         doc = builder.graph(max_len).document([], lists=False)
-        if len(_paths(doc["edges"], _goals(doc), price, max_len, top, bound)) >= top:
+        if len(_paths(doc["edges"], _goals(doc), price, max_len, top, bound, keep)) >= top:
             return bound
         bound *= 2
         _, _, cut = _settle(builder.expand, price, lambda s: builder.states[s] == goal, max_len, bound)
@@ -127,7 +129,8 @@ def _goals(doc: dict[str, Any]) -> frozenset[int]:
 
 
 def _paths(edges: Sequence[Any], goals: frozenset[int], price: Callable[[int, int], float],
-           max_len: int, top: int, bound: float) -> list[tuple[float, tuple[int, ...]]]:
+           max_len: int, top: int, bound: float, keep: Keep | None = None,
+           passed: list[tuple[int, ...]] | None = None) -> list[tuple[float, tuple[int, ...]]]:
     """Goal paths of at most ``max_len`` steps within ``bound`` (the bound tightening to the ``top``-th
     cheapest plus the tie tolerance once ``top`` are found), as (seconds, candidates)."""
     memo: dict[tuple[int, int], float] = {}
@@ -156,8 +159,10 @@ def _paths(edges: Sequence[Any], goals: frozenset[int], price: Callable[[int, in
             if type(t) is not int:
                 continue
             total = spent + price(sid, c)
-            if t in goals and total <= limit:
+            if t in goals and total <= limit and (keep is None or keep((*prefix, c))):
                 found.append((total, (*prefix, c)))
+            elif t in goals and total <= limit and passed is not None:
+                passed.append((*prefix, c))
                 if len(found) >= top:
                     limit = min(limit, sorted(x for x, _ in found)[top - 1] * (1 + TIE_TOLERANCE))
             if left > 1 and total + to_go(t, left - 1) <= limit:
@@ -169,9 +174,11 @@ def _paths(edges: Sequence[Any], goals: frozenset[int], price: Callable[[int, in
 
 
 def cheapest_paths(doc: dict[str, Any], closed: Closed, instructions: Sequence[Instruction], prices: Prices, *,
-                   max_len: int, top: int, bound: float) -> list[RankedProgram]:
+                   max_len: int, top: int, bound: float, keep: Keep | None = None,
+                   passed: list[tuple[int, ...]] | None = None) -> list[RankedProgram]:
     """The ``top`` cheapest goal paths of at most ``max_len`` steps (``rank``'s order and ties) of a closed
-    certificate, after checking that it expands every state a path within ``bound`` needs."""
+    certificate that ``keep`` accepts, after checking that it expands every state a path within ``bound``
+    needs; ``passed`` receives the goal paths within the bound that ``keep`` refused."""
     k = doc["devices"]
     held_of = [holdings(int(x, 16), k) for x in doc["device_states"]]
     states, edges = doc["states"], closed.edges
@@ -187,7 +194,7 @@ def cheapest_paths(doc: dict[str, Any], closed: Closed, instructions: Sequence[I
         raise InternalError(f"best: the certificate leaves state {missing[0]} unexpanded, which a path within "
                             f"{bound:.9g} s reaches before its last step")
     rows = [row(s) if s < len(edges) else None for s in range(len(edges))]
-    found = _paths(rows, closed.goals, price, max_len, top, bound)
+    found = _paths(rows, closed.goals, price, max_len, top, bound, keep, passed)
     ranked = sorted((rank_key(seconds, p.text), p) for seconds, p in (
         (s, RankedProgram(Program(tuple(instructions[c] for c in program)), s)) for s, program in found))
     return [p for _, p in ranked[:top]]
