@@ -33,12 +33,13 @@ HAS_JAX = importlib.util.find_spec("jax") is not None
 needs_jax = pytest.mark.skipif(not HAS_JAX, reason="jax is not installed")
 
 # What the StableHLO audit says of each step. Correct steps are PROVED except where the text cannot show
-# everything (GSPMD's collectives, a custom call's) or a chain's goal is sharded (FSDP); wrong ones are FINDINGS,
-# or REFUSED where the text hides the communication.
+# everything (GSPMD's collectives, a custom call's) or the step walk cannot follow a value (an untiled
+# all_gather); FSDP's sharded chains are proved against the goals read from them. Wrong ones are FINDINGS, or
+# REFUSED where the text hides the communication.
 STABLEHLO = {
     "all-gather-untiled-sum": "UNVERIFIED", "data-parallel-bf16": "PROVED", "grad-accumulation-loop": "PROVED",
     "wrong-accumulator-summed-in-loop": "FINDINGS", "wrong-permuted-slice": "UNVERIFIED",
-    "custom-partitioning-sum": "REFUSED", "data-parallel-pytree": "PROVED", "fsdp": "UNVERIFIED",
+    "custom-partitioning-sum": "REFUSED", "data-parallel-pytree": "PROVED", "fsdp": "PROVED",
     "gspmd-sum": "UNVERIFIED", "mixed-node-gpu": "PROVED", "row-parallel-mlp": "PROVED",
     "slice-reduce-scatter": "PROVED", "slice-then-reduce": "PROVED", "stats-pair": "PROVED",
     "tp-backward-manual": "PROVED", "tp-dp-linear": "PROVED", "transformer-dp-tp": "PROVED",
@@ -199,7 +200,8 @@ def test_cli_json_png_and_exit_codes(tmp_path):
     assert ok.returncode == 0
     assert json.loads(ok.stdout)["verdict"] == "PROVED"
     assert run("wrong-bias-before-psum.mlir").returncode == 1
-    assert run("fsdp.mlir").returncode == 4
+    assert run("gspmd-sum.mlir").returncode == 4
+    assert run("fsdp.mlir").returncode == 0  # its sharded chains proved against the goals read from them
     png = tmp_path / "where.png"
     shown = run("data-parallel-pytree.mlir", "--png", str(png))
     assert shown.returncode == 0 and png.read_bytes()[:4] == b"\x89PNG"
@@ -360,3 +362,77 @@ def test_gspmd_annotations_without_shardy_also_keep_stablehlo_unverified():
     text = (TESTS / "data" / "audit-text" / "gspmd-mhlo-sharding.mlir").read_text()
     report = audit_text(text, system="v100-2x8")
     assert report.verdict is AuditVerdict.UNVERIFIED and "XLA's partitioner" in report.notes[0]
+
+
+# -- sharded chains: the goal read from the collectives (docs/audit.md), against JAX's numbers ---------------
+
+SHARDED = TESTS / "data" / "audit-sharded"
+SHARDED_MANIFEST = json.loads((SHARDED / "manifest.json").read_text())
+GOAL_OF = {"rs": "reduce-scatter", "ag": "all-gather"}
+
+
+def _sharded(name: str, suffix: str):
+    return audit_text((SHARDED / f"{name}{suffix}").read_text(), system="v100-2x8", where=f"{name}{suffix}",
+                      mesh=[("node", 4), ("gpu", 4)] if suffix == ".hlo" else None)
+
+
+def _flat_goal(name: str) -> str:
+    """The goal JAX's numbers name: the flat collective the chain equals on every device (generate.py)."""
+    entry = SHARDED_MANIFEST[name]
+    assert entry["matches_flat"] is True
+    op, over = next((op, over) for op, over in entry["flat"] if op in GOAL_OF)
+    return f"{GOAL_OF[op]} over ({', '.join(over)}), shard = rank in that order"
+
+
+@needs_jax
+@pytest.mark.parametrize("name", ["rs-node-then-gpu", "rs-gpu-then-node", "hsdp-rs-gpu-psum-node",
+                                  "ag-gpu-then-node", "ag-node-then-gpu"])
+@pytest.mark.parametrize("suffix", [".mlir", ".hlo"])
+def test_a_sharded_chain_is_proved_against_the_goal_jax_computes(name, suffix):
+    report = _sharded(name, suffix)
+    [chain] = report.chains
+    assert chain.verdict is ChainVerdict.PROVED, chain.message
+    assert chain.goal == _flat_goal(name) and chain.goal in chain.message and chain.goal in chain.rests_on
+    assert chain.to_json()["goal"] == chain.goal and chain.seconds and chain.seconds > 0
+    if suffix == ".mlir":
+        assert report.verdict is AuditVerdict.PROVED
+
+
+def test_fsdp_chains_are_proved_against_their_sharded_goals():
+    report = _audit("fsdp", ".hlo", mesh=[("data", 16)])
+    goals = {c.steps: (c.verdict, c.goal) for c in report.chains}
+    shard = "over (data), shard = rank in that order"
+    assert goals[("all-gather(data)",)] == (ChainVerdict.PROVED, f"all-gather {shard}")
+    assert goals[("reduce-scatter(data)",)] == (ChainVerdict.PROVED, f"reduce-scatter {shard}")
+
+
+def test_the_other_shard_order_is_a_counterexample_naming_device_and_position():
+    from p2smt.auditing.chains import ShardedGoal, _prove_sharded
+    from p2smt.model.goal import GoalKind, Sharding
+
+    def node_major(kind):  # rank = 4·node + gpu = the device id on this mesh
+        return ShardedGoal(kind, ("node", "gpu"), Sharding(kind, tuple(range(16)), 16))
+
+    rs = _sharded("rs-gpu-then-node", ".hlo").chains[0]  # its shards go gpu-major: rank = 4·gpu + node
+    verdict, message, _ = _prove_sharded(16, rs.plan, rs.groups, node_major(GoalKind.REDUCE_SCATTER))
+    assert verdict is ChainVerdict.COUNTEREXAMPLE and message.startswith("device 1 ends with chunks [4], not its shard")
+    # the chunk semantics cannot see an all-gather's order: the XLA/NCCL positions can
+    ag = _sharded("ag-node-then-gpu", ".hlo").chains[0]
+    verdict, message, _ = _prove_sharded(16, ag.plan, ag.groups, node_major(GoalKind.ALL_GATHER))
+    assert verdict is ChainVerdict.COUNTEREXAMPLE and "position" in message and "block" in message, message
+
+
+def test_a_gather_of_shards_the_chain_did_not_scatter_says_why():
+    [chain] = _sharded("rs-node-ag-gpu", ".hlo").chains
+    assert chain.verdict is ChainVerdict.SHARDED_GOAL and chain.seconds is None
+    assert chain.message.startswith("step 2 gathers over (gpu) but the chain's shards are over (node)")
+
+
+def test_sharded_chains_are_priced_from_their_shards_and_offered_the_best_in_mesh_order():
+    rs = _sharded("rs-node-then-gpu", ".hlo").chains[0]
+    ag = _sharded("ag-gpu-then-node", ".hlo").chains[0]  # its mirror: the same bytes over the same links
+    assert ag.bytes * 16 == rs.bytes and ag.seconds == pytest.approx(rs.seconds)
+    for chain in (rs, ag):
+        assert chain.best_program and chain.best_seconds <= chain.seconds and "certified" in chain.best_note
+    permuted = _sharded("rs-gpu-then-node", ".hlo").chains[0]
+    assert permuted.best_program is None and permuted.best_note == "best: not searched (shard order is not the mesh's)"

@@ -39,7 +39,8 @@ def fixes(report: AuditReport, system: System) -> list[Fix]:
     placement = Placement(system.sizes, tuple(s for _, s in report.mesh), report.placement)
     out = []
     for chain in report.chains:
-        if chain.best_program is None or chain.speedup is None or chain.speedup <= 1.0 or not chain.axes:
+        if chain.best_program is None or chain.speedup is None or chain.speedup <= 1.0 or not chain.axes \
+                or chain.goal != "allreduce":  # a sharded goal's best is offered, not lowered
             continue
         red = tuple(sorted(names.index(a) for a in chain.axes))
         h = synthesis_hierarchy(placement, red, system.level_names, "d", "per-ancestor")

@@ -93,12 +93,7 @@ def layout_of_sharding(text: str | None, rank: int, mesh: Mesh) -> Layout:
             sorted(ts.devices.reshape(-1).tolist()) != sorted(mesh.device_ids):
         return _every(lay, mesh.names, why)
     sizes = dict(mesh.axes)
-    coords = {}
-    for pos, dev in enumerate(mesh.device_ids):
-        rest, c = pos, {}
-        for name, size in reversed(mesh.axes):
-            rest, c[name] = divmod(rest, size)
-        coords[dev] = c
+    coords = mesh.coordinates()
     tiles = {int(d): idx for idx, d in zip(itertools.product(*map(range, ts.devices.shape)), ts.devices.reshape(-1))}
     dims: list[tuple[str, ...]] = []
     for d in range(rank):

@@ -28,6 +28,16 @@ class Mesh:
     def num_devices(self) -> int:
         return math.prod(s for _, s in self.axes)
 
+    def coordinates(self) -> dict[int, dict[str, int]]:
+        """Each device id's coordinate along every axis (its mesh position read row-major)."""
+        out = {}
+        for pos, dev in enumerate(self.device_ids):
+            rest, at = pos, {}
+            for name, size in reversed(self.axes):
+                rest, at[name] = divmod(rest, size)
+            out[dev] = at
+        return out
+
     def groups(self, selected: Sequence[str]) -> tuple[Group, ...]:
         """One group per point of the other axes, members along ``selected`` in the order named."""
         return tuple(tuple(self.device_ids[p] for p in g) for g in mesh_axes_groups(self.axes, selected))

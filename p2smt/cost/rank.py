@@ -191,14 +191,16 @@ def render_rank(report: dict[str, Any]):
     return RichGroup(*tables)
 
 
-def explicit_plan_seconds(system: System, plan, blocks: int, bytes_per_device: float, algo: str = "ring") -> float:
+def explicit_plan_seconds(system: System, plan, blocks: int, bytes_per_device: float, algo: str = "ring",
+                          sharding=None) -> float:
     """Predicted time of an explicit plan: each step priced with the bytes every device holds before it,
-    replayed on XLA/NCCL buffer positions (a device's share is its non-empty blocks out of ``blocks``)."""
+    replayed on XLA/NCCL buffer positions (a device's share is its non-empty blocks out of ``blocks``; under the
+    AllGather ``sharding`` each device starts with its shard)."""
     from p2smt.cost.model import plan_time
     from p2smt.semantics.positions import apply_group, initial_buffers
 
     topo = build_topology(system)
-    buffers = initial_buffers(topo.num_devices, blocks)
+    buffers = initial_buffers(topo.num_devices, blocks, sharding)
     volumes = []
     for t, step in enumerate(plan, start=1):
         volumes.append({d: bytes_per_device * sum(c is not None for c in buf) / blocks
