@@ -133,6 +133,8 @@ def read_goal(cs: Sequence[ReadCollective], mesh: Mesh | None, xla_id: dict[int,
         over = axes_of_groups(mesh, c.groups, ordered=True)
         if over is None:
             return f"step {t}'s {_NAMES[c.collective]} groups are no mesh axes in order: its shards have no mesh order"
+        if not over:  # over axes of one device: no step
+            continue
         if c.collective is Collective.REDUCE_SCATTER:
             stack.extend(over)
         elif gathers:
