@@ -133,7 +133,7 @@ def test_all_gather_is_proved_by_z3(run_cli, tmp_path):
     (["synth", *A100, "--goal", "reduce-scatter", "--engine", "symmetric"],
      "the symmetric engine (a shard rank breaks the symmetry inside a level; use the default engine) does not take"),
     (["rank", *A100, "--goal", "reduce-scatter", "--prune", "p2-47"], "--prune p2-47"),
-    (["best", *A100, "--goal", "reduce-scatter"], "best does not take the reduce-scatter goal yet"),
+    (["best", *A100, "--goal", "reduce-scatter", "--proof", "bound"], "is searched only by --method search"),
 ])
 def test_unsupported_goals_are_refused_in_one_line(run_cli, orders, argv, words):
     rc, out, err = run_cli(*argv, "--plan", orders[0]) if argv[0] in ("check", "verify") else run_cli(*argv)
