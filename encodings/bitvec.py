@@ -347,6 +347,24 @@ class Dag:
 State = list[list[int]]  # state[d][r]: handle of device d's chunk-r row
 
 
+def goal_rows(problem: SynthesisProblem) -> list[list[int]]:
+    """``rows[d][r]``: the contributions device d's chunk r holds at the goal, as a mask: its goal group's
+    (AllReduce), its group's on its shard's chunks only (ReduceScatter/HSDP), the owner of r's alone
+    (AllGather; docs/semantics.md §6); devices outside every goal group end empty."""
+    k, sh = problem.num_devices, problem.sharding
+    rows = [[0] * k for _ in range(k)]
+    for g in problem.goal_groups:
+        mask = sum(1 << c for c in g)
+        owners = sh.owners(tuple(g), k) if sh is not None and sh.kind == "all-gather" else None
+        for d in g:
+            for r in range(k):
+                if owners is not None:
+                    rows[d][r] = 1 << owners[r]
+                elif sh is None or r in sh.shard(d, k):
+                    rows[d][r] = mask
+    return rows
+
+
 class Unroller:
     """Builds steps of docs/semantics.md §4 on row handles: each candidate's validity and new rows."""
 
@@ -356,19 +374,18 @@ class Unroller:
         self.touching = [
             sorted({d for g in c.groups for d in g}) for c in problem.candidates
         ]
-        goal = [0] * self.k
-        for g in problem.goal_groups:
-            mask = sum(1 << c for c in g)
-            for d in g:
-                goal[d] = mask
-        self.goal_rows = [dag.bv(v) for v in goal]
+        self.goal_rows = [[dag.bv(v) for v in row] for row in goal_rows(problem)]
 
     def initial(self) -> State:
+        sh = self.problem.sharding
+        if sh is not None and sh.kind == "all-gather":  # d holds its own contribution in its own shard only
+            return [[self.dag.bv(1 << d if r in sh.shard(d, self.k) else 0) for r in range(self.k)]
+                    for d in range(self.k)]
         return [[self.dag.bv(1 << d)] * self.k for d in range(self.k)]
 
     def goal(self, state: State) -> int:
         dag = self.dag
-        return dag.and_(dag.equal(h, self.goal_rows[d]) for d, rows in enumerate(state) for h in set(rows))
+        return dag.and_(dag.equal(h, g) for rows, goal in zip(state, self.goal_rows) for h, g in zip(rows, goal))
 
     def candidate(self, state: State, j: int) -> tuple[int, dict[int, list[int]]]:
         """(validity handle, {device: new rows}) of candidate ``j`` applied to ``state``."""

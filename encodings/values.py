@@ -103,14 +103,20 @@ class Value(BlankingPayload):
     def differs(self, a, b, present_a, present_b):
         return T.and_((present_b, T.not_(T.eq(a, b))))
 
+    def only(self, value, contributor: int):
+        return T.eq(value, self.inputs[contributor])
+
 
 def _groups(problem: SynthesisProblem) -> dict[int, tuple[int, ...]]:
     return {d: tuple(g) for g in problem.goal_groups for d in g}
 
 
-def blank_slots(k: int, steps: int) -> list[tuple[int, int]]:
-    """Every (step, device) whose emptied chunk content is a free value."""
-    return [(t, d) for t in range(1, steps + 1) for d in range(k)]
+def blank_slots(problem: SynthesisProblem, steps: int) -> list[tuple[int, int]]:
+    """Every (step, device) whose emptied chunk content is a free value; step 0 too under the AllGather goal,
+    whose devices start with the chunks of other shards empty (docs/semantics.md §6)."""
+    sh = problem.sharding
+    first = 0 if sh is not None and sh.kind == "all-gather" else 1
+    return [(t, d) for t in range(first, steps + 1) for d in range(problem.num_devices)]
 
 
 def _domain(v):
@@ -157,19 +163,19 @@ class ValuesEncoding(CheckedEncoding):
 
     def witness_payload(self, witness):
         row, inputs, blanks = witness
-        contents = dict(zip(blank_slots(self.problem.num_devices, self.max_len), blanks))
+        contents = dict(zip(blank_slots(self.problem, self.max_len), blanks))
         # a correct program's values that rules or the goal read are sums of inputs: they fit
         width = (sum(inputs) + max(blanks, default=0) + 1).bit_length() + 2
         return row, Value(inputs, contents, _groups(self.problem), self.context, width)
 
     def witness_of(self, found):
         k = self.problem.num_devices
-        blanks = tuple(found.get(f"blank_{t}_{d}", 0) for t, d in blank_slots(k, self.max_len))
+        blanks = tuple(found.get(f"blank_{t}_{d}", 0) for t, d in blank_slots(self.problem, self.max_len))
         return (found["chunk"], tuple(found[f"input_{d}"] for d in range(k)), blanks)
 
     def initial_witnesses(self):
         k = self.problem.num_devices
-        zeros = (0,) * len(blank_slots(k, self.max_len))
+        zeros = (0,) * len(blank_slots(self.problem, self.max_len))
         if self.options.seed == "ones":
             return [(0, (1,) * k, zeros)]
         if self.options.seed == "generic":

@@ -155,8 +155,6 @@ def test_synthesized_exactly_when_jax_found_the_order_right(where, kind, shard, 
 def test_engines_encodings_and_rules_that_know_only_allreduce_refuse():
     req = request(A100, "reduce-scatter")
     for config, words in [(EngineConfig(engine=Engine.SYMMETRIC, max_len=2), "the symmetric engine"),
-                          (EngineConfig(engine=Engine.Z3, encoding="bitvec", max_len=2), "the bitvec encoding"),
-                          (EngineConfig(engine=Engine.Z3_CEGIS, max_len=2), "the values encoding"),
                           (EngineConfig(engine=Engine.Z3, encoding="representative", max_len=2),
                            "the representative encoding"),
                           (EngineConfig(max_len=2, prune="p2-47"), "--prune p2-47")]:

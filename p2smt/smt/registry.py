@@ -20,7 +20,7 @@ from p2smt.errors import P2Error
 from p2smt.model.system import _packaged_dir
 from p2smt.smt.base import EncodingSpec
 
-SHARDED_ENCODINGS = ("bool-matrix",)
+SHARDED_ENCODINGS = ("bool-matrix", "bitvec", "values")
 """The encodings that state the sharded goals of docs/semantics.md §6 (the others refuse them)."""
 
 ENV_VAR = "P2SMT_ENCODINGS_PATH"

@@ -425,7 +425,12 @@ class Semantics:
         if self.sharding is not None and self.sharding.kind == "all-gather":  # d holds its own shard only
             below = [T.clamp(T.sub(self.row, self._shard(d)[0]), 0, self._shard(d)[1], self.a.lit) for d in range(k)]
             present = [self._in_shard(d) for d in range(k)]
-            return TrackState(present, below, [self.payload.where(p, v) for p, v in zip(present, payload)])
+            if isinstance(self.payload, BlankingPayload):  # an empty chunk holds an arbitrary value from the start
+                held = [T.ite(p, v, self.payload.blank(0, d), self.payload.lift)
+                        for d, (p, v) in enumerate(zip(present, payload))]
+            else:
+                held = [self.payload.where(p, v) for p, v in zip(present, payload)]
+            return TrackState(present, below, held)
         return TrackState([True] * k, [self.row] * k, payload)
 
     def step(
