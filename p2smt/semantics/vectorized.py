@@ -123,7 +123,6 @@ class _Machine:
     ``step`` maps the arrays to the next ones or raises ``_Fail`` with the first failing group and rule."""
 
     def __init__(self, problem: SynthesisProblem, sizes: Sequence[int] | None = None):
-        problem.refuse_sharded("the vectorized compressed interpreter")
         self.problem = problem
         self.k = k = problem.num_devices
         self.full = full = (1 << k) - 1
@@ -141,15 +140,28 @@ class _Machine:
         self.frame_offsets: dict[int, tuple[np.ndarray, np.ndarray]] = {}  # see _frame_offsets
         self.kept_states: dict[tuple[int, ...], int] = {}  # see _kept_state
         self.shaped: dict[tuple[int, bool], tuple] = {}  # see _shaped
-        self.initial = (np.full(k, self.token(((full, 1),)), dtype=np.int32), np.zeros(k, np.int32))
-        goal = np.full(k, self.token(()), dtype=np.int32)
+        sh = problem.sharding  # a sharded goal (docs/semantics.md §6): a shard is b chunks from rank·b
+        kind, b = (None, k) if sh is None else (sh.kind, sh.block(k))
+        shard_shifts = np.zeros(k, np.int32) if sh is None else np.array(sh.rank, dtype=np.int32) * b
+        if kind == "all-gather":  # d holds its own contribution in its shard only
+            self.initial = (np.full(k, self.token((((1 << b) - 1, 1),)), dtype=np.int32), shard_shifts)
+        else:
+            self.initial = (np.full(k, self.token(((full, 1),)), dtype=np.int32), np.zeros(k, np.int32))
+        goal, goal_shifts = np.full(k, self.token(()), dtype=np.int32), np.zeros(k, np.int32)
         for g in problem.goal_groups:
             devices = np.array(g, dtype=np.int64)
             mask = self._bits(devices)
-            first = self.token(((full, mask),))  # in device 0's frame, then sent to each device's
+            if kind == "reduce-scatter":
+                goal_shifts[devices] = shard_shifts[devices]
+            if kind == "all-gather":  # chunk r holds its owner's contribution alone
+                owners = sh.owners(tuple(g), k)
+                held = _canon({1 << o: sum(1 << r for r in range(k) if owners[r] == o) for o in g})
+            else:  # every chunk (AllReduce) or the shard's, shifted below (ReduceScatter/HSDP)
+                held = ((full if kind is None else (1 << b) - 1, mask),)
+            first = self.token(held)  # in device 0's frame, then sent to each device's
             back = self.digits.offsets(np.stack([np.zeros_like(devices), devices], axis=1))[1][:, :, 1]
             goal[devices] = self._send(np.full(len(g), first, dtype=np.int32), back)
-        self.goal = (goal, np.zeros(k, np.int32))
+        self.goal = (goal, goal_shifts)
 
     def step(self, state: tuple[np.ndarray, np.ndarray], i: int) -> tuple[np.ndarray, np.ndarray]:
         candidate = self.problem.candidates[i]

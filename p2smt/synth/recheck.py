@@ -54,7 +54,6 @@ def recheck(prob: SynthesisProblem, programs, engine: str, drop: bool = False, s
 
     which = checker(prob.num_devices)
     if which != "numpy":
-        prob.refuse_sharded(f"the re-check above {PIECES_ABOVE} devices ({INTERPRETERS[which]})")
         if which == "pieces":
             from p2smt.semantics.pieces import check_programs
 
