@@ -21,6 +21,9 @@ With ``require_progress`` a non-Broadcast group's root must hold a chunk. Values
 inputs and contents for a fixed program and chunk, so checking inputs and contents in 0..9 is exact.
 The synthesizer constrains a growing set of examples (chunk, inputs, contents); the checker proves a
 candidate for all of them at once or returns a counterexample that becomes a new example (CEGIS).
+Sharded goals (docs/semantics.md §6): a ReduceScatter/HSDP device ends with the sum on its shard's chunks and
+the others empty; an AllGather device starts with its input on its shard's chunks (the others empty, holding
+arbitrary contents) and ends with chunk r holding its owner's input.
 """
 
 from __future__ import annotations
