@@ -48,6 +48,7 @@ def pieces(name: str, max_len: int) -> tuple[list[str], int]:
     return found(name, EngineConfig(engine=Engine.PIECES, max_len=max_len))
 
 
+@pytest.mark.slow  # 8-52 s each on 64 devices: run by .ci/run (P2SMT_SLOW=1), not by a plain pytest
 @pytest.mark.parametrize(("encoding", "name", "max_len"), CASES, ids=[f"{e}-{n}-{m}" for e, n, m in CASES])
 def test_the_encoding_finds_the_pieces_set(encoding, name, max_len):
     expected = pieces(name, max_len)
