@@ -287,7 +287,7 @@ def test_sharded_goals_give_rank_s_list_from_the_certificate(goal):
     system = load_system("a100-4x16")
     kwargs = {"matrix": ((4, 16),), "max_len": 4}
     found = best(system, (64,), (0,), top=3, bytes_per_device=1e8, goal=goal, **kwargs)
-    req = Request.for_system(system, (64,), (0,), goal=Goal.of(goal, None, (0,)), **{"matrix": kwargs["matrix"]})
+    req = Request.for_system(system, (64,), (0,), goal=Goal.of(goal, None, (0,)), matrix=kwargs["matrix"])
     ranked = rank_result(system, synthesize(req, EngineConfig(max_len=4)), top=3, bytes_per_device=1e8)
     assert found.status == "optimal"
     mine = found.to_json()["matrices"][0]["programs"]
