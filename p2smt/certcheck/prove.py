@@ -33,7 +33,7 @@ def _units(ctx: z3.Context) -> int:
 
 
 def _text(x) -> str:
-    """A lemma's sort key: its repr with numbers in hex (a k²-bit state past 116 devices has more decimal digits
+    """A lemma's sort key: its repr with numbers in hex (a k²-bit state past 119 devices has more decimal digits
     than Python converts)."""
     if isinstance(x, tuple):
         return "(" + ",".join(_text(y) for y in x) + ")"
