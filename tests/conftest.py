@@ -32,6 +32,21 @@ def data_dir() -> Path:
     return DATA
 
 
+@pytest.fixture
+def verify_hangs_at_step_3(monkeypatch):
+    """Z3's plan checker hangs on the third step (steps 1..2 proved), so a --deadline ends verify there."""
+    from p2smt.smt import check
+
+    real = check.PlanChecker._node_failure
+
+    def hang_on_step_3(self, t, nd, detail):
+        if t == 2:
+            __import__("time").sleep(600)
+        return real(self, t, nd, detail)
+
+    monkeypatch.setattr(check.PlanChecker, "_node_failure", hang_on_step_3)
+
+
 def _hierarchy(
     sizes: Sequence[int],
     axes: Sequence[int],

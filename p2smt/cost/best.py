@@ -146,8 +146,8 @@ def best_on_hierarchy(system: System, h: SynthesisHierarchy, *, max_len: int = 8
     b = check_request(system, algo, bytes_per_device, top)
     _check_options(max_len, timeout_ms, bound, method, proof)
     start = time.perf_counter()
-    if sharding is not None and (method != "search" or proof_for(BestProof(proof), h.num_devices)
-                                 is not BestProof.CERTIFICATE):
+    chosen = proof_for(BestProof(proof), h.num_devices)
+    if sharding is not None and (method != "search" or chosen is not BestProof.CERTIFICATE):
         raise P2Error(f"the {sharding.kind.value} goal is searched only by --method search with the state-graph "
                       "certificate (--proof certificate, the default up to "
                       f"{BEST_CERTIFICATE_UP_TO} synthesis devices): the branch and bound and the bound query state "
@@ -156,7 +156,7 @@ def best_on_hierarchy(system: System, h: SynthesisHierarchy, *, max_len: int = 8
         from p2smt.cost.branch import BranchAndBound
 
         figures = None
-        if proof_for(BestProof(proof), h.num_devices) is BestProof.CERTIFICATE and h.num_devices <= CERTIFY_LIMIT:
+        if chosen is BestProof.CERTIFICATE and h.num_devices <= CERTIFY_LIMIT:
             proved, figures = _graph_paths(system, h, max_len=max_len, top=top, algo=algo, bytes_per_device=b,
                                            require_progress=require_progress,
                                            units=proof_budget * UNITS if proof_budget else None,
@@ -264,7 +264,8 @@ def _graph_paths(system: System, h: SynthesisHierarchy, *, max_len: int, top: in
                  ) -> tuple[list[RankedProgram], dict[str, Any]]:
     """The state-graph certificate of the hierarchy's problem, grown as far as the cost bound needs
     (``cost.graphbest``), proved, and its cheapest goal paths."""
-    from p2smt.cost.graphbest import Prices, cheapest_paths, grow
+    from p2smt.cost.graphbest import cheapest_paths, grow
+    from p2smt.cost.program import Prices
     from p2smt.model.dsl import candidate_instructions, problem
     from p2smt.model.topology import build_topology
     from p2smt.synth.certproof import graph_proof

@@ -22,10 +22,8 @@ from __future__ import annotations
 import math
 from typing import Any
 
-import numpy as np
-
 from p2smt.cost.bound import TIE_TOLERANCE, RankedProgram
-from p2smt.cost.program import step_seconds
+from p2smt.cost.program import Prices
 from p2smt.cost.rank import sort_key as rank_key
 from p2smt.errors import P2Error
 from p2smt.model.dsl import Program, candidate_instructions, problem
@@ -46,27 +44,21 @@ class BranchAndBound:
         if h.num_devices > MAX_DEVICES:
             raise P2Error(f"the branch-and-bound search runs on at most {MAX_DEVICES} synthesis devices "
                           f"({h.num_devices} here); use the Z3 bound strategy")
-        self.h, self.algo, self.b, self.max_len, self.top = h, algo, bytes_per_device, max_len, top
+        self.max_len, self.top = max_len, top
         self.prob = problem(h, require_progress)
         self.instructions = [ins for ins, _ in candidate_instructions(h)]
         self.machine = Machine(self.prob.num_devices)
         self.goal = self.machine.goal(self.prob.goal_groups)
-        self.topo = build_topology(system)
+        self.prices = Prices(self.instructions, build_topology(system), h, algo=algo, bytes_per_device=bytes_per_device,
+                             k=self.prob.num_devices)
         self.steps_of: dict[State, list[tuple[int, State, float]]] = {}
-        self.prices: dict[tuple[int, bytes], float] = {}
         self.to_go_memo: dict[tuple[State, int], float] = {}
         self.found: list[tuple[tuple[float, str], RankedProgram]] = []
         self.limit = math.inf
         self.visited = 0
 
     def _price(self, state: State, i: int) -> float:
-        counts = np.fromiter((rows.bit_count() for rows, _ in state), dtype=np.int64, count=len(state))
-        key = (i, counts.tobytes())
-        seconds = self.prices.get(key)
-        if seconds is None:
-            held = counts / len(state) * self.b
-            seconds = self.prices[key] = step_seconds(self.topo, self.h, self.instructions[i], held, self.algo)
-        return seconds
+        return self.prices.of([rows.bit_count() for rows, _ in state], i)
 
     def steps(self, state: State) -> list[tuple[int, State, float]]:
         """Every valid step from ``state``: (candidate, next state, seconds), in candidate order."""
@@ -119,6 +111,6 @@ class BranchAndBound:
         if self.max_len >= 1 and start != self.goal:
             self._extend(start, (), 0, self.max_len)
         ranked = sorted(self.found, key=lambda f: f[0])
-        stats = {"method": "search", "states": len(self.steps_of), "priced": len(self.prices),
+        stats = {"method": "search", "states": len(self.steps_of), "priced": len(self.prices.table),
                  "lookahead_entries": len(self.to_go_memo), "prefixes_visited": self.visited}
         return [r for _, r in ranked[: self.top]], stats

@@ -22,41 +22,18 @@ import math
 from collections.abc import Callable, Sequence
 from typing import Any
 
-import numpy as np
-
 from p2smt.certcheck.closure import Closed
 from p2smt.cost.bound import TIE_TOLERANCE, RankedProgram
-from p2smt.cost.program import step_seconds
+from p2smt.cost.program import Prices
 from p2smt.cost.rank import sort_key as rank_key
 from p2smt.errors import InternalError
 from p2smt.model.dsl import Instruction, Program
-from p2smt.model.hierarchy import SynthesisHierarchy
-from p2smt.model.topology import Topology
 
-__all__ = ["Prices", "cheapest_paths", "grow"]
+__all__ = ["cheapest_paths", "grow"]
 
 Row = Callable[[int], Sequence[Any] | None]
 Keep = Callable[[tuple[int, ...]], bool]
 """Which goal paths count (a sharded goal's positions check); the others are passed over, and counted."""
-
-
-class Prices:
-    """A step's seconds from the state it leaves: per (candidate, every device's holdings), computed once."""
-
-    def __init__(self, instructions: Sequence[Instruction], topo: Topology, h: SynthesisHierarchy, *, algo: str,
-                 bytes_per_device: float, k: int):
-        self.instructions, self.topo, self.h, self.algo, self.b, self.k = instructions, topo, h, algo, \
-            bytes_per_device, k
-        self.table: dict[tuple[int, bytes], float] = {}
-
-    def of(self, held: Sequence[int], c: int) -> float:
-        counts = np.fromiter(held, dtype=np.int64, count=self.k)
-        key = (c, counts.tobytes())
-        seconds = self.table.get(key)
-        if seconds is None:
-            seconds = self.table[key] = step_seconds(self.topo, self.h, self.instructions[c],
-                                                     counts / self.k * self.b, self.algo)
-        return seconds
 
 
 def holdings(matrix: int, k: int) -> int:
@@ -116,16 +93,13 @@ def grow(builder: Any, prices: Prices, max_len: int, top: int, keep: Keep | None
     goal = builder.goal_key
     bound, _, cut = _settle(builder.expand, price, lambda s: builder.states[s] == goal, max_len, None)
     while cut:
-        doc = builder.graph(max_len).document([], lists=False)
-        if len(_paths(doc["edges"], _goals(doc), price, max_len, top, bound, keep)) >= top:
+        reached = builder.ids.get(goal)
+        goals = frozenset() if reached is None else frozenset({reached})
+        if len(_paths(builder.edges, goals, price, max_len, top, bound, keep)) >= top:
             return bound
         bound *= 2
         _, _, cut = _settle(builder.expand, price, lambda s: builder.states[s] == goal, max_len, bound)
     return math.inf  # nothing cut off: every state before max_len is expanded
-
-
-def _goals(doc: dict[str, Any]) -> frozenset[int]:
-    return frozenset() if doc["goal"] is None else frozenset({doc["goal"]})
 
 
 def _paths(edges: Sequence[Any], goals: frozenset[int], price: Callable[[int, int], float],
@@ -193,7 +167,7 @@ def cheapest_paths(doc: dict[str, Any], closed: Closed, instructions: Sequence[I
     if missing:
         raise InternalError(f"best: the certificate leaves state {missing[0]} unexpanded, which a path within "
                             f"{bound:.9g} s reaches before its last step")
-    rows = [row(s) if s < len(edges) else None for s in range(len(edges))]
+    rows = [row(s) for s in range(len(edges))]
     found = _paths(rows, closed.goals, price, max_len, top, bound, keep, passed)
     ranked = sorted((rank_key(seconds, p.text), p) for seconds, p in (
         (s, RankedProgram(Program(tuple(instructions[c] for c in program)), s)) for s, program in found))

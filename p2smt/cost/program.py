@@ -90,6 +90,26 @@ def step_seconds(topo: Topology, hierarchy: SynthesisHierarchy, ins: Instruction
                                             tuple(sizes.tolist()) * len(hierarchy.replicas), algo))
 
 
+class Prices:
+    """``step_seconds`` from the chunks each synthesis device holds before the step (``held``, out of ``k``),
+    memoized per (candidate, holdings): the price of a step leaving a state of the search or the certificate."""
+
+    def __init__(self, instructions: Sequence[Instruction], topo: Topology, h: SynthesisHierarchy, *, algo: str,
+                 bytes_per_device: float, k: int):
+        self.instructions, self.topo, self.h, self.algo, self.b, self.k = instructions, topo, h, algo, \
+            bytes_per_device, k
+        self.table: dict[tuple[int, bytes], float] = {}
+
+    def of(self, held: Sequence[int], c: int) -> float:
+        counts = np.fromiter(held, dtype=np.int64, count=self.k)
+        key = (c, counts.tobytes())
+        seconds = self.table.get(key)
+        if seconds is None:
+            seconds = self.table[key] = step_seconds(self.topo, self.h, self.instructions[c],
+                                                     counts / self.k * self.b, self.algo)
+        return seconds
+
+
 @lru_cache(maxsize=64)
 def _fractions(hierarchy: SynthesisHierarchy, programs: tuple[Program, ...],
                checked: bool, sharding: Sharding | None = None) -> dict[Program, list[np.ndarray]]:
