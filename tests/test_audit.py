@@ -33,11 +33,10 @@ HAS_JAX = importlib.util.find_spec("jax") is not None
 needs_jax = pytest.mark.skipif(not HAS_JAX, reason="jax is not installed")
 
 # What the StableHLO audit says of each step. Correct steps are PROVED except where the text cannot show
-# everything (GSPMD's collectives, a custom call's) or the step walk cannot follow a value (an untiled
-# all_gather); FSDP's sharded chains are proved against the goals read from them. Wrong ones are FINDINGS, or
-# REFUSED where the text hides the communication.
+# everything (GSPMD's collectives, a custom call's); FSDP's sharded chains are proved against the goals read
+# from them. Wrong ones are FINDINGS, or REFUSED where the text hides the communication.
 STABLEHLO = {
-    "all-gather-untiled-sum": "UNVERIFIED", "data-parallel-bf16": "PROVED", "grad-accumulation-loop": "PROVED",
+    "all-gather-untiled-sum": "PROVED", "data-parallel-bf16": "PROVED", "grad-accumulation-loop": "PROVED",
     "wrong-accumulator-summed-in-loop": "FINDINGS", "wrong-permuted-slice": "UNVERIFIED",
     "custom-partitioning-sum": "REFUSED", "data-parallel-pytree": "PROVED", "fsdp": "PROVED",
     "gspmd-sum": "UNVERIFIED", "mixed-node-gpu": "PROVED", "row-parallel-mlp": "PROVED",
@@ -253,6 +252,27 @@ def test_reshape_keeps_a_major_shard_and_loses_a_minor_one():
     op = _op("stablehlo.reshape", [(2, 8)], [(16,)])
     assert apply(op, [Layout((("a",), ()))]).results[0].dims == (("a",),)
     assert apply(op, [Layout(((), ("a",)))]).results[0].state("a") is AxisState.UNKNOWN
+
+
+def test_an_untiled_gather_of_minor_shards_is_a_replicated_stack():
+    """JAX's all_gather(tiled=False): a new one-element dimension gathered over b stacks the members' blocks; when
+    b is the minor-most axis sharding another dimension, the stack is that dimension's whole over b."""
+    from p2smt.auditing import comm
+
+    op = _op("stablehlo.all_gather", [(1, 8)], [(4, 8)], axis_sizes={"a": 4, "b": 4})
+    out = comm.all_gather(op, [Layout(((), ("a", "b")))], ("b",), 0)
+    assert out.results[0].dims == ((), ("a",)) and not out.findings
+    assert out.results[0].state("b") is AxisState.REPLICATED and out.results[0].state("a") is AxisState.SHARDED
+    # b the major axis: the stack is no whole along the dimension; not followed
+    assert comm.all_gather(op, [Layout(((), ("b", "a")))], ("b",), 0).results[0].state("b") is AxisState.UNKNOWN
+    # a partial sum stacked is no value until summed; not followed
+    assert comm.all_gather(op, [Layout(((), ()), frozenset({"b"}))], ("b",), 0).results[0].state("b") \
+        is AxisState.UNKNOWN
+    # copies of a replicated value are still a finding
+    assert comm.all_gather(op, [Layout(((), ()))], ("b",), 0).findings[0].kind is FindingKind.GATHER_OF_REPLICATED
+    # a result dimension that is not the group's size is no untiled gather
+    wide = _op("stablehlo.all_gather", [(1, 8)], [(16, 8)], axis_sizes={"a": 4, "b": 4})
+    assert comm.all_gather(wide, [Layout(((), ("a", "b")))], ("b",), 0).results[0].state("b") is AxisState.UNKNOWN
 
 
 def test_axis_index_offsets_take_the_devices_own_block():

@@ -106,10 +106,13 @@ def all_gather(op: Op, ins: Sequence[Layout], reduced: tuple[str, ...] | None, d
     if reduced is None:
         return _not_mesh(op, ins)
     out, findings = [], []
-    for x in ins:
+    for i, x in enumerate(ins):
         axes = x.dims[dim] if dim < len(x.dims) else ()
         k = len(reduced)
-        if axes[len(axes) - k:] == reduced and all(x.state(a) is S for a in reduced):
+        stacked = _stacked(op, x, i, reduced, dim)
+        if stacked is not None:
+            x = stacked
+        elif axes[len(axes) - k:] == reduced and all(x.state(a) is S for a in reduced):
             dims = list(x.dims)
             dims[dim] = axes[:len(axes) - k]
             x = x.keep(tuple(dims))
@@ -126,6 +129,29 @@ def all_gather(op: Op, ins: Sequence[Layout], reduced: tuple[str, ...] | None, d
                                   f"not sharded there over {a} in the group's order")
         out.append(x)
     return Outcome(out, findings)
+
+
+def _stacked(op: Op, x: Layout, i: int, reduced: tuple[str, ...], dim: int) -> Layout | None:
+    """JAX's untiled all_gather (a new dimension of one element, gathered): the members' blocks stacked along
+    ``dim`` in the group's order. When every gathered axis shards one other dimension as its minor-most axes,
+    the stack is a reshaped whole along them: replicated over them, that dimension sharded by the rest. None
+    otherwise (the tiled rule then decides, and loses what it cannot follow)."""
+    m = 1
+    for a in reduced:
+        m *= op.attrs.get("axis_sizes", {}).get(a, 0)
+    if (i >= len(op.operand_shapes) or dim >= len(x.dims) or x.dims[dim] or op.operand_shapes[i][dim] != 1
+            or op.result_shapes[i][dim] != m or not all(x.state(a) is S for a in reduced)):
+        return None
+    homes = {x.sharded_dim(a) for a in reduced}
+    if len(homes) != 1:
+        return None
+    (e,) = homes
+    axes = x.dims[e]
+    if axes[len(axes) - len(reduced):] != reduced:
+        return None
+    dims = list(x.dims)
+    dims[e] = axes[:len(axes) - len(reduced)]
+    return x.keep(tuple(dims))
 
 
 def opaque(op: Op, ins: Sequence[Layout]) -> Outcome:

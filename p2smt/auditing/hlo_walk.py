@@ -327,7 +327,7 @@ class _HloWalker:
     # -- collectives, loops, branches ---------------------------------------------------------------------------
     def _collective(self, ins: Instruction, base: str, ins_vals: list[_Val]):
         found = self.m.collective(ins, self.where)
-        o = self._op(ins, f"stablehlo.{base.replace('-', '_')}")
+        o = self._op(ins, f"stablehlo.{base.replace('-', '_')}", {"axis_sizes": dict(self.mesh.axes)})
         try:
             groups = global_groups(found.groups, found.mode, self.m.space)
         except P2Error:

@@ -552,7 +552,7 @@ class _Walker:
         reduced = axes_of_groups(mesh, groups, ordered=kind != "all_reduce") if global_ids else None
         if reduced is not None and any(r not in manual for r in reduced):
             reduced = None
-        o = self._op(op, name, manual)
+        o = self._op(op, name, manual, {"axis_sizes": dict(mesh.axes)})
         if kind == "all_reduce":
             return comm.all_reduce(o, ins, reduced, self._adds(op), all(self._constant(v) for v in op.operands))
         if not self._adds(op) and kind == "reduce_scatter":
