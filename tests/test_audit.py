@@ -265,6 +265,9 @@ def test_an_untiled_gather_of_minor_shards_is_a_replicated_stack():
     assert out.results[0].state("b") is AxisState.REPLICATED and out.results[0].state("a") is AxisState.SHARDED
     # b the major axis: the stack is no whole along the dimension; not followed
     assert comm.all_gather(op, [Layout(((), ("b", "a")))], ("b",), 0).results[0].state("b") is AxisState.UNKNOWN
+    # blocks that each had a replicated value added: summing the stack would count it once per member
+    mixed = Layout(((), ("a", "b")), mixed=frozenset({"b"}))
+    assert comm.all_gather(op, [mixed], ("b",), 0).results[0].state("b") is AxisState.UNKNOWN
     # a partial sum stacked is no value until summed; not followed
     assert comm.all_gather(op, [Layout(((), ()), frozenset({"b"}))], ("b",), 0).results[0].state("b") \
         is AxisState.UNKNOWN

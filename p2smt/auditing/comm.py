@@ -133,14 +133,16 @@ def all_gather(op: Op, ins: Sequence[Layout], reduced: tuple[str, ...] | None, d
 
 def _stacked(op: Op, x: Layout, i: int, reduced: tuple[str, ...], dim: int) -> Layout | None:
     """JAX's untiled all_gather (a new dimension of one element, gathered): the members' blocks stacked along
-    ``dim`` in the group's order. When every gathered axis shards one other dimension as its minor-most axes,
-    the stack is a reshaped whole along them: replicated over them, that dimension sharded by the rest. None
-    otherwise (the tiled rule then decides, and loses what it cannot follow)."""
+    ``dim`` in the group's order. When every gathered axis shards one other dimension as its minor-most axes
+    (and no block had a replicated value added), the stack is a reshaped whole along them: replicated over them,
+    that dimension sharded by the rest. None otherwise (the tiled rule then decides, and loses what it cannot
+    follow)."""
     m = 1
     for a in reduced:
         m *= op.attrs.get("axis_sizes", {}).get(a, 0)
     if (i >= len(op.operand_shapes) or dim >= len(x.dims) or x.dims[dim] or op.operand_shapes[i][dim] != 1
-            or op.result_shapes[i][dim] != m or not all(x.state(a) is S for a in reduced)):
+            or op.result_shapes[i][dim] != m or not all(x.state(a) is S for a in reduced)
+            or x.mixed & set(reduced)):  # a sum of the stack would count each block's added value once per member
         return None
     homes = {x.sharded_dim(a) for a in reduced}
     if len(homes) != 1:
