@@ -6,7 +6,8 @@ import argparse
 
 from rich.console import Console
 
-from p2smt.cli.options import add_json, add_search, count, file_arg, refuse_given, seconds
+from p2smt.cli.goals import add_goal
+from p2smt.cli.options import add_json, add_search, count, file_arg, int_list, refuse_given, seconds
 from p2smt.cli.output import ExitCode, emit, folder_path
 from p2smt.errors import P2Error
 from p2smt.model.paths import check_output
@@ -20,6 +21,8 @@ def register(sub) -> None:
                    help="--paper: output folder (p2-sweep); --grid: JSONL file (sweep.jsonl; a device or a FIFO "
                         "with a reader: written through, nothing to resume)")
     add_search(p, grid=True)
+    add_goal(p)
+    p.set_defaults(goal=None)  # the grid's goal (allreduce unless it names another) unless --goal replaces it
     p.add_argument("--no-plots", action="store_true", help="--paper: write the tables only, no PNG figures")
     p.add_argument("--progress", action="store_true",
                    help="--paper: show progress on stderr (default: on a terminal; --grid shows it unless --json)")
@@ -38,6 +41,8 @@ def run(args: argparse.Namespace) -> int:
     if args.paper:
         refuse_given((("--scheduler", args.scheduler), ("--workers", args.workers), ("--timeout", args.timeout)),
                      "options of --grid sweeps; --paper runs in this process")
+        refuse_given((("--goal", args.goal), ("--shard-axes", args.shard_axes)),
+                     "options of --grid sweeps; --paper reproduces P²'s AllReduce grid")
         from p2smt.cli.bounded import progress_display
         from p2smt.runs.paper import paper_sweep, render_sweep
 
@@ -54,7 +59,8 @@ def run(args: argparse.Namespace) -> int:
 
     summary = sweep(args.grid, check_output(args.out or "sweep.jsonl", "--out"), scheduler=args.scheduler,
                     workers=args.workers, timeout_s=args.timeout, progress=not args.json, engine=args.engine,
-                    max_len=args.max_len, proof_budget=args.proof_budget, proof_store=args.proof_store)
+                    max_len=args.max_len, proof_budget=args.proof_budget, proof_store=args.proof_store,
+                    goal=args.goal, shard_axes=None if args.shard_axes is None else int_list(args.shard_axes))
     emit(args, summary.to_json(), lambda c: c.print(render_summary(summary)))
     return ExitCode.OK if summary.succeeded else ExitCode.FAIL
 

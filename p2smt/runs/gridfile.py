@@ -2,8 +2,9 @@
 
 A grid is one product, or several (``grids:``, a list of blocks, each a product; fields given beside
 ``grids:`` are defaults of every block) expanded one after the other. ``engine`` (default ``certified``),
-``encoding``, ``max_len``, ``timeout_s`` and ``proof_budget`` (the certified engine's, in millions of Z3
-resource units per placement) hold for the whole file. Everything is validated on load, including the
+``encoding``, ``max_len``, ``timeout_s``, ``proof_budget`` (the certified engine's, in millions of Z3
+resource units per placement) and ``goal`` with ``shard_axes`` (docs/semantics.md §6; default the AllReduce
+goal) hold for the whole file. Everything is validated on load, including the
 engine configuration, so a bad entry is refused before anything runs.
 """
 
@@ -12,6 +13,7 @@ from __future__ import annotations
 import contextlib
 import os
 import tempfile
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
@@ -26,6 +28,7 @@ from pydantic import (
 )
 
 from p2smt.errors import P2Error
+from p2smt.model.goal import Goal, GoalKind
 from p2smt.model.limits import MAX_SECONDS
 from p2smt.model.profile import MAX_BYTES
 from p2smt.model.yamlfile import read_yaml
@@ -110,6 +113,12 @@ class Grid(BaseModel):
     max_len: int = Field(default=5, ge=1)
     timeout_s: float = Field(default=120.0, gt=0, le=MAX_SECONDS, allow_inf_nan=False)
     proof_budget: int = Field(default=DEFAULT_PROOF_BUDGET, ge=0, strict=True)
+    goal: GoalKind = GoalKind.ALLREDUCE
+    shard_axes: tuple[Annotated[StrictInt, Field(ge=0)], ...] | None = None  # None: Goal.of's default
+
+    def goal_of(self, reduce: tuple[int, ...]) -> Goal:
+        """The goal of a task reducing ``reduce`` (P2Error, one line, where the shard axes do not fit it)."""
+        return Goal.of(self.goal, self.shard_axes, reduce)
 
     @field_validator("engine")
     @classmethod
@@ -138,14 +147,47 @@ def with_search(grid: Grid, engine: str | None = None, max_len: int | None = Non
               if v is not None}
     if not update:
         return grid
+    new = _replaced(grid, update)
+    _check_engine(new)
+    return new
+
+
+def _replaced(grid: Grid, update: dict[str, Any]) -> Grid:
+    """``grid`` with the fields of ``update`` (given as command-line options), validated as in a grid file."""
     try:
-        new = Grid.model_validate(grid.model_dump() | update)
+        return Grid.model_validate(grid.model_dump() | update)
     except ValidationError as err:
         first = err.errors()[0]
         flag = str(first["loc"][0]).replace("_", "-")
         raise P2Error(f"--{flag}: {first['msg'].removeprefix('Value error, ')}") from None
-    _check_engine(new)
+
+
+def with_goal(grid: Grid, goal: GoalKind | str | None = None, shard_axes: Sequence[int] | None = None) -> Grid:
+    """``grid`` with the goal of ``sweep --goal --shard-axes`` (the API's ``goal``, ``shard_axes``): a goal
+    given replaces the grid's goal and shard axes, shard axes alone replace the grid's shard axes."""
+    if goal is None and shard_axes is None:
+        return grid
+    update = {"goal": goal if goal is not None else grid.goal,
+              "shard_axes": None if shard_axes is None else tuple(shard_axes)}
+    new = _replaced(grid, update)
+    _check_goal(new)
     return new
+
+
+def refuse_goal_engine(grid: Grid) -> None:
+    """Refuse, in synth's own words, a sharded goal the grid's engine settings do not take (the symmetric engine,
+    an encoding that states only the AllReduce goal): those settings synthesize the smallest request of the goal
+    (2 devices, one step) first, so the refusal comes from the engines themselves before any task runs."""
+    if grid.goal is GoalKind.ALLREDUCE:
+        return
+    from p2smt.model.request import Request
+    from p2smt.model.system import Level, System
+    from p2smt.synth.config import EngineConfig
+    from p2smt.synth.driver import synthesize
+
+    pair = System(name="goal-probe", levels=(Level(name="device", size=2),))
+    synthesize(Request.for_system(pair, (2,), (0,), goal=Goal.of(grid.goal, None, (0,))),
+               EngineConfig(engine=grid.engine, max_len=1, encoding=grid.encoding, proof_budget=grid.proof_budget))
 
 
 def check_store(grid: Grid, proof_store: str | Path | None) -> str | None:
@@ -213,6 +255,13 @@ def _check_engine(grid: Grid) -> None:
         load_encoding(grid.encoding)
 
 
+def _check_goal(grid: Grid) -> None:
+    """Every reduction of the grid takes its goal (a shard axis outside a reduction is refused, as by synth)."""
+    for block in grid.blocks:
+        for red in block.reductions:
+            grid.goal_of(red)
+
+
 def parse_grid(data: Any, source: str, base_dir: Path | None = None) -> Grid:
     """Validate a parsed grid document; system files are resolved against ``base_dir`` and loaded."""
     from p2smt.model.system import load_system
@@ -228,6 +277,7 @@ def parse_grid(data: Any, source: str, base_dir: Path | None = None) -> Grid:
         raise P2Error(f"{source}: field grids: {err}") from None
     try:
         _check_engine(grid)
+        _check_goal(grid)
     except P2Error as err:
         raise P2Error(f"{source}: {err}") from None
     blocks = []

@@ -12,13 +12,23 @@ import collections
 import contextlib
 import math
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
 from p2smt.errors import P2Error
+from p2smt.model.goal import GoalKind
 from p2smt.runs import executors
-from p2smt.runs.gridfile import Grid, check_store, load_grid, shared_store, with_search
+from p2smt.runs.gridfile import (
+    Grid,
+    check_store,
+    load_grid,
+    refuse_goal_engine,
+    shared_store,
+    with_goal,
+    with_search,
+)
 from p2smt.runs.store import ResultStore
 from p2smt.runs.tasks import FAILURES, STATUSES, expand, task_key
 
@@ -38,6 +48,7 @@ class SweepSummary:
     out: str = ""
     seconds: float = 0.0
     certified: int = 0  # lines written by this call whose every program set Z3 certified
+    goal: dict[str, Any] | None = None  # the grid's sharded goal: kind and shard axes (None: Goal.of's default)
 
     @property
     def succeeded(self) -> bool:
@@ -49,7 +60,8 @@ class SweepSummary:
         data = {"total": self.total, "skipped_existing": self.skipped_existing, "submitted": self.submitted,
                 "finished": self.finished, "by_status": dict(self.by_status), "certified": self.certified,
                 "succeeded": self.succeeded,
-                "out": self.out, "stats": {"seconds": round(self.seconds, 3)}}
+                "out": self.out, **({"goal": self.goal} if self.goal else {}),
+                "stats": {"seconds": round(self.seconds, 3)}}
         if keys:
             data["submitted_keys"] = list(self.submitted_keys)
         return data
@@ -59,7 +71,8 @@ def render_summary(summary: SweepSummary):
     """A rich table of what the sweep did."""
     from rich.table import Table
 
-    t = Table(title=f"sweep: {summary.out} ({summary.seconds:.1f} s)", show_header=False)
+    goal = f", goal {summary.goal['kind']}" if summary.goal else ""
+    t = Table(title=f"sweep: {summary.out}{goal} ({summary.seconds:.1f} s)", show_header=False)
     t.add_column("what")
     t.add_column("tasks", justify="right")
     t.add_row("tasks in the grid", str(summary.total))
@@ -97,7 +110,8 @@ def _progress_bar(enabled: bool):
 def sweep(grid_or_path: Grid | str | Path, out: str | Path, *, scheduler: str | None = None,
           workers: int | None = None, progress: bool = True, timeout_s: float | None = None,
           engine: str | None = None, max_len: int | None = None, proof_budget: int | None = None,
-          proof_store: str | Path | None = None) -> SweepSummary:
+          proof_store: str | Path | None = None, goal: GoalKind | str | None = None,
+          shard_axes: Sequence[int] | None = None) -> SweepSummary:
     """Run every task of a grid whose key is not yet in ``out`` and append one line per finished task.
 
     Locally (default) ``workers`` threads (default: all cores) each drive a task process; with
@@ -105,18 +119,23 @@ def sweep(grid_or_path: Grid | str | Path, out: str | Path, *, scheduler: str | 
     given, caps the tasks in flight. Lines are flushed as results arrive, so killing the sweep loses only
     the tasks in flight; skipped combinations are written as "skipped" lines without being submitted.
     ``timeout_s``, ``engine``, ``max_len`` and ``proof_budget`` replace the grid's settings (each is part of
-    every task, hence of its key). The certified engine's tasks share their proofs through ``proof_store``
-    (``ProofStore``; no part of the key); locally it defaults to a folder kept for this run only.
+    every task, hence of its key). ``goal`` (``GoalKind``: allreduce, reduce-scatter, all-gather) and
+    ``shard_axes`` replace the grid's goal (``with_goal``) as ``synth --goal --shard-axes`` set one request's:
+    every task synthesizes and ranks under it, its key and line record it, and engine settings synth refuses
+    with that goal are refused before any task runs. The certified engine's tasks share their proofs through
+    ``proof_store`` (``ProofStore``; no part of the key); locally it defaults to a folder kept for this run only.
     """
     start = time.perf_counter()
     grid = with_search(grid_or_path if isinstance(grid_or_path, Grid) else load_grid(grid_or_path), engine, max_len,
                        proof_budget)
+    grid = with_goal(grid, goal, shard_axes)
     if workers is not None and workers < 1:
         raise P2Error(f"--workers must be at least 1, got {workers}")
     if timeout_s is not None:
         if not (math.isfinite(timeout_s) and timeout_s > 0):
             raise P2Error(f"--timeout must be a positive number of seconds, got {timeout_s}")
         grid = grid.model_copy(update={"timeout_s": float(timeout_s)})
+    refuse_goal_engine(grid)
     with shared_store(grid, check_store(grid, proof_store), local=scheduler is None) as shared:
         return _sweep(grid, Path(out), scheduler, workers, progress, start, shared)
 
@@ -158,4 +177,6 @@ def _sweep(grid: Grid, out: Path, scheduler: str | None, workers: int | None, pr
         finished=sum(v for k, v in counts.items() if k != "lost"), by_status=dict(sorted(counts.items())),
         submitted_keys=tuple(task_key(t) for t in to_run), out=str(out), seconds=time.perf_counter() - start,
         certified=certified,
+        goal=None if grid.goal is GoalKind.ALLREDUCE else {
+            "kind": grid.goal.value, "shard_axes": None if grid.shard_axes is None else list(grid.shard_axes)},
     )

@@ -182,6 +182,8 @@ def paper_sweep(out_dir: str | Path, *, grid: Grid | str = PAPER, engine: str | 
     start = time.perf_counter()
     g = grid if isinstance(grid, Grid) else load_grid(grid)
     g = with_search(g, engine, max_len, proof_budget)
+    if g.goal != "allreduce":  # its aggregates and P²'s numbers are AllReduce speedups
+        raise P2Error(f"the paper sweep reproduces P²'s AllReduce grid, not the {g.goal} goal (sweep --grid takes it)")
     out = Path(out_dir)
     if out.exists() and not out.is_dir():
         raise P2Error(f"--out {out} exists and is not a folder")

@@ -1,7 +1,7 @@
 """Sweep tasks: a grid expanded in a fixed order, each task keyed, and the one sweep-row computation.
 
-A task is one (system, nodes, axes, reduction, algorithm, message size) with the grid's engine settings;
-it builds the typed ``Request`` and ``EngineConfig`` it runs with. Its key is the sha256 of its canonical
+A task is one (system, nodes, axes, reduction, algorithm, message size) with the grid's engine settings
+and goal; it builds the typed ``Request`` and ``EngineConfig`` it runs with. Its key is the sha256 of its canonical
 JSON together with p2smt's version.
 """
 
@@ -16,6 +16,7 @@ from typing import Any
 
 from p2smt import __version__
 from p2smt.errors import P2Error
+from p2smt.model.goal import ALLREDUCE, Goal
 from p2smt.model.request import Request
 from p2smt.runs.gridfile import Grid
 from p2smt.smt.budget import DEFAULT_PROOF_BUDGET
@@ -50,12 +51,13 @@ class Task:
     max_len: int
     timeout_s: float
     proof_budget: int = DEFAULT_PROOF_BUDGET  # the certified engine's Z3 work per placement (millions of units)
+    goal: Goal = ALLREDUCE  # what every device ends with (docs/semantics.md §6), bound to ``reduce``
     skip: str | None = field(default=None, compare=False)
     proof_store: str | None = field(default=None, compare=False)  # where proofs are shared; no part of the key
 
     def request(self) -> Request:
         """The synthesis request (every placement of the axes on the resized system)."""
-        return Request(self.system, self.axes, self.reduce, nodes=self.nodes)
+        return Request(self.system, self.axes, self.reduce, nodes=self.nodes, goal=self.goal)
 
     def engine_config(self) -> EngineConfig:
         """The engine configuration: the solver gets ``timeout_s`` before the hard limit kills it."""
@@ -69,20 +71,24 @@ class Task:
         return None if self.bytes == "default" else float(self.bytes)
 
     def to_json(self) -> dict[str, Any]:
-        """The canonical fields (everything but ``skip``)."""
+        """The canonical fields (everything but ``skip``); ``goal`` only when sharded, so an AllReduce task's JSON,
+        and hence its key, is what it was before sweeps took a goal."""
         return {
             "system": self.system, "nodes": self.nodes, "axes": list(self.axes), "reduce": list(self.reduce),
             "algo": self.algo, "bytes": self.bytes, "engine": self.engine, "encoding": self.encoding,
             "max_len": self.max_len, "timeout_s": self.timeout_s, "proof_budget": self.proof_budget,
+            **({"goal": self.goal.to_json()} if self.goal.sharded else {}),
         }
 
     @classmethod
     def from_json(cls, data: dict[str, Any], skip: str | None = None) -> Task:
+        goal = data.get("goal")
         return cls(
             system=data["system"], nodes=int(data["nodes"]), axes=tuple(data["axes"]),
             reduce=tuple(data["reduce"]), algo=data["algo"], bytes=data["bytes"], engine=data["engine"],
             encoding=data.get("encoding"), max_len=int(data["max_len"]), timeout_s=float(data["timeout_s"]),
-            proof_budget=int(data.get("proof_budget", DEFAULT_PROOF_BUDGET)), skip=skip,
+            proof_budget=int(data.get("proof_budget", DEFAULT_PROOF_BUDGET)),
+            goal=ALLREDUCE if goal is None else Goal.of(goal["kind"], goal["shard_axes"], data["reduce"]), skip=skip,
             proof_store=data.get("proof_store"),
         )
 
@@ -139,7 +145,8 @@ def expand(grid: Grid) -> list[Task]:
                                     system=name, nodes=nodes, axes=axes, reduce=tuple(red), algo=algo,
                                     bytes=b if b == "default" else float(b), engine=grid.engine,
                                     encoding=grid.encoding, max_len=grid.max_len,
-                                    timeout_s=float(grid.timeout_s), proof_budget=grid.proof_budget, skip=skip,
+                                    timeout_s=float(grid.timeout_s), proof_budget=grid.proof_budget,
+                                    goal=grid.goal_of(tuple(red)), skip=skip,
                                 )
                                 key = task_key(task)
                                 if key not in seen:
@@ -165,8 +172,9 @@ def ranked_fields(result, report: dict[str, Any]) -> dict[str, Any]:
     """The figures of a sweep row from a synthesis result and its rank report (all programs ranked).
 
     Per matrix: programs, how many beat AllReduce, AllReduce's time, the best program, its time and the
-    speedup AllReduce / best. Overall: the best program (with its own matrix's AllReduce and speedup),
-    the best placement's AllReduce time and ``speedup`` = that time / the best program's time.
+    speedup AllReduce / best; under a ReduceScatter or AllGather goal also the flat collective, its time and how
+    many programs beat it. Overall: the best program (with its own matrix's AllReduce and speedup), the best
+    placement's AllReduce time and ``speedup`` = that time / the best program's time (the goal is the task's).
     """
     per_matrix = []
     for m, ranked in zip(result.matrices, report["matrices"], strict=True):
@@ -181,6 +189,9 @@ def ranked_fields(result, report: dict[str, Any]) -> dict[str, Any]:
             "best_program": top["program"] if top else None,
             "best_seconds": _finite(top["seconds"]) if top else None,
             "speedup": _finite(ar / top["seconds"]) if top and top["seconds"] > 0 else None,
+            **({"flat_collective": ranked["flat_collective"], "flat_seconds": _finite(ranked["flat_seconds"]),
+                "faster_than_flat": sum(1 for p in progs if p["seconds"] < ranked["flat_seconds"] * BEATS)}
+               if "flat_seconds" in ranked else {}),
         })
     best = report["best"]
     allreduce = min((m["allreduce_seconds"] for m in per_matrix if m["allreduce_seconds"] is not None),
@@ -208,7 +219,8 @@ def evaluate(task: Task) -> dict[str, Any]:
 
         request = task.request()
         system = request.load_system()
-        result = synthesize(Request.for_system(system, request.axes, request.reduce), task.engine_config())
+        result = synthesize(Request.for_system(system, request.axes, request.reduce, goal=request.goal),
+                            task.engine_config())
         report = rank_result(system, result, algo=task.algo, bytes_per_device=task.bytes_per_device)
     except P2Error as err:
         return row(task, "error", time.perf_counter() - start, error=str(err))
