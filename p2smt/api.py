@@ -66,7 +66,8 @@ def verify(request: Request, program: str | Sequence[Mapping[str, Any]], *, valu
     ``values=True`` proves it for every integer input (sums, not only chunk identities). ``goal`` and
     ``shard_axes`` as ``--goal`` and ``--shard-axes`` (docs/semantics.md §6): under ``reduce-scatter`` Z3 proves
     every step applies and the interpreters judge the sharded final state; an explicit plan's XLA/NCCL
-    positions are judged too (a misplaced block is a counterexample naming device, position and block).
+    positions are judged too, and under a sharded goal a DSL program's lowered plan's (a misplaced block is a
+    counterexample naming device, position and block: the chunk semantics cannot see an AllGather's order).
 
     >>> req = Request("a100-4x16", axes=(4, 16), reduce=(1,), matrix=((1, 4), (4, 4)))
     >>> verify(req, "(node, InsideGroup, ReduceScatter); (node, Parallel(root), AllReduce); "
@@ -100,7 +101,7 @@ def verify(request: Request, program: str | Sequence[Mapping[str, Any]], *, valu
         proof = prove_sharded(placement.num_devices, steps, goal_groups, sharding, **common)
     else:
         proof = _prove_allreduce(placement.num_devices, steps, goal_groups, common)
-    if prog is not None:
+    if prog is not None and sharding is None:
         return proof
     run = execute_positions(placement.num_devices, steps, goal_groups, common["chunks"], sharding)
     return with_positions(proof, run, len(steps))
@@ -177,13 +178,13 @@ def shard_ranks(request: Request, placement: Placement, h: SynthesisHierarchy, g
 def _judged(request: Request, program: str | Sequence[Mapping[str, Any]], goal: str = "allreduce",
             shard_axes: Sequence[int] | None = None):
     """(placement, program or None, plan, verdict) of a DSL program or an explicit plan under P²'s interpreter
-    (and, for an explicit plan, XLA/NCCL positions), against ``goal``."""
+    (and XLA/NCCL positions, for an explicit plan and under a sharded goal), against ``goal``."""
     from p2smt.model.collectives import ExplicitStep
     from p2smt.semantics.verdict import judge
 
     placement, prog, steps, goal_groups, sharding = _plan(request, program, goal, shard_axes)
     verdict = judge(placement.num_devices, steps, goal_groups, len(goal_groups[0]), request.require_progress,
-                    layout=prog is None, sharding=sharding)
+                    layout=prog is None or sharding is not None, sharding=sharding)
     return placement, prog, tuple(ExplicitStep(c, g) for c, g in steps), verdict
 
 
@@ -192,7 +193,8 @@ def check(request: Request, program: str | Sequence[Mapping[str, Any]], *, goal:
     """Run a DSL program, or an explicit plan (a list of ``{"collective", "replica_groups"}`` steps on physical
     ids, judged in XLA/NCCL positions too), through the concrete interpreter (``p2smt check``): a verdict with
     ``valid``, ``violation`` (the failing step and rule) and ``message()``. ``goal`` and ``shard_axes`` as
-    ``--goal`` and ``--shard-axes`` (docs/semantics.md §6).
+    ``--goal`` and ``--shard-axes`` (docs/semantics.md §6); under a sharded goal a DSL program is judged in
+    positions too (``positions``), so a permuted AllGather order is not ``valid``.
 
     >>> req = Request("a100-4x16", axes=(4, 16), reduce=(1,), matrix=((1, 4), (4, 4)))
     >>> check(req, "(root, InsideGroup, AllReduce)").valid

@@ -61,7 +61,8 @@ def run(args: argparse.Namespace) -> int:
         goal = goal_of(args, pr.reduce)
         show(pr)
         verdict = judge(pr.placement.num_devices, pr.steps, pr.goal_groups, pr.chunks, not args.allow_noop,
-                        layout=pr.program is None, labels=pr.labels, sharding=goal.sharding(pr.placement))
+                        layout=pr.program is None or goal.sharded, labels=pr.labels,
+                        sharding=goal.sharding(pr.placement))
         show(verdict)
     v = verdict.violation
     defects = [
@@ -77,7 +78,7 @@ def run(args: argparse.Namespace) -> int:
         "defects": defects,
         "checked_by": verdict.checked_by,
     } | ({"positions": verdict.positions.to_json()} if verdict.positions else {}) | (
-        {"goal": goal.to_json()} if goal.sharded else {})
+        sharded_fields(goal, verdict) if goal.sharded else {})
 
     def render(c: Console) -> None:
         if v is not None:
@@ -86,6 +87,9 @@ def run(args: argparse.Namespace) -> int:
             render_violation(c, "INVALID", v, getattr(args, "verbose", False), states, defects)
             if verdict.positions and not verdict.positions.valid:
                 c.print(f"  under XLA/NCCL positions: {escape(verdict.positions.message())}")
+        elif verdict.positions and not verdict.positions.valid and goal.sharded:
+            c.print(f"[red]INVALID[/red]: {escape(payload['message'])}", soft_wrap=True)  # one line to grep
+            c.print(f"  checked by: {escape(payload['checked_by'])}")
         elif verdict.positions and not verdict.positions.valid:
             c.print(f"[red]INVALID[/red] under XLA/NCCL positions: {escape(verdict.positions.message())}")
         else:
@@ -99,3 +103,24 @@ def run(args: argparse.Namespace) -> int:
 def goal_words(goal) -> str:
     """`` (reduce-scatter goal, sharded over axes [0])`` for a sharded goal, nothing for AllReduce."""
     return f" ({goal.kind.value} goal, sharded over axes {list(goal.shard_axes)})" if goal.sharded else ""
+
+
+POSITIONS_CHECKED = "then the XLA/NCCL buffer positions of the plan (the positions interpreter)"
+"""What a sharded goal's verdict adds to what it rests on once the chunk semantics lets every step apply."""
+
+
+def positions_refusal(held: str, message: str) -> str:
+    """``valid in chunk semantics, but under XLA/NCCL positions: …``: a sharded goal's result that the chunk
+    semantics, blind to an AllGather's order (docs/semantics.md §6), accepts and the buffer positions refuse."""
+    return f"{held} in chunk semantics, but under XLA/NCCL positions: {message}"
+
+
+def sharded_fields(goal, verdict) -> dict:
+    """A sharded goal's extra JSON fields: the goal, the chunk semantics' verdict apart, what the verdict rests on
+    (with the positions run, for a DSL program as for a plan) and, where only the positions refuse, why."""
+    out = {"goal": goal.to_json(), "chunk_semantics_valid": verdict.execution.valid}
+    if verdict.positions is not None:
+        out["checked_by"] = f"{verdict.checked_by}; {POSITIONS_CHECKED}"
+        if verdict.execution.valid and not verdict.positions.valid:
+            out["message"] = positions_refusal("valid", verdict.positions.message())
+    return out

@@ -14,7 +14,7 @@ from rich.console import Console
 from rich.markup import escape
 
 from p2smt.cli.bounded import add_bounds, progress_display, report_expired, run_bounded
-from p2smt.cli.check import add_verbose, render_violation
+from p2smt.cli.check import POSITIONS_CHECKED, add_verbose, positions_refusal, render_violation
 from p2smt.cli.goals import add_goal, goal_of
 from p2smt.cli.inputs import plan_request
 from p2smt.cli.options import add_allow_noop, add_json, add_plan_input, add_request, seconds, timeout_ms
@@ -95,8 +95,8 @@ def run(args: argparse.Namespace) -> int:
             raise P2Error(f"verify --values proves at most {Z3_PLAN_DEVICES:,} devices (this request has {n:,}); "
                           "without --values the Boolean proof runs one reduction group at a time")
         show(pr)
-        verdict = judge(n, pr.steps, pr.goal_groups, pr.chunks, progress, layout=False, labels=pr.labels,
-                        sharding=sharding)
+        verdict = judge(n, pr.steps, pr.goal_groups, pr.chunks, progress, layout=sharding is not None,
+                        labels=pr.labels, sharding=sharding)
         show(verdict)
     if sharding is not None:
         return verify_sharded(args, pr, verdict, sharding)
@@ -155,19 +155,21 @@ def run(args: argparse.Namespace) -> int:
     return {"proved": ExitCode.OK, "counterexample": ExitCode.FAIL}.get(status, ExitCode.UNKNOWN)
 
 
-def _positions(n: int, pr, sharding=None):
-    """The XLA/NCCL positions run of an explicit plan (after P²'s semantics is proved)."""
+def _positions(n: int, pr):
+    """The XLA/NCCL positions run of an explicit plan against the AllReduce goal (after P²'s semantics is proved;
+    a sharded goal's runs in ``judge``)."""
     from p2smt.semantics.positions import execute_positions
     from p2smt.semantics.verdict import check_positions_size
 
     check_positions_size(n, pr.chunks)
-    return execute_positions(n, pr.steps, pr.goal_groups, pr.chunks, sharding)
+    return execute_positions(n, pr.steps, pr.goal_groups, pr.chunks)
 
 
 def verify_sharded(args: argparse.Namespace, pr, verdict, sharding) -> int:
     """A sharded goal (docs/semantics.md §6): Z3 proves that every step applies and the final state is the
-    sharded goal, the interpreter naming the device and chunks where it is missed (``synth.sharded``); plans
-    above Z3's size rest on the interpreters alone."""
+    sharded goal, the interpreter naming the device and chunks where it is missed (``synth.sharded``); then the
+    plan (a DSL program's lowered plan too) runs in XLA/NCCL buffer positions (``verdict.positions``), which see
+    an AllGather's order that the chunk semantics cannot. Plans above Z3's size rest on the interpreters alone."""
     from p2smt.smt.verify import Z3_PLAN_DEVICES
     from p2smt.synth.sharded import prove_sharded
 
@@ -186,15 +188,15 @@ def verify_sharded(args: argparse.Namespace, pr, verdict, sharding) -> int:
     proof = bounded.result
     if verdict.violation is not None and verdict.violation.step is not None:
         proof = _agree(proof, verdict, pr.labels)
+    layout = verdict.positions
     rests_on = (f"Z3 at the real size ({n} devices): every step and the {goal} goal, agreeing with "
-                f"{verdict.checked_by}")
+                f"{verdict.checked_by}" + (f"; {POSITIONS_CHECKED}" if layout is not None else ""))
     payload = proof.to_json() | {"program": pr.program_text(), "steps": len(pr.steps), "buffers": pr.buffers,
                                  "goal": _goal_json(args, pr), "rests_on": rests_on}
     status = proof.status
-    layout = _positions(n, pr, sharding) if pr.program is None and verdict.execution.violation is None else None
     if status == "proved" and layout is not None and not layout.valid:
         status = "counterexample"
-        payload |= {"status": status} | layout.counterexample()
+        payload |= _positions_counterexample(layout, "proved")
     elif layout is not None and not layout.valid:
         payload["positions"] = layout.counterexample()
     render = _renderer(args, pr, proof, payload, status, n)
@@ -203,9 +205,19 @@ def verify_sharded(args: argparse.Namespace, pr, verdict, sharding) -> int:
         render(c)
         if "positions" in payload:
             c.print(f"  under XLA/NCCL positions: {escape(payload['positions']['message'])}")
+        elif status == "counterexample" and proof.status == "proved":
+            c.print(f"  rests on: {escape(rests_on)}")
 
     emit(args, payload, render_all)
     return {"proved": ExitCode.OK, "counterexample": ExitCode.FAIL}.get(status, ExitCode.UNKNOWN)
+
+
+def _positions_counterexample(layout, held: str) -> dict:
+    """A sharded goal's COUNTEREXAMPLE fields where the chunk semantics held (``held``: proved or valid) and the
+    XLA/NCCL positions do not: the device, position and block, the message saying both."""
+    out = layout.counterexample()
+    return out | {"status": "counterexample", "chunk_semantics": held,
+                  "message": positions_refusal(held, out["message"])}
 
 
 def _goal_json(args: argparse.Namespace, pr) -> dict:
@@ -217,14 +229,21 @@ def unproved(args: argparse.Namespace, pr, verdict, skipped: str, sharding=None)
     never ``proved``), with what it rests on."""
     n = pr.placement.num_devices
     status = "valid" if verdict.execution.valid else "counterexample"
-    rests_on = f"{verdict.checked_by}; {skipped}"
+    sharded_layout = verdict.positions if sharding is not None else None
+    rests_on = f"{verdict.checked_by}; {skipped}" + (f"; {POSITIONS_CHECKED}" if sharded_layout is not None else "")
     payload = {"status": status, "program": pr.program_text(), "steps": len(pr.steps), "buffers": pr.buffers,
                "rests_on": rests_on} | ({"goal": _goal_json(args, pr)} if sharding is not None else {})
     v = verdict.violation
     if v is not None:
         payload |= {"failing_step": v.step, "rule": str(v.rule), "message": v.message, "violation": v.to_json()}
-    if status == "valid" and pr.program is None:
-        layout = _positions(n, pr, sharding)
+    if sharded_layout is not None and not sharded_layout.valid:
+        if status == "valid":
+            status = "counterexample"
+            payload |= _positions_counterexample(sharded_layout, "valid")
+        else:
+            payload["positions"] = sharded_layout.counterexample()
+    elif status == "valid" and pr.program is None and sharding is None:
+        layout = _positions(n, pr)
         if not layout.valid:
             status = "counterexample"
             payload |= {"status": status} | layout.counterexample()
@@ -238,6 +257,8 @@ def unproved(args: argparse.Namespace, pr, verdict, skipped: str, sharding=None)
                              verdict.device_rows(list(dict.fromkeys((*v.devices, *(v.group or ()))))[:8]))
         else:
             c.print(f"[red]COUNTEREXAMPLE[/red]: {escape(payload.get('message', ''))}")
+        if "positions" in payload:
+            c.print(f"  under XLA/NCCL positions: {escape(payload['positions']['message'])}")
         c.print(f"  rests on: {escape(rests_on)}")
 
     emit(args, payload, render)
