@@ -100,7 +100,13 @@ def verify(request: Request, program: str | Sequence[Mapping[str, Any]], *, valu
 
         proof = prove_sharded(placement.num_devices, steps, goal_groups, sharding, **common)
     else:
-        proof = _prove_allreduce(placement.num_devices, steps, goal_groups, common)
+        from p2smt.semantics.verdict import judge
+        from p2smt.synth.agree import agree
+
+        labels = [str(i) for i in prog.instructions] if prog is not None else None
+        verdict = judge(placement.num_devices, steps, goal_groups, common["chunks"], request.require_progress,
+                        layout=False, labels=labels)
+        proof = agree(_prove_allreduce(placement.num_devices, steps, goal_groups, common), verdict)
     if prog is not None and sharding is None:
         return proof
     run = execute_positions(placement.num_devices, steps, goal_groups, common["chunks"], sharding)

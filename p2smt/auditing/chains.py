@@ -17,7 +17,7 @@ from enum import Enum
 from typing import Any
 
 from p2smt.auditing.meshaxes import Mesh, axes_of_groups
-from p2smt.errors import InternalError, P2Error
+from p2smt.errors import P2Error
 from p2smt.frontend.hlo import hlo_plan
 from p2smt.frontend.hlo_program import HloProgram
 from p2smt.frontend.reading import ModuleReading, ReadCollective
@@ -199,16 +199,14 @@ def _prove(n: int, plan: ExplicitPlan, goal: tuple[Group, ...]) -> tuple[ChainVe
     from p2smt.semantics.positions import execute_positions
     from p2smt.semantics.verdict import judge
     from p2smt.smt.verify import prove_plan
+    from p2smt.synth.agree import agree
 
     steps = [(s.collective, s.groups) for s in plan]
     chunks = len(goal[0])
     verdict = judge(n, steps, goal, chunks, False, layout=False)
-    proof = prove_plan(n, steps, goal, chunks=chunks)
+    proof = agree(prove_plan(n, steps, goal, chunks=chunks), verdict)
     if proof.status == "unknown":
         return ChainVerdict.UNKNOWN, "the solver gave up", "Z3 (unknown)"
-    if (proof.status == "proved") != verdict.execution.valid:
-        raise InternalError(f"Z3 says {proof.status} but the interpreter says "
-                            f"{'valid' if verdict.execution.valid else 'invalid'}")
     if proof.status != "proved":
         v = proof.violation
         return ChainVerdict.COUNTEREXAMPLE, v.message if v is not None else "the goal does not hold", \

@@ -8,7 +8,6 @@ with it. ``--timeout`` bounds the whole proof in wall-clock seconds.
 from __future__ import annotations
 
 import argparse
-from dataclasses import replace
 
 from rich.console import Console
 from rich.markup import escape
@@ -19,7 +18,8 @@ from p2smt.cli.goals import add_goal, goal_of
 from p2smt.cli.inputs import plan_request
 from p2smt.cli.options import add_allow_noop, add_json, add_plan_input, add_request, seconds, timeout_ms
 from p2smt.cli.output import ExitCode, counted, emit
-from p2smt.errors import InternalError, P2Error
+from p2smt.errors import P2Error
+from p2smt.synth.agree import agree
 
 
 def register(sub) -> None:
@@ -36,29 +36,6 @@ def register(sub) -> None:
     add_bounds(p)
     add_json(p)
     p.set_defaults(func=run)
-
-
-def _agree(proof, verdict, labels):
-    """Z3's proof with DSL instruction text, after checking it against the interpreter's verdict (the
-    sentence too when the interpreter gives the chunk's facts; the compressed one names the rule and group)."""
-    oracle = verdict.violation
-    if proof.status == "unknown":
-        return proof
-    _same_verdict(proof, verdict)
-    v = proof.violation
-    if v is None:
-        return proof
-    if (v.step, v.rule, v.group) != (oracle.step, oracle.rule, oracle.group) or (
-            oracle.facts and v.message != oracle.message):
-        raise InternalError(f"Z3 refutes step {v.step} ({v.rule}: {v.message}) but the interpreter step "
-                            f"{oracle.step} ({oracle.rule}: {oracle.message})")
-    return replace(proof, violation=replace(v, steps=oracle.steps, instruction=oracle.instruction))
-
-
-def _same_verdict(proof, verdict) -> None:
-    if (proof.status == "proved") != verdict.execution.valid:
-        raise InternalError(
-            f"Z3 says {proof.status} but the interpreter says {'valid' if verdict.execution.valid else 'invalid'}")
 
 
 def expired(args: argparse.Namespace, bounded, pr) -> int:
@@ -136,11 +113,11 @@ def run(args: argparse.Namespace) -> int:
     if args.values:
         proof, rests_on = bounded.result, f"Z3 (all integer values) at the real size ({n} devices)"
     elif split is not None:
-        proof = _agree(bounded.result, verdict, pr.labels)
+        proof = agree(bounded.result, verdict)
         shapes = "" if split.describe() in verdict.checked_by else f" ({split.describe()})"
         rests_on = f"Z3 on each reduction group shape{shapes}, agreeing with {verdict.checked_by}"
     else:
-        proof = _agree(bounded.result, verdict, pr.labels)
+        proof = agree(bounded.result, verdict)
         rests_on = f"Z3 at the real size ({n} devices), agreeing with {verdict.checked_by}"
     payload = proof.to_json() | {"program": pr.program_text(), "steps": len(pr.steps), "buffers": pr.buffers,
                                  "rests_on": rests_on}
@@ -187,7 +164,7 @@ def verify_sharded(args: argparse.Namespace, pr, verdict, sharding) -> int:
         return expired(args, bounded, pr)
     proof = bounded.result
     if verdict.violation is not None and verdict.violation.step is not None:
-        proof = _agree(proof, verdict, pr.labels)
+        proof = agree(proof, verdict)
     layout = verdict.positions
     rests_on = (f"Z3 at the real size ({n} devices): every step and the {goal} goal, agreeing with "
                 f"{verdict.checked_by}" + (f"; {POSITIONS_CHECKED}" if layout is not None else ""))
