@@ -30,6 +30,28 @@ from p2smt.smt.structure import goal_is_terminal
 
 CASE_SPLIT_ATOMS = 3  # counts over more distinct literals than this use bit-vector arithmetic
 
+BYTES_PER_BIT = {None: 470, "reduce-scatter": 160, "all-gather": 50}
+"""Peak bytes per bit of a row term, by goal (None: AllReduce), measured on the 2-core EPYC of docs/results:
+AllReduce at 32 devices (20 candidates) peaked at 0.24, 0.93 and 1.95 GB for lengths 2, 3, 4 and at 48 devices
+at 6.4 GB for length 4; 64 devices grew past 23 GiB. The sharded goals fold most rows to constants: 1.09 GB for
+ReduceScatter at 64 devices, length 2; 1.50 GB for AllGather at 64, length 4 (docs/encodings.md, Memory)."""
+
+
+def row_terms(problem: SynthesisProblem, steps: int) -> float:
+    """The row terms an unrolling of ``steps`` steps builds, about 2.5 per candidate, device and chunk per step
+    past the first and a half (131k at 32 devices and length 4, 573k at 64: measured ``terms``)."""
+    k = problem.num_devices
+    return 2.5 * len(problem.candidates) * k * k * max(steps - 1.5, 0.5)
+
+
+def footprint(problem: SynthesisProblem, max_len: int, options: BitvecOptions) -> int:
+    """Estimated peak bytes: each row term is a ``devices``-bit vector that Z3 bit-blasts; ``exact`` padding
+    builds one unrolling per length."""
+    lengths = range(1, max_len + 1) if options.padding == "exact" else (max_len,)
+    bits = sum(row_terms(problem, n) for n in lengths) * problem.num_devices
+    kind = None if problem.sharding is None else problem.sharding.kind.value
+    return int(bits * BYTES_PER_BIT[kind])
+
 
 class BitvecOptions(EncodingOptions):
     choice: Literal["onehot", "index"] = Field(
@@ -653,4 +675,5 @@ ENCODING = EncodingSpec(
     description="literal unrolled device-state matrix, one bit-vector per state row (exact, no refinement)",
     options=BitvecOptions,
     factory=lambda problem, max_len, options: BitvecEncoding(problem, max_len, options),
+    footprint=footprint,
 )

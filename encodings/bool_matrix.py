@@ -53,6 +53,22 @@ class BoolMatrixOptions(EncodingOptions):
     arithmetic: Literal["bv", "int"] = Field("bv", description="counts as signed bit-vectors or integers")
 
 
+TRACK_BYTES = 50
+"""Peak bytes per candidate, device and chunk per step of the synthesizer and the mask checker: their size
+hardly grows with the devices (103, 107 and 109 MB measured at 32, 48 and 64 devices, length 4)."""
+CELL_BYTES = 3_400
+"""Peak bytes per candidate and cell per step with ``cells="all"`` (the literal matrix): 0.38 GB at 16 devices
+(5 candidates), length 4; at 32 devices it ran past 300 s (docs/encodings.md, Memory)."""
+
+
+def footprint(problem: SynthesisProblem, max_len: int, options: BoolMatrixOptions) -> int:
+    """Estimated peak bytes: the synthesizer's per-cell counts and the checker's device masks, or with
+    ``cells="all"`` every cell of the unrolled matrix (devices × chunks × contributions per step)."""
+    k, n = problem.num_devices, len(problem.candidates)
+    per_step = CELL_BYTES * k ** 3 if options.cells == "all" else TRACK_BYTES * k * k
+    return int(max_len * n * per_step)
+
+
 class Column(Payload):
     """The payload of a cell track: whether the chunk holds contribution ``column``."""
 
@@ -284,4 +300,5 @@ ENCODING = EncodingSpec(
     description="device-state matrix of Booleans; every candidate proved on all cells by a symbolic cell",
     options=BoolMatrixOptions,
     factory=lambda problem, max_len, options: BoolMatrixEncoding(problem, max_len, options),
+    footprint=footprint,
 )

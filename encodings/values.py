@@ -150,6 +150,17 @@ def input_payload(checker):
     return payload, names, [_domain(x) for x in xs]
 
 
+ROW_BYTES = 3_000
+"""Peak bytes per candidate, device and chunk per step (the value tracks of the counterexamples and the
+checker): 0.25 GB of Z3 memory at 32 devices and 0.30 GB at 48 (20 candidates, length 4; docs/encodings.md)."""
+
+
+def footprint(problem: SynthesisProblem, max_len: int, options: ValuesOptions) -> int:
+    """Estimated peak bytes of the CEGIS loop: value tracks over every device and chunk, per step and candidate."""
+    k = problem.num_devices
+    return int(ROW_BYTES * max_len * len(problem.candidates) * k * k)
+
+
 class ValuesEncoding(CheckedEncoding):
     """Examples are tracked with bit-vector values wide enough for every correct program's sums (a
     wrap-around can only let a wrong candidate through, which the checker, over integers, refutes)."""
@@ -196,4 +207,5 @@ ENCODING = EncodingSpec(
     description="symbolic data values per chunk; CEGIS over counterexample inputs (stale buffers kept)",
     options=ValuesOptions,
     factory=lambda problem, max_len, options: ValuesEncoding(problem, max_len, options),
+    footprint=footprint,
 )

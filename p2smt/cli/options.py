@@ -110,6 +110,13 @@ def seconds(text: str) -> float:
     return _positive(text, "seconds", MAX_SECONDS)
 
 
+def gibibytes(text: str) -> float:
+    """A positive, finite number of GiB (``--memory``)."""
+    from p2smt.smt.memory import MOST_GIB
+
+    return _positive(text, "GiB", MOST_GIB)
+
+
 def byte_count(text: str) -> float:
     """A positive, finite number of bytes up to a profile's largest message (``--bytes``)."""
     from p2smt.model.profile import MAX_BYTES  # one bound for a flag and a profile's bytes_per_device
@@ -355,4 +362,5 @@ def engine_config(args: argparse.Namespace):
         certificate=getattr(args, "certificate", None),
         jobs=getattr(args, "jobs", 1),
         inclusion_pairs=getattr(args, "inclusion_pairs", None),
+        memory_gib=getattr(args, "memory", None),
     )

@@ -15,6 +15,7 @@ from p2smt.cli.options import (
     add_request,
     add_search,
     engine_config,
+    gibibytes,
     request_of,
     seconds,
     shown,
@@ -32,6 +33,9 @@ def register(sub) -> None:
     p.add_argument("--encoding-options", help="JSON object of encoding options")
     p.add_argument("--timeout", type=seconds, help="seconds per solver call")
     p.add_argument("--emit-smt2", metavar="DIR", help="write each solver query as SMT-LIB2 into DIR")
+    p.add_argument("--memory", type=gibibytes, metavar="GIB",
+                   help="engines z3 and z3-cegis: GiB the Z3 encoding may use (default: half the machine's RAM). A size "
+                        "whose estimate exceeds it is refused up front; past it Z3 stops and the result is unknown")
     p.add_argument("--certificate", metavar="DIR",
                    help="certified engine: write Z3's validity and completeness queries as SMT-LIB2 into DIR")
     p.add_argument("--proof", default="auto", metavar="KIND",
@@ -178,6 +182,9 @@ def run(args: argparse.Namespace) -> int:
                 c.print(f"  {why}")
             if "rests_on" in m.stats:
                 c.print(f"  rests on: {m.stats['rests_on']}")
+            if m.status == "unknown":
+                c.print(f"  [yellow]UNKNOWN[/yellow]: {m.stats.get('reason_unknown') or 'a solver call gave no answer'}; "
+                        "the programs listed are those found before it (not every program)")
             if m.stats.get("dropped_at_real_size"):
                 c.print(f"  dropped {m.stats['dropped_at_real_size']} programs of the generic instance that are "
                         f"invalid at the real size, e.g. {m.stats['dropped_example']}")
@@ -193,6 +200,6 @@ def run(args: argparse.Namespace) -> int:
         c.print(next_steps(args))
 
     emit(args, payload, render)
-    if bounded.expired:
+    if bounded.expired or result.status == "unknown":  # a solver's limit: neither programs nor their absence proved
         return ExitCode.UNKNOWN
     return ExitCode.OK if result.status in ("complete", "conjectured") else ExitCode.FAIL

@@ -113,6 +113,10 @@ Factory = Callable[[SynthesisProblem, int, Any], Encoding]
 Wrapper = Callable[..., Any]
 """A wrapper strategy: (problem, hierarchy or None, max_len, options, timeout_ms, sink, extra_dirs) ->
 ``engine.EngineResult``; it runs other encodings on the one solver loop (``smt.representative``)."""
+Footprint = Callable[[SynthesisProblem, int, Any], int]
+"""(problem, max_len, typed options) -> the bytes an enumeration is estimated to need at its peak (Python's
+terms and Z3's solver), from the problem's size alone: a run past ``--memory`` is refused before any term is
+built (``smt.memory``)."""
 
 
 @dataclass(frozen=True)
@@ -126,6 +130,11 @@ class EncodingSpec:
     factory: Factory | None
     source: str = ""
     wrapper: Wrapper | None = None
+    footprint: Footprint | None = None  # None: no estimate (nothing refused up front; Z3's memory cap still holds)
+
+    def estimate(self, problem: SynthesisProblem, max_len: int, options: dict[str, Any] | None = None) -> int | None:
+        """The encoding's estimated peak bytes on ``problem`` up to ``max_len`` steps (None: none declared)."""
+        return None if self.footprint is None else self.footprint(problem, max_len, self.parse_options(options))
 
     def parse_options(self, options: dict[str, Any] | None) -> EncodingOptions:
         """Validate user options; errors name the offending option and list the known ones."""

@@ -7,7 +7,8 @@ Encodings that confirm candidates (``batch_refine``) get them in batches: each d
 excluded at once by its blocking clause and reported only when the batch's proof accepts it; a
 strategy with ``implied`` also excludes and confirms the candidates each accepted program implies
 (``Encoding.implied``), which then cost no model of their own. Timeouts bound each solver call;
-``--emit-smt2`` writes every query as SMT-LIB2.
+``--emit-smt2`` writes every query as SMT-LIB2. A memory cap (``smt.memory``) bounds Z3's solver: past it
+the run ends unknown and says why, and ``enumerate_z3`` refuses up front a size whose estimate exceeds it.
 """
 
 from __future__ import annotations
@@ -24,9 +25,10 @@ from p2smt.errors import InternalError, P2Error
 from p2smt.model.hierarchy import SynthesisHierarchy
 from p2smt.model.problem import SynthesisProblem, canonical_order
 from p2smt.model.status import SolveStatus
-from p2smt.smt.base import Encoding, Program
+from p2smt.smt.base import Encoding, EncodingSpec, Program
 from p2smt.smt.budget import ResourceBudget
-from p2smt.smt.registry import SHARDED_ENCODINGS, load_encoding
+from p2smt.smt.memory import MemoryCap, memory_reason
+from p2smt.smt.registry import SHARDED_ENCODINGS, available_encodings, load_encoding
 from p2smt.smt.statistics import statistics
 from p2smt.smt.strategy import Enumerate, Phase, Strategy
 
@@ -140,12 +142,14 @@ def run_encoding(
     strategy: Strategy | None = None,
     sink: Smt2Sink | None = None,
     budget: ResourceBudget | None = None,
+    memory: MemoryCap | None = None,
 ) -> EngineResult:
     """The one solver loop: declare once, then for each of the strategy's phases check, decode, admit,
     confirm (alone or in batches), record and block until unsat; ``unknown`` ends the run.
 
     Queries go to ``sink`` when given, else to a new one writing into ``emit_smt2`` as ``tag``; ``budget``
-    bounds the Z3 work of every check (once spent, the run ends ``unknown``)."""
+    bounds the Z3 work of every check (once spent, the run ends ``unknown``), ``memory`` the loop solver's
+    memory (past it the run ends ``unknown``, ``stats["reason_unknown"]`` saying so)."""
     start = time.perf_counter()
     strategy = strategy or Enumerate()
     solver = enc.new_solver()
@@ -155,6 +159,8 @@ def run_encoding(
         if timeout_ms <= 0:
             raise P2Error(f"--timeout must be positive, got {timeout_ms} ms")
         solver.set("timeout", int(timeout_ms))
+    if memory is not None:
+        memory.arm(solver)
     emitter = sink or Smt2Sink(emit_smt2, tag)
     enc.record_queries = emitter.active
     if emitter.active:
@@ -167,6 +173,7 @@ def run_encoding(
     programs: list[Program] = []
     seen: set[Program] = set()
     status = SolveStatus.COMPLETE
+    why_unknown: str | None = None
     calls = 0
     solving = 0.0  # in the loop's own checks (a confirming checker keeps its own figure)
     refused: dict[str, int] = {}
@@ -243,7 +250,7 @@ def run_encoding(
                 status = SolveStatus.UNKNOWN
                 break
             checking = time.perf_counter()
-            result = solver.check(*assumptions)
+            result, why_unknown = _check(solver, assumptions, memory)
             solving += time.perf_counter() - checking
             if budget is not None:
                 budget.note(solver)
@@ -296,9 +303,32 @@ def run_encoding(
         **enc.statistics(),
         **strategy.statistics(),
     }
+    if status is SolveStatus.UNKNOWN and why_unknown:
+        stats["reason_unknown"] = why_unknown
     if emitter.active:
         stats["smt2_files"] = emitter.count
     return EngineResult(status, tuple(canonical_order(programs)), stats)
+
+
+def _check(solver: z3.Solver, assumptions: list[z3.ExprRef], memory: MemoryCap | None
+           ) -> tuple[z3.CheckSatResult, str | None]:
+    """One check and, when it gave no answer, Z3's reason in words. A solver past its memory cap answers
+    unknown, or (in its preprocessing) raises Z3's memory message, which is an unknown here too; a process
+    out of memory (a ulimit) raises "out of memory", likewise."""
+    try:
+        result = solver.check(*assumptions)
+    except z3.Z3Exception as err:
+        words = memory_reason(err.value)
+        if words is None:
+            raise
+        return z3.unknown, memory.reason(words) if memory is not None else f"Z3 ran out of memory ({words})"
+    if result != z3.unknown:
+        return result, None
+    reason = solver.reason_unknown()
+    words = memory_reason(reason)
+    if words is not None and memory is not None:
+        return result, memory.reason(words)
+    return result, f"Z3 gave no answer ({reason})" if reason else None
 
 
 def enumerate_z3(
@@ -311,11 +341,14 @@ def enumerate_z3(
     emit_smt2: Path | None = None,
     extra_dirs: Iterable[str | Path] = (),
     hierarchy: SynthesisHierarchy | None = None,
+    memory: MemoryCap | None = None,
 ) -> EngineResult:
     """Every valid program of 1..max_len steps under the named encoding, in canonical order.
 
     A wrapper strategy registered under an encoding name (``representative``) gets ``hierarchy``, the
-    synthesis hierarchy the problem was built from (None: it solves the problem as it is)."""
+    synthesis hierarchy the problem was built from (None: it solves the problem as it is). ``memory`` (default:
+    ``MemoryCap.default()``, a share of the machine's RAM): a problem the encoding's estimate puts past it is
+    refused (P2Error) before any term is built, and Z3's solver stops at it (the result is unknown)."""
     if max_len < 0:
         raise P2Error(f"max length must be non-negative, got {max_len}")
     spec = load_encoding(encoding, extra_dirs)
@@ -326,5 +359,22 @@ def enumerate_z3(
             raise P2Error(f"--timeout must be positive, got {timeout_ms} ms")
         sink = Smt2Sink(emit_smt2, spec.name)
         return spec.wrapper(problem, hierarchy, max_len, spec.parse_options(options), timeout_ms, sink, extra_dirs)
+    memory = memory or MemoryCap.default()
+    refuse_past(memory, spec, problem, max_len, options, extra_dirs)
     enc = spec.create(problem, max_len, options)
-    return run_encoding(enc, max_len, timeout_ms=timeout_ms, emit_smt2=emit_smt2, tag=spec.name)
+    return run_encoding(enc, max_len, timeout_ms=timeout_ms, emit_smt2=emit_smt2, tag=spec.name, memory=memory)
+
+
+def refuse_past(memory: MemoryCap, spec: EncodingSpec, problem: SynthesisProblem, max_len: int,
+                options: dict[str, Any] | None, extra_dirs: Iterable[str | Path] = ()) -> None:
+    """Refuses (P2Error) a run of ``spec`` whose estimate exceeds ``memory``, naming what fits instead: the
+    default certified engine (an explicit search, its proof bounded by --proof-budget) and every other
+    encoding whose own estimate (default options) fits."""
+    estimate = spec.estimate(problem, max_len, options)
+    if estimate is None or estimate <= memory.bytes:
+        return
+    fits = [other.name for other in available_encodings(extra_dirs)
+            if other.name != spec.name and (problem.sharding is None or other.name in SHARDED_ENCODINGS)
+            and (other.estimate(problem, max_len) or 0) <= memory.bytes]
+    instead = ["the default certified engine (no --engine)", *[f"--encoding {name}" for name in fits]]
+    memory.check(spec.name, estimate, problem.num_devices, max_len, instead)

@@ -14,6 +14,7 @@ import importlib.util
 import os
 import sys
 from collections.abc import Iterable
+from dataclasses import replace
 from pathlib import Path
 
 from p2smt.errors import P2Error
@@ -91,7 +92,7 @@ def _load_file(name: str, mtime_ns: int, size: int) -> EncodingSpec:
         raise P2Error(f"encoding file {path} defines no ENCODING spec (p2smt.smt.base.EncodingSpec)")
     if enc.name != _name_of(path):
         raise P2Error(f"encoding file {path} declares name {enc.name!r}; expected {_name_of(path)!r}")
-    return EncodingSpec(enc.name, enc.description, enc.options, enc.factory, str(path), enc.wrapper)
+    return replace(enc, source=str(path))
 
 
 def available_encodings(extra_dirs: Iterable[str | Path] = ()) -> list[EncodingSpec]:

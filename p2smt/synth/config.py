@@ -82,6 +82,7 @@ class EngineConfig:
     proof_store: str | None = None  # the certified engine's folder of proofs to reuse and add to (proofstore.py)
     inclusion_pairs: int | None = None  # the symmetric engine's completeness proof: its bound (0: never)
     proof: Proof = Proof.AUTO  # the certified engine's proof: the state-graph certificate or BMC, by size
+    memory_gib: float | None = None  # the Z3 encodings' memory cap, GiB (None: smt.memory's share of the RAM)
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "engine", Engine.parse(self.engine))
@@ -115,6 +116,12 @@ class EngineConfig:
                                              ("--emit-smt2", self.emit_smt2)) if value]
         if smt_only and self.engine != Engine.Z3:
             raise P2Error(f"{', '.join(smt_only)}: only with --engine z3 (got --engine {self.engine})")
+        if self.memory_gib is not None:
+            from p2smt.smt.memory import MemoryCap
+
+            MemoryCap(self.memory_gib)  # refuses a non-positive or non-finite figure
+            if self.engine not in (Engine.Z3, Engine.Z3_CEGIS):
+                raise P2Error(f"--memory: only with --engine z3 or z3-cegis (got --engine {self.engine})")
         if self.encoding_options is not None and not isinstance(self.encoding_options, Mapping):
             raise P2Error("--encoding-options must be a JSON object")
 
@@ -140,6 +147,7 @@ class EngineConfig:
             "proof_store": self.proof_store,
             "inclusion_pairs": self.inclusion_pairs,
             "proof": self.proof.value,
+            "memory_gib": self.memory_gib,
         }
 
     @classmethod

@@ -61,6 +61,7 @@ def _z3(prob: SynthesisProblem, max_len: int, opts: EngineOptions, h: SynthesisH
     from pathlib import Path
 
     from p2smt.smt.engine import DEFAULT_ENCODING, enumerate_z3
+    from p2smt.smt.memory import MemoryCap
     from p2smt.smt.registry import load_encoding
 
     name = opts.encoding or DEFAULT_ENCODING
@@ -77,6 +78,7 @@ def _z3(prob: SynthesisProblem, max_len: int, opts: EngineOptions, h: SynthesisH
         timeout_ms=opts.timeout_ms,
         emit_smt2=Path(opts.emit_smt2) if opts.emit_smt2 else None,
         hierarchy=h,
+        memory=MemoryCap.of(opts.memory_gib),  # an estimate past it is refused; Z3 stops at it (unknown)
     )
     stats = dict(res.stats)
     conjectured = res.status is SolveStatus.COMPLETE and stats.get("completeness") == "conjectured"
@@ -387,6 +389,7 @@ def _matrix_json(m: MatrixResult) -> dict[str, Any]:
         "programs": [str(p) for p in m.programs],
         **({"same_problem_as": m.stats["same_problem_as"]} if "same_problem_as" in m.stats else {}),
         **({"rests_on": m.stats["rests_on"]} if "rests_on" in m.stats else {}),
+        **({"reason_unknown": m.stats["reason_unknown"]} if "reason_unknown" in m.stats else {}),
         **{key: m.stats[key] for key in DROPPED_KEYS if key in m.stats},
         **certificate,
         "stats": {"seconds": round(m.seconds, 6), **timed},
