@@ -179,6 +179,10 @@ def test_cli_errors_are_one_line_exit_2(tmp_path):
         ([str(AUDIT / "row-parallel-mlp.hlo"), "--system", "a100-4x16"], "16 devices but the system has 64"),
         ([str(AUDIT / "row-parallel-mlp.hlo"), "--system", "v100-2x8", "--expect", "zero=data"], "OUTPUT=SPEC"),
         ([str(AUDIT / "row-parallel-mlp.hlo"), "--system", "v100-2x8", "--png", "x.svg"], ".png"),
+        ([str(AUDIT / "row-parallel-mlp.hlo"), "--system", "v100-2x8", "--mesh", "data=4,tensor=8"],
+         "has 32 devices but the module runs on 16"),
+        ([str(AUDIT / "row-parallel-mlp.hlo"), "--system", "v100-2x8", "--emit", "nodir/fixes"], "does not exist"),
+        ([str(AUDIT / "row-parallel-mlp.hlo"), "--system", "v100-2x8", "--emit", ""], "give the folder"),
     ]
     for argv, words in cases:
         proc = subprocess.run([sys.executable, "-m", "p2smt", "audit", *argv], capture_output=True, text=True,
@@ -459,3 +463,23 @@ def test_sharded_chains_are_priced_from_their_shards_and_offered_the_best_in_mes
         assert chain.best_program and chain.best_seconds <= chain.seconds and "certified" in chain.best_note
     permuted = _sharded("rs-gpu-then-node", ".hlo").chains[0]
     assert permuted.best_program is None and permuted.best_note == "best: not searched (shard order is not the mesh's)"
+
+
+@pytest.mark.parametrize(("suffix", "mesh", "said"), [
+    (".hlo", [("node", 16), ("gpu", 16)], "has 256 devices but the module runs on 16"),
+    (".hlo", [("node", 4), ("gpu", 3)], "has 12 devices but the module runs on 16"),
+    (".hlo", [("node", "four")], "give (axis name, size) pairs"),
+    (".mlir", [("gpu", 4), ("node", 4)], "the module declares its mesh (node=4,gpu=4)"),
+])
+def test_a_mesh_that_does_not_name_the_module_s_devices_is_an_error(suffix, mesh, said):
+    with pytest.raises(P2Error) as err:
+        _audit("mixed-node-gpu", suffix, mesh=mesh)
+    assert said in str(err.value)
+    assert _audit("mixed-node-gpu", suffix, mesh=[("node", 4), ("gpu", 4)]).verdict is not None
+
+
+def test_audit_function_refuses_a_mesh_that_is_not_a_jax_mesh():
+    from p2smt.auditing import audit_function
+
+    with pytest.raises(P2Error, match="jax.sharding.Mesh"):
+        audit_function(lambda x: x, 1.0, system="v100-2x8", mesh={"data": 4})

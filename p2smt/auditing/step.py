@@ -43,8 +43,24 @@ def parse_expect(text: str) -> tuple[int, Expected]:
 
 
 def _mesh(reading: ModuleReading, given: Sequence[tuple[str, int]] | None) -> Mesh | None:
+    """The module's mesh, or ``given`` (``--mesh``), which must name each of the module's devices once and may
+    not contradict a mesh the module declares."""
     if given is not None:
-        return Mesh(tuple((str(n), int(s)) for n, s in given), tuple(range(math.prod(s for _, s in given))))
+        try:
+            axes = tuple((str(n), int(s)) for n, s in given)
+        except (TypeError, ValueError):
+            raise P2Error(f"mesh {given!r}: give (axis name, size) pairs, e.g. [('data', 4), ('tensor', 4)]") from None
+        n, size = reading.space.num_devices, math.prod(s for _, s in axes)
+        shown = ",".join(f"{a}={s}" for a, s in axes)
+        if not axes or any(s < 1 for _, s in axes):
+            raise P2Error(f"--mesh {shown}: give each axis a size of at least 1")
+        if size != n:
+            raise P2Error(f"--mesh {shown} has {size:,} devices but the module runs on {n:,}")
+        if reading.mesh is not None and tuple(reading.mesh.axes) != axes:
+            declared = ",".join(f"{a}={s}" for a, s in reading.mesh.axes)
+            raise P2Error(f"--mesh {shown}: the module declares its mesh ({declared}); --mesh is for modules "
+                          "that declare none (compiled HLO)")
+        return Mesh(axes, tuple(range(size)))
     if reading.mesh is None:
         return None
     return Mesh(reading.mesh.axes, reading.mesh.device_ids)
@@ -147,6 +163,8 @@ def audit_function(fn: Any, *args: Any, system: System | str, mesh: Any = None, 
     from p2smt.frontend.hlo import read_module
 
     started = time.perf_counter()
+    if mesh is not None and not hasattr(getattr(mesh, "devices", None), "flat"):
+        raise P2Error(f"mesh must be the jax.sharding.Mesh the function runs on, not {type(mesh).__name__}")
     sys_ = load_system(system, nodes, levels)
     jitted = fn if hasattr(fn, "lower") else jax.jit(fn)
     lowered = jitted.lower(*args, **kwargs)

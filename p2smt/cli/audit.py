@@ -15,7 +15,7 @@ from rich.console import Console
 from rich.markup import escape
 
 from p2smt.cli.options import add_json, add_system, name_ints, shown
-from p2smt.cli.output import ExitCode, emit, output_file, png_path
+from p2smt.cli.output import ExitCode, emit, folder_path, output_file, png_path
 from p2smt.errors import P2Error
 
 MAX_MODULE_BYTES = 256 << 20
@@ -53,6 +53,10 @@ def run(args: argparse.Namespace) -> int:
 
     if args.png:
         png_path(args.png, "--png")
+    if args.emit is not None:
+        if not args.emit.strip():
+            raise P2Error("--emit: give the folder to write the fixes into")
+        folder_path(args.emit, "--emit")
     expect = dict(parse_expect(e) for e in args.expect)
     try:
         text = read_text_at_most(Path(args.step), MAX_MODULE_BYTES, "module")
@@ -66,7 +70,10 @@ def run(args: argparse.Namespace) -> int:
     if args.emit:
         from p2smt.auditing.emit import write_fixes
 
-        written = [str(p) for p in write_fixes(report, system, args.emit)]
+        try:
+            written = [str(p) for p in write_fixes(report, system, args.emit)]
+        except OSError as err:
+            raise P2Error(f"--emit {args.emit!r}: cannot write the fixes: {err.strerror}") from None
     if args.png:
         from p2smt.auditing.plot import plot_report
 
