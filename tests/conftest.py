@@ -47,6 +47,41 @@ def verify_hangs_at_step_3(monkeypatch):
     monkeypatch.setattr(check.PlanChecker, "_node_failure", hang_on_step_3)
 
 
+@pytest.fixture
+def deadline_after(monkeypatch):
+    """``deadline_after(n)``: a command's ``--deadline`` passes right after its n-th finished piece (a placement,
+    a step) reached the parent, whatever the machine's load: the clock of ``cli.bounded`` jumps past every
+    deadline then. A test of what a run stopped at its deadline keeps, not of how fast its pieces come."""
+    import time
+    from contextlib import contextmanager
+
+    from p2smt.cli import bounded
+
+    def arm(n: int) -> None:
+        shown = [0]
+        real = bounded.progress_display
+
+        @contextmanager
+        def counting(args, label, total):
+            shown[0] = 0  # each bounded run counts its own pieces
+            with real(args, label, total) as show:
+                def report(piece):
+                    shown[0] += 1
+                    show(piece)
+
+                yield report
+
+        class Clock:
+            @staticmethod
+            def monotonic() -> float:
+                return time.monotonic() + (1e9 if shown[0] >= n else 0.0)
+
+        monkeypatch.setattr(bounded, "progress_display", counting)
+        monkeypatch.setattr(bounded, "time", Clock)
+
+    return arm
+
+
 def _hierarchy(
     sizes: Sequence[int],
     axes: Sequence[int],

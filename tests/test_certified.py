@@ -53,7 +53,8 @@ def test_grid_certified_set_equals_explicit_sets(config, grid_store):
     assert first["certificate"]["completeness"]["lengths"] == "1-5"
 
 
-@settings(max_examples=10, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=10, deadline=None, derandomize=True,  # the same 10 hierarchies every run: CI cannot flake
+          suppress_health_check=[HealthCheck.too_slow])
 @given(st.lists(st.integers(2, 6), min_size=1, max_size=3))
 def test_random_hierarchies_certify_both_proposers(sizes):
     assume(math.prod(sizes) <= MAX_INTERPRETER_DEVICES)  # the enumerative proposer's dense state stops there

@@ -1,7 +1,8 @@
 """Long commands stopped early keep what they proved: verify's steps (``--timeout``, ``--deadline``), the
 fail-fast prefix of ``verify --values``, and the placements ``best`` and ``plan`` finished.
 
-No assertion reads a clock: what was proved, encoded and reported is counted instead.
+No assertion reads a clock: what was proved, encoded and reported is counted instead; a deadline passes after
+a given number of finished pieces (``deadline_after``), not after seconds a loaded machine may not keep.
 """
 
 from __future__ import annotations
@@ -78,7 +79,8 @@ def test_prove_plan_reports_each_step_proved():
     assert proof.failing_step == 2 and seen == [1]
 
 
-def test_verify_deadline_says_which_steps_were_proved(run_cli, verify_hangs_at_step_3):
+def test_verify_deadline_says_which_steps_were_proved(run_cli, verify_hangs_at_step_3, deadline_after):
+    deadline_after(2)  # steps 1 and 2 proved, step 3 hangs
     rc, out, _ = run_cli("verify", *A100, "--program", RS_AR_AG, "--deadline", "2", "--json")
     payload = json.loads(out)
     assert rc == 4 and payload["status"] == "unknown" and payload["steps_proved"] == 2
@@ -100,9 +102,10 @@ def first_then_hang(real):
     return wrapped
 
 
-def test_best_deadline_keeps_the_finished_placements(run_cli, monkeypatch):
+def test_best_deadline_keeps_the_finished_placements(run_cli, monkeypatch, deadline_after):
     from p2smt.cost import best as best_module
 
+    deadline_after(1)
     monkeypatch.setattr(best_module, "best_on_hierarchy", first_then_hang(best_module.best_on_hierarchy))
     argv = ["best", "--system", "a100-4x16", "--axes", "4,16", "--reduce", "1", "--max-len", "2", "--deadline", "1.5"]
     rc, out, _ = run_cli(*argv, "--json")
@@ -120,11 +123,12 @@ def test_best_deadline_keeps_the_finished_placements(run_cli, monkeypatch):
 
 @pytest.mark.parametrize(("engine", "chooser", "deadline"), [
     ("auto", "_searched_choice", "1.5"), ("certified", "_reduction_choice", "5")])
-def test_plan_deadline_keeps_the_finished_units(run_cli, monkeypatch, engine, chooser, deadline):
+def test_plan_deadline_keeps_the_finished_units(run_cli, monkeypatch, deadline_after, engine, chooser, deadline):
     """Under ``auto`` each unit's program comes from the branch and bound, under the default from ranking a
     certified set: either way the units chosen before the deadline are kept."""
     from p2smt.cost import plan as plan_module
 
+    deadline_after(1)
     monkeypatch.setattr(plan_module, chooser, first_then_hang(getattr(plan_module, chooser)))
     argv = ["plan", "--profile", "gpt3-13b-tp-dp", "--system", "dgx-a100", "--nodes", "4", "--deadline", deadline,
             "--engine", engine]
