@@ -104,7 +104,7 @@ def recheck(folder: str | Path, *, timeout_s: float | None = None,
     try:
         import cvc5  # noqa: F401
     except ImportError:
-        raise P2Error("recheck needs the cvc5 Python package (pip install cvc5)") from None
+        raise P2Error("recheck needs the cvc5 Python package: pip install 'p2smt[cvc5]' (or pip install cvc5)") from None
     texts = []
     for path in certificate_files(folder):
         data = read_bytes_at_most(path, MAX_CERTIFICATE_BYTES, "certificate file")
