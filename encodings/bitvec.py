@@ -30,11 +30,12 @@ from p2smt.smt.structure import goal_is_terminal
 
 CASE_SPLIT_ATOMS = 3  # counts over more distinct literals than this use bit-vector arithmetic
 
-BYTES_PER_BIT = {None: 470, "reduce-scatter": 160, "all-gather": 50}
-"""Peak bytes per bit of a row term, by goal (None: AllReduce), measured on the 2-core EPYC of docs/results:
-AllReduce at 32 devices (20 candidates) peaked at 0.24, 0.93 and 1.95 GB for lengths 2, 3, 4 and at 48 devices
-at 6.4 GB for length 4; 64 devices grew past 23 GiB. The sharded goals fold most rows to constants: 1.09 GB for
-ReduceScatter at 64 devices, length 2; 1.50 GB for AllGather at 64, length 4 (docs/encodings.md, Memory)."""
+BYTES_PER_BIT = {None: 500, "reduce-scatter": 160, "all-gather": 50}
+"""Peak bytes per bit of a row term, by goal (None: AllReduce), measured (peak RSS less the 0.1 GB of a bare
+process): AllReduce at 32 devices (20 candidates) peaked at 0.24, 0.93 and 1.95 GB for lengths 2, 3, 4; at 48
+devices, length 4, it held 7.0 GB when stopped after 900 s; at 64 it grew past 23 GiB. The sharded goals fold
+most rows to constants: 1.09 GB for ReduceScatter at 64 devices, length 2; 1.50 GB for AllGather at 64, length 4
+(docs/encodings.md, Memory)."""
 
 
 def row_terms(problem: SynthesisProblem, steps: int) -> float:
