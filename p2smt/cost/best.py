@@ -238,7 +238,8 @@ def _certify(system: System, h: SynthesisHierarchy, ranked: list[RankedProgram],
     """Prove the branch and bound's list by the bound query (``stats`` gets its figures and ``rests_on``); the
     status becomes unknown when the query gave up, and two exact searches that disagree are an internal error."""
     chosen = proof_for(proof, h.num_devices)
-    search = "the exhaustive branch and bound"
+    search = "the exhaustive branch and bound" + (
+        f" on the {stats['interpreter']} interpreter at the real size" if "interpreter" in stats else "")
     if chosen is BestProof.NONE:
         why = "--proof none" if proof is BestProof.NONE else (
             f"{h.num_devices:,} synthesis devices, more than the Z3 encodings take on ({CERTIFY_LIMIT})")

@@ -1,7 +1,8 @@
 """Cost-guided branch and bound on the bitmatrix state: the N cheapest valid programs of one hierarchy.
 
 The search is P²'s (prune a step whose precondition fails, programs stop at the goal) on
-``semantics.bitmatrix``, the state the ``symmetric`` engine searches. A step's price is
+``semantics.bitmatrix``, the state the ``symmetric`` engine searches (above ``MAX_DEVICES`` synthesis devices,
+where k×k bits per device grow too large, on ``semantics.pieces``' compressed state, exact at any size). A step's price is
 ``cost.program.step_seconds`` of its instruction under the holdings before it, which are the
 popcounts of the devices' non-empty chunks (the same fractions ``held_fractions_of_programs`` takes
 from the dense interpreter), so every price, and every program's running sum, is the float ``rank``
@@ -33,7 +34,47 @@ from p2smt.model.topology import build_topology
 from p2smt.semantics.bitmatrix import Machine, State
 
 MAX_DEVICES = 256
-"""Synthesis devices up to which the k×k-bit state per device is searched at the real size."""
+"""Synthesis devices up to which the k×k-bit state per device is searched at the real size; above, the
+compressed interpreter's state (exact at any size) up to its search limit."""
+
+
+class _Bitmatrix:
+    """The bitmatrix interpreter as the search's step function (a device's k×k bits, one integer per row set)."""
+
+    def __init__(self, prob):
+        self.prob, self.machine = prob, Machine(prob.num_devices)
+        self.initial, self.goal = self.machine.initial(), self.machine.goal(prob.goal_groups)
+
+    def step(self, state, i: int):
+        c = self.prob.candidates[i]
+        return self.machine.step(state, c.collective, c.groups, self.prob.require_progress)
+
+    def holdings(self, state) -> list[int]:
+        return [rows.bit_count() for rows, _ in state]
+
+
+class _Pieces:
+    """The compressed interpreter as the search's step function (device states interned as tokens)."""
+
+    def __init__(self, prob):
+        from p2smt.semantics.pieces import Stepper
+
+        self.stepper = Stepper(prob)
+        self.initial, self.goal = self.stepper.initial, self.stepper.goal
+        self.step = self.stepper.step
+        self.rows: dict[int, int] = {}
+
+    def holdings(self, state) -> list[int]:
+        out = []
+        for t in state:
+            n = self.rows.get(t)
+            if n is None:
+                chunks = 0
+                for piece_chunks, _ in self.stepper.device_state(t):
+                    chunks |= piece_chunks
+                n = self.rows[t] = chunks.bit_count()
+            out.append(n)
+        return out
 
 
 class BranchAndBound:
@@ -41,14 +82,18 @@ class BranchAndBound:
 
     def __init__(self, system: System, h: SynthesisHierarchy, *, algo: str, bytes_per_device: float, max_len: int,
                  top: int, require_progress: bool = True):
-        if h.num_devices > MAX_DEVICES:
-            raise P2Error(f"the branch-and-bound search runs on at most {MAX_DEVICES} synthesis devices "
-                          f"({h.num_devices} here); use the Z3 bound strategy")
+        from p2smt.synth.pieces import SEARCH_LIMIT
+
+        if h.num_devices > SEARCH_LIMIT:
+            raise P2Error(f"the branch-and-bound search runs on at most {SEARCH_LIMIT:,} synthesis devices "
+                          f"({h.num_devices:,} here); `p2smt rank --engine symmetric` prices the symmetric "
+                          "engine's programs instead")
         self.max_len, self.top = max_len, top
         self.prob = problem(h, require_progress)
         self.instructions = [ins for ins, _ in candidate_instructions(h)]
-        self.machine = Machine(self.prob.num_devices)
-        self.goal = self.machine.goal(self.prob.goal_groups)
+        self.machine = _Bitmatrix(self.prob) if h.num_devices <= MAX_DEVICES else _Pieces(self.prob)
+        self.interpreter = "bitmatrix" if h.num_devices <= MAX_DEVICES else "compressed"
+        self.goal = self.machine.goal
         self.prices = Prices(self.instructions, build_topology(system), h, algo=algo, bytes_per_device=bytes_per_device,
                              k=self.prob.num_devices)
         self.steps_of: dict[State, list[tuple[int, State, float]]] = {}
@@ -58,16 +103,15 @@ class BranchAndBound:
         self.visited = 0
 
     def _price(self, state: State, i: int) -> float:
-        return self.prices.of([rows.bit_count() for rows, _ in state], i)
+        return self.prices.of(self.machine.holdings(state), i)
 
     def steps(self, state: State) -> list[tuple[int, State, float]]:
         """Every valid step from ``state``: (candidate, next state, seconds), in candidate order."""
         found = self.steps_of.get(state)
         if found is None:
-            cands, progress = self.prob.candidates, self.prob.require_progress
             found = []
-            for i, c in enumerate(cands):
-                nxt = self.machine.step(state, c.collective, c.groups, progress)
+            for i in range(len(self.prob.candidates)):
+                nxt = self.machine.step(state, i)
                 if nxt is not None:
                     found.append((i, nxt, self._price(state, i)))
             self.steps_of[state] = found
@@ -107,10 +151,12 @@ class BranchAndBound:
                 self._extend(nxt, (*prefix, i), total, remaining - 1)
 
     def run(self) -> tuple[list[RankedProgram], dict[str, Any]]:
-        start = self.machine.initial()
+        start = self.machine.initial
         if self.max_len >= 1 and start != self.goal:
             self._extend(start, (), 0, self.max_len)
         ranked = sorted(self.found, key=lambda f: f[0])
         stats = {"method": "search", "states": len(self.steps_of), "priced": len(self.prices.table),
                  "lookahead_entries": len(self.to_go_memo), "prefixes_visited": self.visited}
+        if self.interpreter != "bitmatrix":
+            stats["interpreter"] = self.interpreter
         return [r for _, r in ranked[: self.top]], stats

@@ -558,3 +558,7 @@ class Stepper:
             return self._machine.step(state, i)
         except _Fail:
             return None
+
+    def device_state(self, token: int) -> State:
+        """The device state a token names: its pieces (chunks, contributions)."""
+        return self._machine.states[token]
