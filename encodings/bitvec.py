@@ -35,7 +35,7 @@ BYTES_PER_BIT = {None: 500, "reduce-scatter": 160, "all-gather": 50}
 process): AllReduce at 32 devices (20 candidates) peaked at 0.24, 0.93 and 1.95 GB for lengths 2, 3, 4; at 48
 devices, length 4, it held 7.0 GB when stopped after 900 s; at 64 it grew past 23 GiB. The sharded goals fold
 most rows to constants: 1.09 GB for ReduceScatter at 64 devices, length 2; 1.50 GB for AllGather at 64, length 4
-(docs/encodings.md, Memory)."""
+(docs/usage.md, "The Z3 encodings' memory")."""
 
 
 def row_terms(problem: SynthesisProblem, steps: int) -> float:

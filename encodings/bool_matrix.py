@@ -58,7 +58,7 @@ TRACK_BYTES = 50
 hardly grows with the devices (103, 107 and 109 MB measured at 32, 48 and 64 devices, length 4)."""
 CELL_BYTES = 3_400
 """Peak bytes per candidate and cell per step with ``cells="all"`` (the literal matrix): 0.38 GB at 16 devices
-(5 candidates), length 4; at 32 devices it ran past 300 s (docs/encodings.md, Memory)."""
+(5 candidates), length 4; at 32 devices it ran past 300 s (docs/usage.md, "The Z3 encodings' memory")."""
 
 
 def footprint(problem: SynthesisProblem, max_len: int, options: BoolMatrixOptions) -> int:

@@ -152,7 +152,7 @@ def input_payload(checker):
 
 ROW_BYTES = 3_000
 """Peak bytes per candidate, device and chunk per step (the value tracks of the counterexamples and the
-checker): 0.25 GB of Z3 memory at 32 devices and 0.30 GB at 48 (20 candidates, length 4; docs/encodings.md)."""
+checker): 0.25 GB of Z3 memory at 32 devices and 0.30 GB at 48 (20 candidates, length 4; docs/usage.md)."""
 
 
 def footprint(problem: SynthesisProblem, max_len: int, options: ValuesOptions) -> int:

@@ -44,7 +44,7 @@ def test_bitvec_on_64_devices_is_refused_up_front_in_one_line(run_cli, tmp_path)
 
 
 def test_the_estimate_follows_the_measured_peaks():
-    """bitvec's AllReduce estimate against the peaks measured (docs/encodings.md, Memory): 1.95 GB at 32 devices
+    """bitvec's AllReduce estimate against the peaks measured (docs/usage.md, "The Z3 encodings' memory"): 1.95 GB at 32 devices
     and length 4, past 23 GiB at 64; bool-matrix's hardly grows with the devices."""
     def estimate(name, k, max_len, options=None):
         req = Request(f"a100-{k // 16}x16", axes=(k,), reduce=(0,), matrix=((k // 16, 16),))
