@@ -111,7 +111,8 @@ def test_z3s_memory_error_in_a_check_is_an_unknown_with_the_reason():
 
     assert _check(Raising(b"max. memory exceeded"), [], MemoryCap(2)) == (
         z3.unknown, "Z3 stopped at the memory cap of 2 GiB (max. memory exceeded; --memory raises it)")
-    assert _check(Raising(b"out of memory"), [], None) == (z3.unknown, "Z3 ran out of memory (out of memory)")
+    assert _check(Raising(b"out of memory"), [], MemoryCap(2)) == (
+        z3.unknown, "Z3 ran out of memory (out of memory: the process's limit, e.g. ulimit -v, came first)")
     with pytest.raises(z3.Z3Exception):
         _check(Raising(b"invalid argument"), [], MemoryCap(2))
     assert memory_reason("canceled") is None

@@ -27,7 +27,7 @@ from p2smt.model.problem import SynthesisProblem, canonical_order
 from p2smt.model.status import SolveStatus
 from p2smt.smt.base import Encoding, EncodingSpec, Program
 from p2smt.smt.budget import ResourceBudget
-from p2smt.smt.memory import MemoryCap, memory_reason
+from p2smt.smt.memory import MEMORY_MESSAGES, MemoryCap, memory_reason
 from p2smt.smt.registry import SHARDED_ENCODINGS, available_encodings, load_encoding
 from p2smt.smt.statistics import statistics
 from p2smt.smt.strategy import Enumerate, Phase, Strategy
@@ -321,14 +321,21 @@ def _check(solver: z3.Solver, assumptions: list[z3.ExprRef], memory: MemoryCap |
         words = memory_reason(err.value)
         if words is None:
             raise
-        return z3.unknown, memory.reason(words) if memory is not None else f"Z3 ran out of memory ({words})"
+        return z3.unknown, _memory_words(words, memory)
     if result != z3.unknown:
         return result, None
     reason = solver.reason_unknown()
     words = memory_reason(reason)
-    if words is not None and memory is not None:
-        return result, memory.reason(words)
+    if words is not None:
+        return result, _memory_words(words, memory)
     return result, f"Z3 gave no answer ({reason})" if reason else None
+
+
+def _memory_words(words: str, memory: MemoryCap | None) -> str:
+    """The cap's reason when Z3 says it passed ``max_memory``, else the process's limit (an allocation failed)."""
+    if memory is not None and words == MEMORY_MESSAGES[0]:
+        return memory.reason(words)
+    return f"Z3 ran out of memory ({words}: the process's limit, e.g. ulimit -v, came first)"
 
 
 def enumerate_z3(
