@@ -103,6 +103,21 @@ def test_next_steps_keep_the_resized_system(run_cli):
     assert rc == 0 and "p2smt best --system fig2-16gpu --level rack=2 --axes 32" in " ".join(out.split())
 
 
+def test_next_steps_say_what_best_does_at_the_size(run_cli):
+    """best proves optimality up to 256 synthesis devices, searches alone up to 4,096 and refuses beyond: the
+    hint says so, and above 4,096 suggests rank only."""
+    rc, out, _ = run_cli("synth", "--system", "h100-superpod", "--axes", "2,512", "--reduce", "1", "--matrix",
+                         "[[1,1,1,2],[4,32,4,1]]", "--max-len", "2", "--engine", "pieces")
+    tail = " ".join(out.split())
+    assert rc == 0 and "p2smt best --system h100-superpod" in tail and "proves it optimal" not in tail
+    assert "not proved optimal by Z3 above 256 synthesis devices; 512 here" in tail
+    rc, out, _ = run_cli("synth", "--system", "h100-superpod", "--level", "su=32", "--axes", "8192", "--reduce", "0",
+                         "--max-len", "2", "--engine", "symmetric")
+    tail = " ".join(out.split())
+    assert rc == 0 and "p2smt rank --system h100-superpod --level su=32" in tail and "p2smt best --system" not in tail
+    assert "searches at most 4,096 synthesis devices; 8,192 here" in tail
+
+
 def test_a_node_resized_inside_is_not_offered_for_pricing(run_cli):
     """Resizing a level inside a node leaves no physical wiring to price on: synth says so instead of
     suggesting rank and best, and rank refuses with the same reason (exit 2, one line)."""

@@ -45,8 +45,8 @@ def register(sub) -> None:
                         "proved (--proof; default); z3: Z3 finds the list and proves nothing cheaper exists")
     p.add_argument("--proof", default="auto", choices=["auto", "certificate", "bound", "none"],
                    help="what proves --method search's list: the state-graph certificate, grown as far as the cost "
-                        "bound (auto up to 64 synthesis devices), one Z3 bound query (auto above), or none (the "
-                        "exhaustive search alone)")
+                        "bound (auto up to 64 synthesis devices), one Z3 bound query (auto up to 256), or none (the "
+                        "exhaustive search alone, not certified; auto above 256)")
     p.add_argument("--proof-budget", type=int, default=DEFAULT_PROOF_BUDGET, metavar="M",
                    help=f"millions of Z3 resource units for the certificate's query (default {DEFAULT_PROOF_BUDGET}; "
                         "0: no limit); a proof that runs out leaves the placement 'unknown'")

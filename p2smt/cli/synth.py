@@ -41,7 +41,9 @@ def register(sub) -> None:
     p.add_argument("--proof", default="auto", metavar="KIND",
                    help="certified engine: certificate (a state graph closed by an independent checker, each step "
                         "proved by one ground Z3 query), bmc (Z3 searches the whole program space), or auto (default: "
-                        "the certificate up to 32 devices, bmc beyond or with --proof-store, the faster at each size)")
+                        "the certificate up to 32 devices, bmc beyond or with --proof-store, the faster at each size). "
+                        "No proof above 256 synthesis devices: the exhaustive search's programs, NOT certified, and "
+                        "above 4,096 the symmetric engine's")
     p.add_argument("--prune", default="none", help="named pruning of the complete set (see docs); default none")
     add_allow_noop(p)
     p.add_argument("--show", type=shown, default=20, help="programs shown per matrix (human output)")
@@ -85,8 +87,9 @@ def bounded_synthesis(args: argparse.Namespace, req, config, label: str, keep_pa
     return bounded, partial
 
 
-def next_steps(args: argparse.Namespace) -> str:
-    """How to rank or pick the best of the programs just listed (same request options)."""
+def next_steps(args: argparse.Namespace, devices: int = 0) -> str:
+    """How to rank or pick the best of the programs just listed (same request options); what ``best`` does
+    depends on the ``devices`` synthesis devices: proved optimal up to 256, searched alone up to 4,096, refused beyond."""
     req = f"--system {args.system}"
     if getattr(args, "nodes", None) is not None:
         req += f" --nodes {args.nodes}"
@@ -101,8 +104,15 @@ def next_steps(args: argparse.Namespace) -> str:
     if getattr(args, "goal", "allreduce") != "allreduce":  # best states the allreduce goal only
         shard = f" --shard-axes {args.shard_axes}" if args.shard_axes is not None else ""
         return f"next: `p2smt rank {req} --goal {args.goal}{shard}` orders these by predicted time"
-    return (f"next: `p2smt rank {req}` orders these by predicted time; `p2smt best {req}` finds the cheapest "
-            "(exact search) and proves it optimal")
+    from p2smt.synth.driver import CERTIFY_LIMIT, SEARCH_LIMIT
+
+    rank = f"next: `p2smt rank {req}` orders these by predicted time"
+    if devices > SEARCH_LIMIT:
+        return f"{rank} (`p2smt best` searches at most {SEARCH_LIMIT:,} synthesis devices; {devices:,} here)"
+    if devices > CERTIFY_LIMIT:
+        return (f"{rank}; `p2smt best {req}` finds the cheapest by exhaustive search (not proved optimal by Z3 "
+                f"above {CERTIFY_LIMIT} synthesis devices; {devices:,} here)")
+    return f"{rank}; `p2smt best {req}` finds the cheapest (exact search) and proves it optimal"
 
 
 def certification_line(result) -> str:
@@ -197,7 +207,7 @@ def run(args: argparse.Namespace) -> int:
         if bounded.expired:
             c.print(f"[yellow]UNKNOWN[/yellow]: {payload['message']}")
         c.print(LEGEND)
-        c.print(next_steps(args))
+        c.print(next_steps(args, max((m.hierarchy.num_devices for m in result.matrices), default=0)))
 
     emit(args, payload, render)
     if bounded.expired or result.status == "unknown":  # a solver's limit: neither programs nor their absence proved

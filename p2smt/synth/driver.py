@@ -50,9 +50,10 @@ def _pieces(prob: SynthesisProblem, max_len: int, opts: EngineOptions, h=None, *
     from p2smt.synth.pieces import SEARCH_LIMIT, enumerate_programs
 
     if prob.num_devices > SEARCH_LIMIT:
-        raise P2Error(f"{prob.num_devices:,} devices: more than the exact search (pieces, auto, the certified "
-                      f"engine's proposer) takes on ({SEARCH_LIMIT:,}); use --engine symmetric (a search on the "
-                      "generic instance, every program checked at the real size)")
+        raise P2Error(f"{prob.num_devices:,} devices: more than the exact search (engines pieces and auto, "
+                      f"--proposer pieces) takes on ({SEARCH_LIMIT:,}); use --engine symmetric (a search on the "
+                      "generic instance, every program checked at the real size), which the default certified "
+                      "engine switches to beyond it")
     return EngineOutcome("complete", tuple(enumerate_programs(prob, max_len, on_first_step)))
 
 
