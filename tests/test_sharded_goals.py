@@ -129,7 +129,7 @@ def test_all_gather_is_proved_by_z3(run_cli, tmp_path):
     (["check", *A100, "--goal", "allreduce", "--shard-axes", "0"], "the allreduce goal has no shard axes"),
     (["check", "--system", "a100-4x16", "--axes", "4,16", "--reduce", "0,1", "--matrix", "[[1,4],[4,4]]",
       "--goal", "all-gather", "--shard-axes", "1"], "its shard axes must be [0, 1]"),
-    (["check", *A100, "--goal", "scatter"], "invalid choice"),
+    (["check", *A100, "--goal", "scatter"], "unknown goal 'scatter'; choose from allreduce, reduce-scatter"),
     (["synth", *A100, "--goal", "reduce-scatter", "--engine", "symmetric"],
      "the symmetric engine (a shard rank breaks the symmetry inside a level; use the default engine) does not take"),
     (["rank", *A100, "--goal", "reduce-scatter", "--prune", "p2-47"], "--prune p2-47"),

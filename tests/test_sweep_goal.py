@@ -150,7 +150,7 @@ def test_refused_combinations_are_synths_one_line_before_anything_runs(grid_file
 
 def test_an_unknown_goal_is_refused(grid_file, run_cli, tmp_path):
     assert refused(*run_cli("sweep", "--grid", grid_file, "--out", tmp_path / "o", "--goal", "gather"),
-                   "invalid choice: 'gather'")
+                   "argument --goal: unknown goal 'gather'; choose from allreduce, reduce-scatter, all-gather")
 
 
 def test_a_point_synth_refuses_is_an_error_line_with_synths_words(run_cli, tmp_path):

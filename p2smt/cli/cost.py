@@ -4,19 +4,28 @@ from __future__ import annotations
 
 import argparse
 
+from p2smt.cli.goals import named
 from p2smt.cli.options import add_algo, add_json, add_system, byte_count, system_of
 from p2smt.cli.output import ExitCode, emit
+from p2smt.model.collectives import Collective, collective_named
 
 
 def register(sub) -> None:
     p = sub.add_parser("cost", help="predicted time of one flat collective over all GPUs")
     add_system(p)
-    p.add_argument("--collective", required=True,
-                   choices=["allreduce", "reducescatter", "allgather", "reduce", "broadcast"])
+    p.add_argument("--collective", required=True, type=collective_name,
+                   metavar="{" + ",".join(c.short for c in Collective) + "}",
+                   help="any spelling of a collective's name (reduce-scatter, ReduceScatter, reducescatter)")
     p.add_argument("--bytes", type=byte_count, required=True, help="nccl-tests convention")
     add_algo(p)
     add_json(p)
     p.set_defaults(func=run)
+
+
+@named
+def collective_name(text: str) -> str:
+    """``--collective``'s value in cost's canonical spelling (``reduce-scatter`` is ``reducescatter``)."""
+    return collective_named(text, spelling=lambda c: c.short).short
 
 
 def run(args: argparse.Namespace) -> int:

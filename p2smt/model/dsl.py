@@ -178,10 +178,9 @@ class _Parser:
         self.expect(",", "','")
         coll_tok = self.name("a collective")
         try:
-            coll = Collective(coll_tok[1])
-        except ValueError:
-            known = ", ".join(c.value for c in Collective)
-            raise self.error(f"unknown collective {coll_tok[1]!r}; expected one of {known}", coll_tok) from None
+            coll = Collective.parse(coll_tok[1])
+        except P2Error as err:
+            raise self.error(str(err), coll_tok) from None
         self.expect(")", "')' to close the instruction")
         where = {"slice": slice_tok[2:], "ancestor": (anc_tok or slice_tok)[2:]}
         return Instruction(slice_tok[1], form, coll), where

@@ -14,7 +14,7 @@ from enum import StrEnum
 from math import prod
 
 from p2smt.errors import P2Error
-from p2smt.model.collectives import Group
+from p2smt.model.collectives import Collective, Group, collective_named
 from p2smt.model.hierarchy import SynthesisHierarchy
 from p2smt.model.placement import Placement
 
@@ -25,6 +25,19 @@ class GoalKind(StrEnum):
     ALLREDUCE = "allreduce"
     REDUCE_SCATTER = "reduce-scatter"
     ALL_GATHER = "all-gather"
+
+    @property
+    def collective(self) -> Collective:
+        """The collective that reaches this goal in one step over a goal group."""
+        return {"allreduce": Collective.ALL_REDUCE, "reduce-scatter": Collective.REDUCE_SCATTER,
+                "all-gather": Collective.ALL_GATHER}[self.value]
+
+    @classmethod
+    def parse(cls, name: object) -> GoalKind:
+        """Any spelling of the three collective names (``reducescatter``, ``ReduceScatter``, ``reduce_scatter``)
+        through ``collective_named``; a one-line P2Error lists the goal names."""
+        kinds = {k.collective: k for k in cls}
+        return kinds[collective_named(name, kinds, "goal", lambda c: kinds[c].value)]
 
 
 @dataclass(frozen=True)
@@ -80,11 +93,7 @@ class Goal:
     def of(cls, kind: GoalKind | str, shard_axes: Sequence[int] | None, reduce: Sequence[int]) -> Goal:
         """The goal ``kind`` over ``shard_axes`` (default: none for AllReduce, every reduction axis otherwise),
         refused in one line unless ``T ⊆ S`` (and ``T = S`` for AllGather, ``T ≠ ∅`` for ReduceScatter)."""
-        try:
-            kind = GoalKind(kind)
-        except ValueError:
-            choices = ", ".join(k.value for k in GoalKind)
-            raise P2Error(f"unknown goal {kind!r}; choose from {choices}") from None
+        kind = GoalKind.parse(kind)
         reduce = tuple(sorted(set(reduce)))
         if shard_axes is None:
             axes = () if kind is GoalKind.ALLREDUCE else reduce

@@ -17,6 +17,7 @@ from pydantic import (
 )
 
 from p2smt.errors import P2Error
+from p2smt.model.goal import GoalKind
 from p2smt.model.shipped import profiles_dir, shipped_profiles
 from p2smt.model.system import IDENTIFIER, _format_validation_error
 from p2smt.model.yamlfile import read_yaml
@@ -81,6 +82,18 @@ class Communication(BaseModel):
     def _identifier(cls, v: str) -> str:
         # plan --export-dir writes NAME_jax.py and NAME_torch.py: a path in a name would escape the folder
         return identifier(v, "communication")
+
+    @field_validator("kind", mode="before")
+    @classmethod
+    def _kind(cls, v):
+        """A goal's collective in any spelling (``allreduce``, ``AllGather``, ``reducescatter``) as its kind word."""
+        if not isinstance(v, str) or v in ("reduce", "p2p"):
+            return v
+        try:
+            kind = GoalKind.parse(v)
+        except P2Error:
+            return v  # pydantic's error lists the kinds
+        return "reduce" if kind is GoalKind.ALLREDUCE else kind.value
 
 
 class Profile(BaseModel):
