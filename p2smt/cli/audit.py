@@ -98,21 +98,24 @@ def render(c: Console, report, written: list[str]) -> None:
             f"({report.num_devices} devices; mesh {escape(mesh)}; read from {' and '.join(report.sources)})")
     if report.placement:
         c.print(f"  placement of the mesh axes on the system's levels: {[list(r) for r in report.placement]}")
-    t = Table(title=f"chains (x: how many alike; runs: per step; NCCL {report.algo})")
-    for col in ("#", "lines", "steps", "over", "bytes/device", "x", "runs", "verdict", "now", "best program", "best",
-                "speedup"):
-        t.add_column(col, justify="right" if col in ("#", "bytes/device", "x", "now", "best", "speedup") else "left")
+    t = Table(title=f"chains (bytes: per device; x: how many alike; runs: per step; NCCL {report.algo}; best "
+                    "program below)")
+    for col in ("#", "lines", "steps", "bytes", "x", "runs", "verdict", "now", "best", "speedup"):  # steps name the axes
+        t.add_column(col, justify="right" if col in ("#", "bytes", "x", "now", "best", "speedup") else "left",
+                     overflow="fold", min_width=10 if col == "steps" else None)
     for ch in report.chains:
         speed = ch.speedup
-        t.add_row(str(ch.index), ",".join(map(str, ch.lines)), escape("; ".join(ch.steps)),
-                  escape("+".join(ch.axes)) if ch.axes else "-", str(ch.bytes), str(ch.count), ch.runs,
-                  ch.verdict.value,
-                  _us(ch.seconds), escape(ch.best_program or ch.best_note or "-"), _us(ch.best_seconds),
+        t.add_row(str(ch.index), ",".join(map(str, ch.lines)), escape("; ".join(ch.steps)), str(ch.bytes),
+                  str(ch.count), ch.runs,
+                  ch.verdict.value, _us(ch.seconds), _us(ch.best_seconds),
                   "-" if speed is None else f"{speed:.2f}x" if speed > 1 else "keep")
     if report.chains:
         c.print(t)
         c.print(f"  communication per step: {_us(report.seconds_now)} now, {_us(report.seconds_best)} with the best "
                 "programs")
+        c.print("  best program per chain (the cheapest for its groups and bytes on the mesh's placement):")
+        for ch in report.chains:  # below the table, whole: the program is the answer, never cut
+            c.print(f"    {ch.index}: {escape(ch.best_program or ch.best_note or '-')}")
     for o in report.outputs:
         mark = {"ok": "[green]ok[/green]", "finding": "[red]finding[/red]"}.get(o.status.value,
                                                                                 "[yellow]unverified[/yellow]")

@@ -380,7 +380,7 @@ def render_plan(report: dict[str, Any]):
     t.add_column("#", justify="right")
     t.add_column("matrix (" + " / ".join(axis_names) + ")")
     t.add_column("total s", justify="right")
-    t.add_column("AllReduce-only s" if "sharded" not in report else "baseline s", justify="right")
+    t.add_column("AllReduce-only s" if "sharded" not in report else "baseline s", justify="right", overflow="fold")
     t.add_column("pareto")
     for c in report["placements"][0]["communications"]:
         t.add_column(f"{c['name']} ×{c['count']:g}", overflow="fold")
