@@ -63,8 +63,8 @@ def run_point(spec: dict) -> dict:
                 "top": [m["programs"] for m in report["matrices"]]}
     from p2smt.cost.best import best
 
-    found = best(system, request.axes, request.reduce, matrix=request.matrix, max_len=config.max_len,
-                 top=spec["top"], method=spec.get("method", "z3"))
+    found = best(Request.for_system(system, request.axes, request.reduce, matrix=request.matrix),
+                 max_len=config.max_len, top=spec["top"], method=spec.get("method", "z3"))
     report = found.to_json()
     calls = sum(m.stats.get("solver_calls", 0) for m in found.matrices)
     clauses = sum(m.stats.get("cost_clauses", 0) for m in found.matrices)

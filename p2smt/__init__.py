@@ -91,9 +91,19 @@ class _CallableModule(types.ModuleType):
     function, so ``p2smt.lower(...)`` keeps working once the sub-package is imported, and imports through
     the package (``import p2smt.cost.rank as r``) keep reaching the sub-package."""
 
-    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+    def _function(self) -> Any:
         name = self.__name__.rpartition(".")[2]
-        return getattr(import_module(_EXPORTS[name]), name)(*args, **kwargs)
+        return getattr(import_module(_EXPORTS[name]), name)
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        return self._function()(*args, **kwargs)
+
+    @property
+    def __signature__(self) -> Any:
+        """The function's signature, so ``inspect.signature(p2smt.lower)`` shows its real parameters."""
+        import inspect
+
+        return inspect.signature(self._function())
 
 
 class _Package(types.ModuleType):

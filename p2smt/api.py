@@ -59,12 +59,12 @@ def hierarchy_of(request: Request) -> tuple[Placement, SynthesisHierarchy]:
 
 
 def verify(request: Request, program: str | Sequence[Mapping[str, Any]], *, values: bool = False,
-           timeout_ms: int | None = None, goal: str = "allreduce", shard_axes: Sequence[int] | None = None) -> Any:
+           timeout_ms: int | None = None, goal: str | None = None, shard_axes: Sequence[int] | None = None) -> Any:
     """Prove a DSL program, or an explicit plan (``p2smt verify --plan``: a list of ``{"collective",
     "replica_groups"}`` steps on physical ids), correct with Z3, or get a counterexample (``p2smt verify``).
 
     ``values=True`` proves it for every integer input (sums, not only chunk identities). ``goal`` and
-    ``shard_axes`` as ``--goal`` and ``--shard-axes`` (docs/semantics.md §6): under ``reduce-scatter`` Z3 proves
+    ``shard_axes`` as ``--goal`` and ``--shard-axes`` (default: the request's goal; docs/semantics.md §6): under ``reduce-scatter`` Z3 proves
     every step applies and the interpreters judge the sharded final state; an explicit plan's XLA/NCCL
     positions are judged too, and under a sharded goal a DSL program's lowered plan's (a misplaced block is a
     counterexample naming device, position and block: the chunk semantics cannot see an AllGather's order).
@@ -91,7 +91,7 @@ def verify(request: Request, program: str | Sequence[Mapping[str, Any]], *, valu
     common = {"require_progress": request.require_progress, "timeout_ms": timeout_ms, "chunks": len(goal_groups[0])}
     if values:
         if sharding is not None:
-            raise P2Error(f"verify with values=True does not prove the {goal} goal yet")
+            raise P2Error(f"verify with values=True does not prove the {sharding.kind.value} goal yet")
         from p2smt.smt.cegis import verify_values
 
         return verify_values(placement.num_devices, steps, goal_groups, **common)
@@ -126,16 +126,20 @@ def _prove_allreduce(n: int, steps, goal_groups, common: dict) -> Any:
     return prove_plan(n, steps, goal_groups, **common)
 
 
-def _plan(request: Request, program: str | Sequence[Mapping[str, Any]], goal: str,
+def _plan(request: Request, program: str | Sequence[Mapping[str, Any]], goal: str | None,
           shard_axes: Sequence[int] | None):
     """(placement, DSL program or None for an explicit plan, steps on the system, goal groups, sharding or None)
-    of a DSL program or an explicit plan, and the goal ``goal``/``shard_axes`` bound to the placement."""
+    of a DSL program or an explicit plan, and the goal bound to the placement: ``goal``/``shard_axes`` where
+    given (any spelling of the collective's name), else the request's goal."""
     from p2smt.model.dsl import lower_program, parse_explicit_plan, parse_program
     from p2smt.model.goal import Goal
 
     placement, h = hierarchy_of(request)
     reduce = placement.check_axes(request.reduce)
-    sharding = Goal.of(goal, shard_axes, reduce).sharding(placement)
+    if goal is None and shard_axes is None:
+        sharding = request.goal.sharding(placement)
+    else:
+        sharding = Goal.of(request.goal.kind if goal is None else goal, shard_axes, reduce).sharding(placement)
     prog = parse_program(program, h) if isinstance(program, str) else None
     if prog is None:
         plan = parse_explicit_plan(list(program), "plan", placement.num_devices)
@@ -181,7 +185,7 @@ def shard_ranks(request: Request, placement: Placement, h: SynthesisHierarchy, g
     return {} if sharding is None else {"shard_ranks": [[sharding.rank[d] for d in g] for g in groups]}
 
 
-def _judged(request: Request, program: str | Sequence[Mapping[str, Any]], goal: str = "allreduce",
+def _judged(request: Request, program: str | Sequence[Mapping[str, Any]], goal: str | None = None,
             shard_axes: Sequence[int] | None = None):
     """(placement, program or None, plan, verdict) of a DSL program or an explicit plan under P²'s interpreter
     (and XLA/NCCL positions, for an explicit plan and under a sharded goal), against ``goal``."""
@@ -194,12 +198,12 @@ def _judged(request: Request, program: str | Sequence[Mapping[str, Any]], goal: 
     return placement, prog, tuple(ExplicitStep(c, g) for c, g in steps), verdict
 
 
-def check(request: Request, program: str | Sequence[Mapping[str, Any]], *, goal: str = "allreduce",
+def check(request: Request, program: str | Sequence[Mapping[str, Any]], *, goal: str | None = None,
           shard_axes: Sequence[int] | None = None) -> Any:
     """Run a DSL program, or an explicit plan (a list of ``{"collective", "replica_groups"}`` steps on physical
     ids, judged in XLA/NCCL positions too), through the concrete interpreter (``p2smt check``): a verdict with
     ``valid``, ``violation`` (the failing step and rule) and ``message()``. ``goal`` and ``shard_axes`` as
-    ``--goal`` and ``--shard-axes`` (docs/semantics.md §6); under a sharded goal a DSL program is judged in
+    ``--goal`` and ``--shard-axes`` (default: the request's goal; docs/semantics.md §6); under a sharded goal a DSL program is judged in
     positions too (``positions``), so a permuted AllGather order is not ``valid``.
 
     >>> req = Request("a100-4x16", axes=(4, 16), reduce=(1,), matrix=((1, 4), (4, 4)))
@@ -220,7 +224,8 @@ def check(request: Request, program: str | Sequence[Mapping[str, Any]], *, goal:
 def cost(system: System | str, collective: str, nbytes: float, algo: str = "ring") -> Any:
     """The predicted time of one flat collective over all GPUs of ``system`` (``p2smt cost``): a choice
     with ``seconds`` and NCCL's ``algo`` and ``protocol``. ``collective``: allreduce, reducescatter,
-    allgather, reduce or broadcast; ``nbytes`` as nccl-tests counts them.
+    allgather, reduce or broadcast in any spelling (``reduce-scatter``, ``ReduceScatter``); ``nbytes`` as
+    nccl-tests counts them.
 
     >>> pick = cost("dgx-h100", "allreduce", 1e6)
     >>> pick.seconds > 0, pick.algo
@@ -232,11 +237,11 @@ def cost(system: System | str, collective: str, nbytes: float, algo: str = "ring
 
 
 def lower(request: Request, program: str, backend: str = "jax", axis_names: list[str] | None = None,
-          allow_invalid: bool = False, *, goal: str = "allreduce", shard_axes: Sequence[int] | None = None) -> str:
+          allow_invalid: bool = False, *, goal: str | None = None, shard_axes: Sequence[int] | None = None) -> str:
     """Source of a module that runs a DSL program with JAX ``shard_map`` or torch.distributed (``p2smt lower``).
 
     An invalid program is refused (P2Error with the interpreter's reason) unless ``allow_invalid``. ``goal`` and
-    ``shard_axes`` as ``--goal`` and ``--shard-axes`` (docs/semantics.md §6): the program is then judged in buffer
+    ``shard_axes`` as ``--goal`` and ``--shard-axes`` (default: the request's goal; docs/semantics.md §6): the program is then judged in buffer
     positions too, and the module hands each device its shard (or every shard, in rank order).
 
     >>> req = Request("v100-2x8", axes=(2, 8), reduce=(0,), matrix=((2, 1), (1, 8)))
@@ -254,7 +259,7 @@ def lower(request: Request, program: str, backend: str = "jax", axis_names: list
 
 def run(request: Request, program: str, backend: str = "jax", *, length: int | None = None, repeats: int = 1,
         timeout: float = 600.0, axis_names: list[str] | None = None, allow_invalid: bool = False,
-        goal: str = "allreduce", shard_axes: Sequence[int] | None = None) -> Any:
+        goal: str | None = None, shard_axes: Sequence[int] | None = None) -> Any:
     """Run a DSL program, lowered for ``backend``, on local CPU devices and check the exact sums
     (``p2smt run``): a report with ``ok``, the mismatches and the wall times. An invalid program is refused
     as in ``lower``; ``goal`` and ``shard_axes`` as in ``lower``.
@@ -277,7 +282,7 @@ def run(request: Request, program: str, backend: str = "jax", *, length: int | N
 
 
 def _lowering(request: Request, program: str, axis_names: list[str] | None, allow_invalid: bool, what: str,
-              goal: str = "allreduce", shard_axes: Sequence[int] | None = None):
+              goal: str | None = None, shard_axes: Sequence[int] | None = None):
     """(program, plan, target) to lower or run, refusing an invalid program unless allowed (under a sharded goal
     judged in buffer positions too, as ``p2smt lower`` does: the module hands back the buffers as they are)."""
     from p2smt.errors import P2Error

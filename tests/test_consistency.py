@@ -75,3 +75,80 @@ def test_the_dsl_reads_the_same_names():
     req = p2smt.Request("v100-2x8", axes=(16,), reduce=(0,), matrix=((2, 8),))
     assert p2smt.check(req, "(root, InsideGroup, allreduce)").valid
     assert p2smt.groups(req, "(node, InsideGroup, all_reduce)")[0]["instruction"] == "(node, InsideGroup, AllReduce)"
+
+
+# ---------------------------------------------------------------- #9: API shapes
+
+def test_best_takes_a_request_like_rank_and_the_older_form_gives_the_same():
+    req = p2smt.Request("v100-2x8", axes=(16,), reduce=(0,), matrix=((2, 8),))
+    found = p2smt.best(req, max_len=3, top=2).to_json()
+    older = p2smt.best("v100-2x8", (16,), (0,), matrix=((2, 8),), max_len=3, top=2).to_json()
+    assert found["best"] == older["best"] and found["best"]["program"].count(";") == 2
+    assert [m["programs"] for m in found["matrices"]] == [m["programs"] for m in older["matrices"]]
+
+
+def test_best_reads_the_request_s_goal():
+    req = p2smt.Request("v100-2x8", axes=(16,), reduce=(0,), matrix=((2, 8),),
+                        goal={"kind": "ReduceScatter", "shard_axes": [0]})
+    assert p2smt.best(req, max_len=2).to_json()["goal"] == {"kind": "reduce-scatter", "shard_axes": [0]}
+
+
+@pytest.mark.parametrize(("args", "kwargs", "said"), [
+    (((16,), (0,)), {}, "give axes, reduction_axes in the Request"),
+    ((), {"goal": "reduce-scatter"}, "give goal in the Request"),
+    ((), {"matrix": ((2, 8),)}, "give matrix in the Request"),
+])
+def test_best_refuses_request_fields_beside_a_request(args, kwargs, said):
+    with pytest.raises(P2Error, match=said):
+        p2smt.best(p2smt.Request("v100-2x8", axes=(16,), reduce=(0,)), *args, **kwargs)
+
+
+def test_best_without_axes_is_refused():
+    with pytest.raises(P2Error, match="best takes a Request"):
+        p2smt.best("v100-2x8")
+
+
+@pytest.mark.parametrize("name", ["cost", "lower", "best", "rank", "verify", "check", "run"])
+def test_api_functions_show_their_real_signatures(name):
+    import importlib
+    import inspect
+
+    importlib.import_module("p2smt.cost.rank"), importlib.import_module("p2smt.lower")  # make the callable modules
+    params = list(inspect.signature(getattr(p2smt, name)).parameters)
+    assert params[:1] in (["request"], ["system"]) and "args" not in params
+
+
+def test_verify_and_check_default_to_the_request_s_goal():
+    req = p2smt.Request("v100-2x8", axes=(16,), reduce=(0,), matrix=((2, 8),), goal={"kind": "reduce-scatter"})
+    assert p2smt.check(req, "(root, InsideGroup, ReduceScatter)").valid
+    assert not p2smt.check(req, "(root, InsideGroup, ReduceScatter)", goal="allreduce").valid
+
+
+MESH_RUN = """
+import jax, jax.numpy as jnp, numpy as np
+from jax.sharding import Mesh, PartitionSpec as P
+import p2smt
+devs = np.array(jax.devices()[:16])
+declared, other = Mesh(devs.reshape(4, 4), ("data", "tensor")), Mesh(devs.reshape(2, 8), ("data", "tensor"))
+f = jax.jit(jax.shard_map(lambda x: jax.lax.psum(x, "data"), mesh=declared, in_specs=P("data"), out_specs=P()))
+print(p2smt.audit(f, jnp.ones(4), system="v100-2x8", mesh=declared).verdict.value)
+try:
+    p2smt.audit(f, jnp.ones(4), system="v100-2x8", mesh=other)
+except p2smt.P2Error as err:
+    print(err)
+"""
+
+
+def test_audit_refuses_a_jax_mesh_other_than_the_module_s():
+    import os
+    import subprocess
+    import sys
+
+    pytest.importorskip("jax")
+    env = {**os.environ, "XLA_FLAGS": "--xla_force_host_platform_device_count=16", "JAX_PLATFORMS": "cpu"}
+    proc = subprocess.run([sys.executable, "-c", MESH_RUN], capture_output=True, text=True, env=env,
+                          timeout=300, check=False)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.splitlines() == [
+        "PROVED", ("mesh data=2,tensor=8 is not the mesh the module declares (data=4,tensor=4); pass the "
+                   "jax.sharding.Mesh the function runs on")]

@@ -301,15 +301,17 @@ def _best(system: System, placement: Placement | None, mesh: Mesh | None, axes: 
     key = (axes, nbytes, None if goal is None else goal.kind, shard)
     if key not in cache:
         from p2smt.cost.best import best
+        from p2smt.model.request import Request
 
         red = tuple(sorted(mesh.names.index(a) for a in axes))
-        sharded = {} if goal is None else {"goal": goal.kind, "shard_axes": shard}
+        sharded = {} if goal is None else {"goal": {"kind": goal.kind, "shard_axes": shard}}
         # a sharded goal over axes split over the same levels is searched over hierarchy (c) (§6)
         refused: P2Error | None = None
         for kind in ("d",) if goal is None else ("d", "c"):
             try:
-                result = best(system, placement.axes, red, matrix=placement.matrix, max_len=max_len, algo=algo,
-                              bytes_per_device=float(nbytes), method="search", hierarchy_kind=kind, **sharded)
+                request = Request.for_system(system, placement.axes, red, matrix=placement.matrix, hierarchy=kind,
+                                             **sharded)
+                result = best(request, max_len=max_len, algo=algo, bytes_per_device=float(nbytes), method="search")
                 break
             except P2Error as err:
                 if goal is None:

@@ -66,6 +66,19 @@ def _mesh(reading: ModuleReading, given: Sequence[tuple[str, int]] | None) -> Me
     return Mesh(reading.mesh.axes, reading.mesh.device_ids)
 
 
+def _same_mesh(mesh: Any, reading: ModuleReading) -> None:
+    """A jax Mesh given beside a module that declares its own must be that mesh (axes and sizes, in order):
+    its device order is read from it, so another mesh would be silently misapplied."""
+    if mesh is None or reading.mesh is None:
+        return
+    given = tuple((str(n), int(s)) for n, s in mesh.shape.items())
+    if given != tuple(reading.mesh.axes):
+        def shown(axes) -> str:
+            return ",".join(f"{a}={s}" for a, s in axes)
+        raise P2Error(f"mesh {shown(given)} is not the mesh the module declares ({shown(reading.mesh.axes)}); "
+                      "pass the jax.sharding.Mesh the function runs on")
+
+
 def _order(device_order: Sequence[int] | None, n: int) -> tuple[int, ...]:
     order = tuple(range(n)) if device_order is None else tuple(device_order)
     if sorted(order) != list(range(n)):
@@ -175,6 +188,7 @@ def audit_function(fn: Any, *args: Any, system: System | str, mesh: Any = None, 
     shown = read_module(stablehlo, f"{name} (StableHLO)", split=True)
     runs = read_module(compiled, f"{name} (compiled HLO)", split=True)
     m = _mesh(shown, None)
+    _same_mesh(mesh, shown)
     expect = dict(expect or {})
     _check_expect(expect, m)
     if device_order is None and mesh is not None:

@@ -80,13 +80,11 @@ def run(args: argparse.Namespace) -> int:
     placements = placements_for(system, req.axes, req.matrix)
 
     def work(report):
-        return best(system, req.axes, req.reduce, matrix=req.matrix, max_len=config.max_len, top=args.top,
-                    algo=args.algo, bytes_per_device=args.bytes, timeout_ms=config.timeout_ms,
-                    encoding=config.encoding or "bool-matrix", encoding_options=config.encoding_options,
-                    hierarchy_kind=req.hierarchy, master_scope=req.master_scope,
-                    require_progress=req.require_progress, bound=args.bound or "clauses", lookahead=not args.no_lookahead,
-                    method=args.method, proof=args.proof, proof_budget=args.proof_budget,
-                    goal=req.goal.kind, shard_axes=req.goal.shard_axes or None, report=report)
+        return best(req, max_len=config.max_len, top=args.top, algo=args.algo, bytes_per_device=args.bytes,
+                    timeout_ms=config.timeout_ms, encoding=config.encoding or "bool-matrix",
+                    encoding_options=config.encoding_options, bound=args.bound or "clauses",
+                    lookahead=not args.no_lookahead, method=args.method, proof=args.proof,
+                    proof_budget=args.proof_budget, report=report)
 
     bounded = run_bounded(args, "best: placements proved", work, total=len(placements))
     result = bounded.result if not bounded.expired else partial_result(args, req, system, placements, bounded)

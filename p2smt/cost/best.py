@@ -322,47 +322,69 @@ def _bound_query(system: System, h: SynthesisHierarchy, ranked: Sequence[RankedP
     return status, stats
 
 
-def best(system: System | str, axes: Sequence[int], reduction_axes: Sequence[int], *, matrix: Matrix | None = None,
-         max_len: int = 8, top: int = 1, algo: str = "ring", bytes_per_device: float | None = None,
-         timeout_ms: int | None = None, encoding: str = "bool-matrix",
-         encoding_options: dict[str, Any] | None = None, hierarchy_kind: HierarchyKind = "d",
-         master_scope: MasterScope = "per-ancestor", require_progress: bool = True,
-         bound: str = "clauses", lookahead: bool = True, method: str = "search",
-         proof: BestProof | str = BestProof.AUTO, proof_budget: int = DEFAULT_PROOF_BUDGET,
-         goal: GoalKind | str = GoalKind.ALLREDUCE, shard_axes: Sequence[int] | None = None, report: Callable[[MatrixBest], None] | None = None) -> BestResult:
-    """The ``top`` cheapest programs per placement (or one ``matrix``) and overall, proved with Z3.
+def best(request: Request | System | str, axes: Sequence[int] | None = None,
+         reduction_axes: Sequence[int] | None = None, *, max_len: int = 8, top: int = 1, algo: str = "ring",
+         bytes_per_device: float | None = None, timeout_ms: int | None = None, encoding: str = "bool-matrix",
+         encoding_options: dict[str, Any] | None = None, bound: str = "clauses", lookahead: bool = True,
+         method: str = "search", proof: BestProof | str = BestProof.AUTO, proof_budget: int = DEFAULT_PROOF_BUDGET,
+         report: Callable[[MatrixBest], None] | None = None, matrix: Matrix | None = None,
+         hierarchy_kind: HierarchyKind | None = None, master_scope: MasterScope | None = None,
+         require_progress: bool | None = None, goal: GoalKind | str | None = None,
+         shard_axes: Sequence[int] | None = None) -> BestResult:
+    """The ``top`` cheapest programs per placement of ``request`` (or its one ``matrix``) and overall, proved
+    (``p2smt best``); the request's hierarchy, master scope, progress rule and goal as ``rank`` reads them.
 
     Same order, ties and seconds as ``rank.rank_result`` over the complete program set up to
     ``max_len``; ``timeout_ms`` bounds each solver call (a placement whose call gives up is "unknown").
     ``method="search"`` (default) finds the list by ``cost.branch``'s branch and bound and certifies it
-    (``proof``, ``BestProof``: by default the state-graph certificate, whose cheapest goal paths must be the list); ``method="z3"`` finds and proves it with Z3 alone.
-    ``goal``/``shard_axes`` as ``--goal``/``--shard-axes`` (docs/semantics.md §6): a sharded goal is searched by
-    the state-graph certificate alone (its initial and goal states carry the shards, and each step is priced
-    from the certified holdings, an AllGather's from its shards).
+    (``proof``, ``BestProof``: by default the state-graph certificate, whose cheapest goal paths must be the
+    list); ``method="z3"`` finds and proves it with Z3 alone. A sharded goal (``Request.goal``,
+    docs/semantics.md §6) is searched by the state-graph certificate alone (its initial and goal states carry
+    the shards, and each step is priced from the certified holdings, an AllGather's from its shards).
     ``report`` receives each placement's result as it is finished (progress, partial results).
-    ``system``: a System or a shipped system's name (``p2smt topologies``) or system file.
+    The older form ``best(system, axes, reduction_axes, matrix=..., hierarchy_kind=..., master_scope=...,
+    require_progress=..., goal=..., shard_axes=...)`` builds that Request; beside a Request those are refused.
 
-    >>> best("v100-2x8", (16,), (0,), max_len=3).best[1].text
+    >>> best(Request("v100-2x8", axes=(16,), reduce=(0,)), max_len=3).best[1].text
     '(node, InsideGroup, ReduceScatter); (node, Parallel(root), AllReduce); (node, InsideGroup, AllGather)'
     """
-    system = load_system(system)
+    request = _request_of(request, axes, reduction_axes, matrix=matrix, hierarchy=hierarchy_kind,
+                          master_scope=master_scope, require_progress=require_progress, goal=goal,
+                          shard_axes=shard_axes)
+    system = request.load_system()
     b = check_request(system, algo, bytes_per_device, top)
     _check_options(max_len, timeout_ms, bound, method, proof)
     start = time.perf_counter()
-    placements = placements_for(system, tuple(axes), matrix)
-    red = placements[0].check_axes(tuple(reduction_axes))
-    request = Request.for_system(system, tuple(axes), red, goal=Goal.of(goal, shard_axes, red))
+    placements = placements_for(system, request.axes, request.matrix)
+    red = placements[0].check_axes(request.reduce)
     results = []
     for placement in placements:
-        h = synthesis_hierarchy(placement, red, system.level_names, hierarchy_kind, master_scope)
+        h = synthesis_hierarchy(placement, red, system.level_names, request.hierarchy, request.master_scope)
         sharding = request.sharding(placement, h)
         results.append(best_on_hierarchy(system, h, max_len=max_len, top=top, algo=algo, bytes_per_device=b,
                                          timeout_ms=timeout_ms, encoding=encoding,
-                                         encoding_options=encoding_options, require_progress=require_progress,
+                                         encoding_options=encoding_options, require_progress=request.require_progress,
                                          bound=bound, matrix=placement.matrix, lookahead=lookahead,
                                          method=method, proof=proof, proof_budget=proof_budget,
                                          sharding=sharding))
         if report is not None:
             report(results[-1])
-    return BestResult(system.name, tuple(axes), tuple(red), algo, float(b), max_len, top, tuple(results),
+    return BestResult(system.name, request.axes, tuple(red), algo, float(b), max_len, top, tuple(results),
                       time.perf_counter() - start, request.goal)
+
+
+def _request_of(request: Request | System | str, axes: Sequence[int] | None, reduction_axes: Sequence[int] | None,
+                **given: Any) -> Request:
+    """``best``'s Request: the one given, or the one its older form ``(system, axes, reduction_axes, ...)``
+    describes; a Request with axes or request fields beside it is ambiguous and refused."""
+    named = {k: v for k, v in given.items() if v is not None}
+    if isinstance(request, Request):
+        if axes is not None or reduction_axes is not None or named:
+            extra = ["axes"] * (axes is not None) + ["reduction_axes"] * (reduction_axes is not None) + list(named)
+            raise P2Error(f"best takes a Request alone; give {', '.join(extra)} in the Request")
+        return request
+    if axes is None or reduction_axes is None:
+        raise P2Error("best takes a Request (or a system, axes and reduction axes)")
+    shard_axes = named.pop("shard_axes", None)
+    goal = Goal.of(named.pop("goal", GoalKind.ALLREDUCE), shard_axes, tuple(reduction_axes))
+    return Request.for_system(load_system(request), tuple(axes), tuple(reduction_axes), goal=goal, **named)
