@@ -2,8 +2,10 @@
 cap Z3's solver enforces itself, after which the run ends ``unknown`` with the reason.
 
 Z3 has two kinds of memory limits (docs/usage.md, "The Z3 encodings' memory"): the global ``memory_max_size`` and
-``memory_high_watermark`` (process-wide settings, not used here: the project keeps no global solver state)
-and the solver parameter ``max_memory`` (megabytes), set on one solver. The SAT core that every shipped
+``memory_high_watermark`` (process-wide, not used here: the project keeps no global solver state, and they
+cannot be set and restored around one call either: past ``memory_max_size`` Z3 flags the process out of
+memory for good, and both are safe to set only before threads start) and the solver parameter
+``max_memory`` (megabytes), set on one solver. The SAT core that every shipped
 encoding's solver runs on (``QF_FD``) compares Z3's allocation counter with it at its checkpoints and then
 answers ``unknown`` ("max. memory exceeded"); its preprocessing may instead raise that message as an error,
 which ``memory_reason`` recognizes. Z3's counter is the process's, not the solver's: the cap bounds all
