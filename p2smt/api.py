@@ -259,10 +259,13 @@ def lower(request: Request, program: str, backend: str = "jax", axis_names: list
 
 def run(request: Request, program: str, backend: str = "jax", *, length: int | None = None, repeats: int = 1,
         timeout: float = 600.0, axis_names: list[str] | None = None, allow_invalid: bool = False,
-        goal: str | None = None, shard_axes: Sequence[int] | None = None) -> Any:
+        goal: str | None = None, shard_axes: Sequence[int] | None = None, memory_gib: float | None = None) -> Any:
     """Run a DSL program, lowered for ``backend``, on local CPU devices and check the exact sums
     (``p2smt run``): a report with ``ok``, the mismatches and the wall times. An invalid program is refused
-    as in ``lower``; ``goal`` and ``shard_axes`` as in ``lower``.
+    as in ``lower``; ``goal`` and ``shard_axes`` as in ``lower``. A size whose estimated memory exceeds
+    ``memory_gib`` (``--memory``; default half the RAM, or less if less is available) or whose least time
+    exceeds ``timeout`` is refused (P2Error) before any worker starts; ``length`` defaults to 256 elements a
+    chunk, fewer where that does not fit.
 
     >>> req = Request("v100-2x8", axes=(2, 8), reduce=(0,), matrix=((2, 1), (1, 8)))
     >>> run(req, "(root, InsideGroup, ReduceScatter); (root, InsideGroup, AllGather)").ok  # doctest: +SKIP
@@ -278,7 +281,7 @@ def run(request: Request, program: str, backend: str = "jax", *, length: int | N
     prog, plan, target = _lowering(request, program, axis_names, allow_invalid, "run", goal, shard_axes)
     require_backend(backend)
     return run_program(backend, plan, target, step_labels=[str(i) for i in prog.instructions], length=length,
-                       repeats=repeats, timeout=timeout)
+                       repeats=repeats, timeout=timeout, memory_gib=memory_gib)
 
 
 def _lowering(request: Request, program: str, axis_names: list[str] | None, allow_invalid: bool, what: str,

@@ -181,7 +181,7 @@ def test_run_without_backend_says_what_to_install(run_cli, monkeypatch):
     real = importlib.util.find_spec
     monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "torch" else real(name, *a))
     rc, out, err = run_cli("run", "--backend", "torch", *A100, "--program", RS_AR_AG)
-    assert refused(rc, out, err, "pip install torch")
+    assert refused(rc, out, err, "pip install 'p2smt[torch]'")
 
 
 def test_sweep_needs_one_mode(run_cli):

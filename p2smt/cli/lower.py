@@ -18,6 +18,7 @@ from p2smt.cli.options import (
     byte_count,
     count,
     file_arg,
+    gibibytes,
     one_hierarchy,
     seconds,
 )
@@ -37,10 +38,17 @@ def register(sub) -> None:
 
     p = sub.add_parser("run", help="run a lowered program on local CPU devices and check exact sums")
     _add_lowering(p)
-    p.add_argument("--length", type=int, help="elements per device (a multiple of the group size)")
+    p.add_argument("--length", type=int,
+                   help="elements per device (a multiple of the group size; default 256 a chunk, fewer where that "
+                        "does not fit --memory)")
     p.add_argument("--repeats", type=count, default=1,
                    help="timed runs after the checked one; each time is the best of them (default 1)")
-    p.add_argument("--run-timeout", type=seconds, default=600.0, help="seconds before the run is killed")
+    p.add_argument("--run-timeout", type=seconds, default=600.0,
+                   help="seconds before the run is killed (default 600); a size that takes longer by the estimate "
+                        "is refused up front")
+    p.add_argument("--memory", type=gibibytes, metavar="GIB",
+                   help="GiB the run's worker processes may use (default: half the machine's RAM, or 80%% of the "
+                        "memory available now if less). A size whose estimate exceeds it is refused up front")
     p.add_argument("--allow-invalid", action="store_true",
                    help="run a program the check rejects (the report says so); p2smt's lowering places chunks "
                         "by P²'s semantics, so such a run can end with exact sums that the plan itself would not give")
@@ -130,7 +138,7 @@ def run_run(args: argparse.Namespace) -> int:
         return ExitCode.FAIL
     report = run_program(
         args.backend, plan, target, step_labels=labels, length=args.length, repeats=args.repeats,
-        timeout=args.run_timeout,
+        timeout=args.run_timeout, memory_gib=args.memory,
     )
     predicted = {"error": price} if isinstance(price, str) else price.to_json() if price is not None else None
     payload = report.to_json() | ({"predicted": predicted} if price is not None else {})

@@ -16,9 +16,9 @@ import numpy as np
 MAX_REPORTED = 8
 
 
-def inputs(num_devices: int, length: int) -> np.ndarray:
-    """(num_devices, length) int64: row d is device d's data."""
-    return np.arange(num_devices, dtype=np.int64)[:, None] * length + np.arange(1, length + 1, dtype=np.int64)
+def input_row(device: int, length: int) -> np.ndarray:
+    """Device ``device``'s data, ``length`` int64 (built alone: a row of all devices' data costs devices × more)."""
+    return device * length + np.arange(1, length + 1, dtype=np.int64)
 
 
 def expected_row(group: Sequence[int], length: int) -> np.ndarray:
@@ -37,8 +37,8 @@ def _chunks(row: np.ndarray, ids: Sequence[int], num_chunks: int) -> np.ndarray:
 
 
 def device_input(device: int, num_devices: int, length: int, num_chunks: int, goal: dict | None) -> np.ndarray:
-    """What ``device`` passes in: its row of ``inputs``, or under the all-gather goal only its shard of it."""
-    row = inputs(num_devices, length)[device]
+    """What ``device`` passes in: its row of the inputs, or under the all-gather goal only its shard of it."""
+    row = input_row(device, length)
     if goal is not None and goal["kind"] == "all-gather":
         return _chunks(row, _shard(goal, device, num_chunks), num_chunks)
     return row
@@ -52,10 +52,10 @@ def expected(device: int, group: Sequence[int], num_devices: int, length: int, n
     if goal["kind"] == "reduce-scatter":
         ids = tuple(_shard(goal, device, num_chunks))
         return _chunks(expected_row(group, length), ids, num_chunks), ids
-    rows = inputs(num_devices, length)
     b = num_chunks // goal["shards"]
     owner = {goal["rank"][d]: d for d in group}
-    parts = [_chunks(rows[owner[r // b]], (r,), num_chunks) for r in range(num_chunks)]
+    c = length // num_chunks  # chunk r of its owner's row, built alone
+    parts = [owner[r // b] * length + np.arange(r * c + 1, (r + 1) * c + 1, dtype=np.int64) for r in range(num_chunks)]
     return np.concatenate(parts), tuple(range(num_chunks))
 
 

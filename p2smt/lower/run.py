@@ -22,16 +22,23 @@ from pathlib import Path
 from p2smt.errors import P2Error
 from p2smt.interrupts import noting
 from p2smt.lifeline import parent_env
+from p2smt.lower.bounds import RunBudget
 from p2smt.lower.names import as_int
 from p2smt.lower.target import Target
 from p2smt.model.collectives import ExplicitPlan
 
-DEFAULT_CHUNK = 256
 MAX_ELEMENTS = 1 << 28
 GOOD_WORDS = {None: "exact sums on every device",
               "reduce-scatter": "every device holds exactly its shard of the sum",
               "all-gather": "every device holds every shard of its group, in rank order"}
-BACKEND_PACKAGES = {"jax": ("jax", "pip install jax"), "torch": ("torch", "pip install torch")}
+TORCH_CPU_INDEX = "https://download.pytorch.org/whl/cpu"
+"""PyTorch's index of CPU-only wheels (PyPI's torch for Linux is the multi-GB CUDA build)."""
+BACKEND_PACKAGES = {
+    "jax": ("jax", "pip install 'p2smt[jax]'"),
+    "torch": ("torch", (f"pip install 'p2smt[torch]' --extra-index-url {TORCH_CPU_INDEX}, the pinned torch's "
+                        "CPU build; PyPI's own is the multi-GB CUDA one")),
+}
+"""The module each backend imports, and the install of the version p2smt pins (its extras)."""
 
 
 def require_backend(backend: str) -> None:
@@ -132,9 +139,10 @@ class RunCase:
     source: str | None = field(default=None, repr=False)
 
 
-def _length(case: RunCase) -> int:
-    k = case.target.num_chunks
-    length = k * DEFAULT_CHUNK if case.length is None else as_int(case.length, "length")
+def _length(case: RunCase, backend: str, budget: RunBudget) -> int:
+    """The case's length: as given, checked, or by default ``MOST_CHUNK`` elements a chunk (fewer to fit)."""
+    k, n = case.target.num_chunks, case.target.num_devices
+    length = budget.default_length(backend, n, k) if case.length is None else as_int(case.length, "length")
     if length < k or length % k:
         raise P2Error(f"--length must be a positive multiple of the reduction-group size {k}, got {length}")
     if length * case.target.num_devices > MAX_ELEMENTS:
@@ -241,9 +249,11 @@ def _merge_torch(per_rank: list[list[dict]], index: int, failure: str) -> dict:
 
 
 def run_cases(
-    backend: str, cases: Sequence[RunCase], *, repeats: int = 1, timeout: float = 600.0
+    backend: str, cases: Sequence[RunCase], *, repeats: int = 1, timeout: float = 600.0,
+    memory_gib: float | None = None,
 ) -> tuple[RunReport, ...]:
-    """Lower and run several plans on the same number of devices in one launch; one report each."""
+    """Lower and run several plans on the same number of devices in one launch; one report each. A size whose
+    estimate exceeds ``memory_gib`` (default: ``RunBudget``'s) or ``timeout`` is refused before any worker starts."""
     from p2smt.lower import BACKENDS, lower_module
 
     if backend not in BACKENDS:
@@ -254,7 +264,10 @@ def run_cases(
     if any(c.target.num_devices != n for c in cases):
         raise P2Error("cases run together must have the same number of devices")
     repeats = as_int(repeats, "repeats")
-    lengths = [_length(c) for c in cases]
+    budget = RunBudget.of(memory_gib, timeout)
+    lengths = [_length(c, backend, budget) for c in cases]
+    for case, length in zip(cases, lengths):  # the worker runs the cases one after the other
+        budget.check(backend, n, length, case.target.num_chunks)
     sources = [c.source or lower_module(backend, c.plan, c.target, c.step_labels) for c in cases]
     with tempfile.TemporaryDirectory(prefix="p2smt-run-") as tmp_name:
         tmp = Path(tmp_name)
@@ -327,8 +340,10 @@ def run_program(
     repeats: int = 1,
     timeout: float = 600.0,
     name: str = "program",
+    memory_gib: float | None = None,
 ) -> RunReport:
-    """Lower ``plan`` for ``backend``, run it on ``target.num_devices`` local devices, check sums."""
+    """Lower ``plan`` for ``backend``, run it on ``target.num_devices`` local devices, check sums (a size past
+    ``memory_gib`` or ``timeout`` by the estimate is refused up front, see ``run_cases``)."""
     labels = None if step_labels is None else tuple(step_labels)
     case = RunCase(name, tuple(plan), target, labels, length)
-    return run_cases(backend, [case], repeats=repeats, timeout=timeout)[0]
+    return run_cases(backend, [case], repeats=repeats, timeout=timeout, memory_gib=memory_gib)[0]

@@ -1,0 +1,118 @@
+"""Up-front bounds of ``p2smt run``: the worker's peak memory and least wall time estimated from the size
+(backend, devices, length), so that a run past ``--memory`` or ``--run-timeout`` is refused in one line
+before any worker starts, instead of being killed by the OS or the timeout after minutes.
+
+The figures are fitted to peaks measured on a 2-core, 24 GiB machine (docs/usage.md, "How large a run
+fits"): the memory estimate is an upper end (the measured peaks lie below it), the time estimate a lower end
+(a run is refused for time only when even that exceeds the timeout).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from p2smt.errors import P2Error
+from p2smt.smt.memory import GIB, MIB, MemoryCap, gib, machine_bytes
+
+KIB = 1 << 10
+BASE_BYTES = {"jax": GIB // 4, "torch": GIB // 4}
+"""The worker with its backend imported and nothing run: Python, jaxlib or torch (measured 0.2 GB both)."""
+JAX_DEVICE_BYTES = 256 * KIB
+"""Each JAX host device's own share (measured: 0.22 GB at 16 devices, 0.42 GB at 1,024, tiny data)."""
+JAX_CELL_BYTES = 9
+"""Bytes per device² × element: the JAX worker's data grows as devices² × length whatever the groups and steps
+(measured 7.6-8.2: 2.1 GB at 256 devices and length 4,096, 8.7 GB at 1,024 and 1,024)."""
+TORCH_RANK_BYTES = 5 * MIB
+"""Each gloo rank's own pages after the fork (measured 5.8 MB a rank at 64 ranks)."""
+TORCH_PAIR_BYTES = 24 * KIB
+"""Per rank and peer: each rank's cost grows with the ranks it talks to (9.8 MB a rank at 256 ranks, past
+13.8 MB at 512, where the measurement was stopped at 7 GB)."""
+TORCH_ELEMENT_BYTES = 80
+"""Per element of a rank's data: ten int64 copies (input, buffers, result, expected values)."""
+TORCH_PAIR_SECONDS = 6e-4
+"""Least seconds per device² of a torch run, the group setup of every rank with every other (measured 0.79
+s × 1e-3 at 256 ranks, 0.85 at 128; the fit is below both)."""
+AVAILABLE_SHARE = 0.8
+"""By default a run may use at most this share of the memory available now (``MemAvailable``), and at most
+``--memory``'s default (half the machine's RAM)."""
+MOST_CHUNK = 256
+"""Elements per chunk of the default length (``--length`` defaults to chunks × this, or less to fit)."""
+
+
+def estimate_bytes(backend: str, devices: int, length: int) -> int:
+    """Peak bytes of the worker processes of a ``backend`` run on ``devices`` devices, ``length`` elements each."""
+    if backend == "jax":
+        return BASE_BYTES["jax"] + JAX_DEVICE_BYTES * devices + JAX_CELL_BYTES * devices * devices * length
+    per_rank = TORCH_RANK_BYTES + TORCH_PAIR_BYTES * devices + TORCH_ELEMENT_BYTES * length
+    return BASE_BYTES["torch"] + devices * per_rank
+
+
+def least_seconds(backend: str, devices: int) -> float:
+    """A lower end of a run's wall time (torch: its ranks' setup; JAX's time follows its memory, 0 here)."""
+    return TORCH_PAIR_SECONDS * devices * devices if backend == "torch" else 0.0
+
+
+def available_bytes() -> int:
+    """The memory available now (``MemAvailable`` of /proc/meminfo), or the machine's RAM when unknown."""
+    try:
+        with open("/proc/meminfo") as f:
+            for line in f:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * KIB
+    except (OSError, ValueError, IndexError):
+        pass
+    return machine_bytes()
+
+
+@dataclass(frozen=True)
+class RunBudget:
+    """What one run may use: ``nbytes`` of memory (``source`` says where the figure comes from) and ``seconds``."""
+
+    nbytes: int
+    source: str
+    seconds: float
+
+    @classmethod
+    def of(cls, memory_gib: float | None, seconds: float) -> RunBudget:
+        """``--memory`` GiB as given (checked as synth's is), else the lesser of its default and
+        ``AVAILABLE_SHARE`` of the memory available now."""
+        if memory_gib is not None:
+            return cls(MemoryCap(memory_gib).bytes, f"--memory {memory_gib:g} GiB", seconds)
+        half = MemoryCap.default().bytes
+        now = int(available_bytes() * AVAILABLE_SHARE)
+        if now < half:
+            return cls(now, f"{gib(now)}, {AVAILABLE_SHARE:.0%} of the memory available now (--memory sets it)",
+                       seconds)
+        return cls(half, f"{gib(half)}, half the machine's RAM (--memory sets it)", seconds)
+
+    def longest(self, backend: str, devices: int, chunks: int) -> int:
+        """The longest length (a multiple of ``chunks``) whose estimate fits, 0 if none does."""
+        lo, hi = 0, (1 << 40) // max(1, chunks)  # chunk sizes: lo fits (or is 0), hi does not
+        while hi - lo > 1:
+            mid = (lo + hi) // 2
+            lo, hi = (mid, hi) if estimate_bytes(backend, devices, mid * chunks) <= self.nbytes else (lo, mid)
+        return lo * chunks
+
+    def default_length(self, backend: str, devices: int, chunks: int) -> int:
+        """``--length``'s default: ``MOST_CHUNK`` elements a chunk, fewer if that does not fit (at least 1)."""
+        return max(chunks, min(chunks * MOST_CHUNK, self.longest(backend, devices, chunks)))
+
+    def check(self, backend: str, devices: int, length: int, chunks: int) -> None:
+        """Refuses (P2Error, one line) a run whose estimate exceeds the memory or whose least time exceeds the
+        timeout, naming both figures and what fits instead."""
+        size = f"{backend} on {devices:,} devices, length {length:,}"
+        need = estimate_bytes(backend, devices, length)
+        if need > self.nbytes:
+            fits = self.longest(backend, devices, chunks)
+            if fits:
+                instead = f"a --length of at most {fits:,}, fewer devices"
+            else:
+                shortest = "" if length == chunks else f" (even --length {chunks:,}, one element a chunk, needs " \
+                                                         f"{gib(estimate_bytes(backend, devices, chunks))})"
+                instead = f"fewer devices{shortest}"
+            raise P2Error(f"{size}: the run needs about {gib(need)} by its estimate, more than {self.source}; "
+                          f"use {instead} or a larger --memory if the machine has it")
+        least = least_seconds(backend, devices)
+        if least > self.seconds:
+            raise P2Error(f"{size}: the run takes at least about {least:,.0f} s by its estimate, more than "
+                          f"--run-timeout {self.seconds:g} s; use fewer devices or a larger --run-timeout")
