@@ -30,9 +30,10 @@ FALLBACK_BYTES = 8 * GIB
 MOST_GIB = 1 << 20
 """The largest ``--memory`` taken (a PiB): a larger figure is a typo, not a machine."""
 OVERSHOOT = 2
-"""Z3 passes its ``max_memory`` before it stops (its checks come between large allocations): its own peak
-figure reached 1.87x the parameter at 48 devices (2 GiB: 3.75 GB) and at 64 (4 GiB: 7.47 GB), the process
-1.9-1.95x; the solver is given the cap divided by this, so the process stays near the cap itself."""
+"""Z3 passes its ``max_memory`` before it stops: it checks between steps of its work, not at each allocation.
+bitvec's first query (length 4) stopped at 3.75 GB of Z3 memory under a parameter of 1.5 or 2 GiB at 48 devices,
+at 7.47 GB under 3 or 4 GiB at 64 (the process 4.0 and 7.8 GB); the solver is given the cap divided by this, so
+a run stops nearer the cap itself, and the estimates keep out the sizes whose first step alone passes it."""
 MEMORY_MESSAGES = ("max. memory exceeded", "out of memory")
 """Z3's words for a run past its memory: the ``max_memory`` cap's, and an allocation that failed."""
 
@@ -54,7 +55,7 @@ def gib(n: float) -> str:
 @dataclass(frozen=True)
 class MemoryCap:
     """At most ``gib`` GiB for one Z3 encoding run: sizes whose estimate exceeds it are refused up front,
-    and Z3's solver stops at it (``unknown``, with the reason)."""
+    and Z3's solver stops once past it (``unknown``, with the reason; ``OVERSHOOT``)."""
 
     gib: float
 
