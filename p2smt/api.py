@@ -45,12 +45,27 @@ def placements(system: System | str, axes: tuple[int, ...]) -> list[Placement]:
     return Request.for_system(s, axes, (0,)).placements(s)
 
 
-def hierarchy_of(request: Request) -> tuple[Placement, SynthesisHierarchy]:
-    """The placement and synthesis hierarchy of a request with one ``matrix``."""
+def one_placement(request: Request, what: str = "this") -> Request:
+    """The request on one placement: its ``matrix``, or the only placement of its axes (no matrix to give when
+    there is one); axes with several placements are refused, counted, in one line naming ``what`` needs it."""
+    from dataclasses import replace
+
     from p2smt.errors import P2Error
 
-    if request.matrix is None:
-        raise P2Error("this needs a request with one matrix")
+    if request.matrix is not None:
+        return request
+    system = request.load_system()
+    found = request.placements(system)
+    if len(found) != 1:
+        axes = ",".join(map(str, request.axes))
+        raise P2Error(f"{what} needs a matrix: axes {axes} have {len(found):,} placements on {system.name}; give one "
+                      "with --matrix (p2smt placements lists them)")
+    return replace(request, matrix=found[0].matrix, _system=system)
+
+
+def hierarchy_of(request: Request) -> tuple[Placement, SynthesisHierarchy]:
+    """The placement and synthesis hierarchy of a request on one placement (``one_placement``)."""
+    request = one_placement(request)
     system = request.load_system()
     (placement,) = request.placements(system)
     h = synthesis_hierarchy(placement, placement.check_axes(request.reduce), system.level_names,

@@ -165,8 +165,8 @@ def test_cost_lower_encodings_draw(run_cli, tmp_path):
     rc, out, _ = run_cli("cost", "--system", "dgx-a100", "--collective", "allreduce", "--bytes", "1e6", "--json")
     assert rc == 0 and json.loads(out)["seconds"] > 0
     target = tmp_path / "m.py"
-    rc, _, err = run_cli("lower", "--backend", "jax", *A100, "--program", RS_AR_AG, "--out", target)
-    assert rc == 0 and "wrote" in err and "def " in target.read_text()
+    rc, out, err = run_cli("lower", "--backend", "jax", *A100, "--program", RS_AR_AG, "--out", target)
+    assert rc == 0 and out == f"wrote {target}\n" and err == "" and "def " in target.read_text()
     rc, out, _ = run_cli("encodings", "--json")
     assert rc == 0 and "bool-matrix" in {e["name"] for e in json.loads(out)["encodings"]}
     png = tmp_path / "v.png"

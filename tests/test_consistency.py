@@ -152,3 +152,99 @@ def test_audit_refuses_a_jax_mesh_other_than_the_module_s():
     assert proc.stdout.splitlines() == [
         "PROVED", ("mesh data=2,tensor=8 is not the mesh the module declares (data=4,tensor=4); pass the "
                    "jax.sharding.Mesh the function runs on")]
+
+
+# ---------------------------------------------------------------- #16: an invalid program is a verdict (exit 1)
+
+A100_ONE = ("--system", "a100-4x16", "--axes", "4,16", "--reduce", "1", "--matrix", "[[1,4],[4,4]]")
+HALF = "(node, InsideGroup, ReduceScatter)"  # parses, misses the goal
+
+
+@pytest.mark.parametrize("argv", [
+    ("check", *A100_ONE, "--program", HALF),
+    ("verify", *A100_ONE, "--program", HALF),
+    ("lower", "--backend", "torch", *A100_ONE, "--program", HALF),
+    ("rank", *A100_ONE, "--program", HALF, "--max-len", "1"),
+])
+def test_every_command_gives_an_invalid_program_exit_1(run_cli, argv):
+    rc, _, _ = run_cli(*argv)
+    assert rc == 1
+
+
+def test_rank_refuses_an_invalid_program_in_one_line_before_synthesis(run_cli):
+    rc, out, err = run_cli("rank", *A100_ONE, "--program", HALF, "--json")
+    assert rc == 1 and out == "" and len(err.splitlines()) == 1
+    assert err.startswith("p2smt: rank --program: INVALID") and "rank prices only a valid program" in err
+
+
+def test_rank_judges_the_program_against_the_goal(run_cli):
+    program = "(node, Parallel(root), ReduceScatter); (node, InsideGroup, ReduceScatter)"
+    rc, out, _ = run_cli("rank", *A100_ONE, "--goal", "reduce-scatter", "--program", program, "--max-len", "2",
+                         "--json")
+    assert rc == 0 and json.loads(out)["yours"]["program"] == program
+
+
+@pytest.mark.parametrize("argv", [
+    ("check", *A100_ONE, "--program", "(node, InsideGroup, ReduceScatte)"),
+    ("rank", *A100_ONE, "--program", "(gpu, InsideGroup, AllReduce); (node, InsideGroup, AllReduce)",
+     "--max-len", "1"),
+])
+def test_what_cannot_be_judged_stays_bad_input(run_cli, argv):
+    rc, out, err = run_cli(*argv)
+    assert rc == 2 and out == "" and len(err.splitlines()) == 1
+
+
+# ---------------------------------------------------------------- #17: one placement needs no --matrix
+
+@pytest.mark.parametrize("command", ["check", "verify", "groups"])
+def test_the_only_placement_is_taken_without_matrix(run_cli, command):
+    base = ("--system", "a100-4x16", "--axes", "64", "--reduce", "0")
+    program = ("--instruction",) if command == "groups" else ("--program",)
+    rc, out, _ = run_cli(command, *base, *program, "(root, InsideGroup, AllReduce)", "--json")
+    with_matrix = run_cli(command, *base, "--matrix", "[[4,16]]", *program, "(root, InsideGroup, AllReduce)",
+                          "--json")
+    assert rc == 0 and with_matrix[0] == 0
+    drop = ("stats", "seconds", "checked_by", "rests_on")
+    assert {k: v for k, v in json.loads(out).items() if k not in drop} == \
+           {k: v for k, v in json.loads(with_matrix[1]).items() if k not in drop}
+
+
+@pytest.mark.parametrize("command", ["check", "verify", "rank"])
+def test_several_placements_still_need_matrix_counted(run_cli, command):
+    rc, out, err = run_cli(command, "--system", "a100-4x16", "--axes", "4,16", "--reduce", "0", "--program",
+                           "(root, InsideGroup, AllReduce)")
+    assert one_error_line(rc, out, err, f"{command}{' --program' if command == 'rank' else ''} needs a matrix: "
+                                        "axes 4,16 have 3 placements on a100-4x16; give one with --matrix")
+
+
+def test_the_api_takes_the_only_placement_too():
+    req = p2smt.Request("a100-4x16", axes=(64,), reduce=(0,))
+    assert p2smt.check(req, "(root, InsideGroup, AllReduce)").valid
+    with pytest.raises(P2Error, match="3 placements"):
+        p2smt.check(p2smt.Request("a100-4x16", axes=(4, 16), reduce=(0,)), "(root, InsideGroup, AllReduce)")
+
+
+NOOP_PLAN = [{"collective": "AllReduce", "replica_groups": [[0]]}, {"collective": "AllReduce", "replica_groups": []}]
+V100 = ("--system", "v100-2x8", "--axes", "16", "--reduce", "0", "--matrix", "[[2,8]]")
+
+
+def test_a_plan_step_of_one_device_groups_is_xla_s_no_op_in_check_and_verify(run_cli, tmp_path):
+    plan = tmp_path / "noop.json"
+    plan.write_text(json.dumps(NOOP_PLAN))
+    assert run_cli("check", *V100, "--plan", plan)[0] == 0
+    assert run_cli("verify", *V100, "--plan", plan)[0] == 0
+    assert one_error_line(*run_cli("lower", "--backend", "torch", *V100, "--plan", plan),
+                          "step 1 (AllReduce): every group has one device, XLA's no-op; lower and run take no such "
+                          "step: drop it from the plan")
+    # the DSL names levels: an instruction that forms no group names the wrong one, a syntax error
+    assert one_error_line(*run_cli("check", "--system", "v100-2x8", "--axes", "2,8", "--reduce", "1", "--matrix",
+                                   "[[2,1],[1,8]]", "--program", "(root, InsideGroup, AllReduce); "
+                                   "(node, Parallel(root), AllReduce)"), "forms no group")
+
+
+def test_lower_reports_the_file_on_stdout_as_draw_does(run_cli, tmp_path):
+    target, png = tmp_path / "m.py", tmp_path / "s.png"
+    rc, out, err = run_cli("lower", "--backend", "torch", *V100, "--program", "(root, InsideGroup, AllReduce)",
+                           "--out", target)
+    assert (rc, out, err) == (0, f"wrote {target}\n", "")
+    assert run_cli("draw", "--system", "v100-2x8", "--out", png) == (0, f"wrote {png}\n", "")

@@ -52,7 +52,7 @@ def test_issue_request_invalid_program_refused_everywhere(run_cli):
     rc, _, err = run_cli("lower", "--backend", "jax", *ISSUE, "--program", program)
     assert rc == 1 and "INVALID" in err
     rc, _, err = run_cli("rank", *ISSUE, "--program", program, "--engine", "pieces", "--max-len", "2")
-    assert rc == 2 and "INVALID" in err and len(err.strip().splitlines()) == 1
+    assert rc == 1 and "INVALID" in err and len(err.strip().splitlines()) == 1
 
 
 def test_split_route_verify_agrees_with_z3_at_the_real_size(run_cli):

@@ -121,7 +121,7 @@ def run_lower(args: argparse.Namespace) -> int:
                   f"reduce(x) does NOT compute the sums described below.\n{rest}")
     if args.out is not None:
         write_text(args.out, source, "--out")
-        print(f"wrote {args.out}", file=sys.stderr)
+        print(f"wrote {args.out}")  # on stdout, as draw, plan --png, audit --emit and experiment report files
     else:
         sys.stdout.write(source)
     return ExitCode.OK

@@ -174,10 +174,15 @@ def add_system(p: argparse.ArgumentParser) -> None:
 
 
 def add_request(p: argparse.ArgumentParser, matrix_required: bool = False) -> None:
+    """The request options; ``matrix_required``: the command works on one placement, ``--matrix`` or the only
+    placement of ``--axes`` (``request_of`` refuses axes with several, counted)."""
     add_system(p)
     p.add_argument("--axes", required=True, help="parallelism axes, e.g. 4,16")
     p.add_argument("--reduce", required=True, help="reduction axes (indices), e.g. 0 or 0,2")
-    p.add_argument("--matrix", required=matrix_required, help="one parallelism matrix, e.g. '[[1,4],[4,4]]'")
+    p.add_argument("--matrix", help="one parallelism matrix, e.g. '[[1,4],[4,4]]'"
+                   + (" (default: the only placement of --axes, if there is one)" if matrix_required else ""))
+    if matrix_required:
+        p.set_defaults(one_placement=p.prog.rpartition(" ")[2])
     p.add_argument("--hierarchy", default="d", choices=["a", "b", "c", "d"],
                    help="synthesis hierarchy (docs/semantics.md)")
     p.add_argument(
@@ -292,7 +297,7 @@ def request_of(args: argparse.Namespace):
 
     system_of(args)
     reduce = int_list(args.reduce)
-    return Request(
+    request = Request(
         args.system, int_list(args.axes), reduce,
         matrix=matrix_of(args.matrix),
         nodes=args.nodes, levels=tuple(name_ints(args.level).items()),
@@ -300,6 +305,11 @@ def request_of(args: argparse.Namespace):
         require_progress=not getattr(args, "allow_noop", False),
         goal=goal_of(args, reduce) if hasattr(args, "goal") else ALLREDUCE,  # commands with --goal
     )
+    if getattr(args, "one_placement", None):  # a command on one placement: --matrix, or the only one
+        from p2smt.api import one_placement
+
+        return one_placement(request, args.one_placement)
+    return request
 
 
 def one_hierarchy(args: argparse.Namespace):

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import sys
 
 from rich.console import Console
 
@@ -42,7 +43,11 @@ def run(args: argparse.Namespace) -> int:
 
     req = request_of(args)
     check_request(req.load_system(), args.algo, args.bytes, args.top)
-    yours = users_program(args, req)
+    try:
+        yours = users_program(args, req)
+    except InvalidProgram as verdict:  # a verdict (exit 1), as check, lower and run give it: not bad input
+        print(f"p2smt: {verdict} (rank prices only a valid program)", file=sys.stderr)
+        return ExitCode.FAIL
     bounded, result = bounded_synthesis(args, req, engine_config(args), "rank: placements")
     report = rank_result(req.load_system(), result, algo=args.algo, bytes_per_device=args.bytes, top=args.top)
     if bounded.expired:
@@ -77,9 +82,9 @@ def users_program(args: argparse.Namespace, req):
         raise P2Error("give at most one of --program and --plan")
     if not args.program and not args.plan:
         return None
-    if req.matrix is None:
-        flag = "--program" if args.program else "--plan"
-        raise P2Error(f"rank {flag} needs --matrix (a plan is written for one placement)")
+    from p2smt.api import one_placement
+
+    req = one_placement(req, f"rank {'--program' if args.program else '--plan'}")  # a plan is for one placement
     if args.plan:
         return users_plan(args, req)
     from p2smt.api import hierarchy_of
@@ -96,17 +101,23 @@ def users_program(args: argparse.Namespace, req):
     return program
 
 
+class InvalidProgram(Exception):
+    """The user's program or plan parses but the interpreter rejects it: rank's verdict, exit 1."""
+
+
 def _refuse_invalid(req, plan, layout: bool, what: str) -> None:
-    """A plan the interpreter rejects (``layout``: also under XLA/NCCL positions) is not priced."""
+    """A plan the interpreter rejects against the request's goal (``layout``, or a sharded goal: also under
+    XLA/NCCL positions) is not priced."""
     from p2smt.api import hierarchy_of
     from p2smt.semantics.verdict import judge
 
     placement, _ = hierarchy_of(req)
     goal = placement.reduction_groups(placement.check_axes(req.reduce))
+    sharding = req.goal.sharding(placement)
     verdict = judge(placement.num_devices, [(s.collective, s.groups) for s in plan], goal, len(goal[0]),
-                    req.require_progress, layout=layout)
+                    req.require_progress, layout=layout or sharding is not None, sharding=sharding)
     if not verdict.valid:
-        raise P2Error(f"{what}: {verdict.message()}")
+        raise InvalidProgram(f"{what}: {verdict.message()}")
 
 
 def users_plan(args: argparse.Namespace, req):

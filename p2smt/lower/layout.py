@@ -110,6 +110,9 @@ def layout(plan: ExplicitPlan, target: Target, step_labels: Sequence[str] | None
     for t, (step, label) in enumerate(zip(plan, labels), start=1):
         coll, groups = step.collective, tuple(tuple(int(d) for d in g) for g in step.groups)
         name = f"step {t} ({coll.value})"
+        if not groups:  # kept by check and verify as XLA keeps it; generated code has no step to run for it
+            raise P2Error(f"{name}: every group has one device, XLA's no-op; lower and run take no such step: "
+                          "drop it from the plan")
         sizes = {len(g) for g in groups}
         if len(sizes) != 1:
             raise P2Error(
