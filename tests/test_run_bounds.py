@@ -20,11 +20,11 @@ SMALL = ["--system", "h100-superpod", "--level", "su=1", "--level", "node=2", "-
 
 # (backend, devices, length, peak bytes of the worker processes measured: summed PSS; docs/usage.md)
 MEASURED = [
-    ("jax", 16, 4096, 0.221 * GB), ("jax", 64, 16384, 0.626 * GB), ("jax", 256, 1024, 0.522 * GB),
-    ("jax", 256, 4096, 2.237 * GB), ("jax", 1024, 8, 0.416 * GB), ("jax", 1024, 256, 2.313 * GB),
-    ("jax", 1024, 1024, 8.7 * GB),
-    ("torch", 16, 65536, 0.375 * GB), ("torch", 64, 16384, 0.671 * GB), ("torch", 128, 32768, 1.287 * GB),
-    ("torch", 256, 256, 2.247 * GB), ("torch", 512, 512, 7.054 * GB),  # 512: stopped there at 245 s, still growing
+    ("jax", 16, 4096, 0.223 * GB), ("jax", 16, 1 << 20, 1.330 * GB), ("jax", 256, 16384, 0.562 * GB),
+    ("jax", 256, 65536, 1.418 * GB), ("jax", 1024, 1024, 0.429 * GB), ("jax", 1024, 16384, 1.572 * GB),
+    ("jax", 1024, 65536, 5.095 * GB),
+    ("torch", 16, 1 << 20, 0.772 * GB), ("torch", 64, 16384, 0.638 * GB), ("torch", 128, 32768, 1.295 * GB),
+    ("torch", 256, 256, 2.220 * GB), ("torch", 256, 16384, 2.412 * GB), ("torch", 512, 512, 7.054 * GB),  # 512: stopped there at 245 s, growing
 ]
 # (devices, seconds of a whole torch run measured)
 TORCH_SECONDS = [(64, 5.7), (128, 12.7), (256, 52.1), (512, 244.7)]  # 512: not finished
@@ -61,8 +61,8 @@ def test_the_torch_time_estimate_is_below_every_measured_run(devices, seconds):
 def test_the_new_users_superpod_run_is_refused_before_any_worker(run_cli, no_worker, tmp_path):
     rc, out, err = run_cli("run", "--backend", "jax", *SUPERPOD, "--program", AR, "--length", "262144",
                            "--memory", "11.8", "--json")
-    assert one_line_refusal(rc, out, err, "jax on 1,024 devices, length 262,144: the run needs about 2,304.5 GiB")
-    assert "more than --memory 11.8 GiB; use a --length of at most 1,024, fewer devices or a larger --memory" in err
+    assert one_line_refusal(rc, out, err, "jax on 1,024 devices, length 262,144: the run needs about 25.5 GiB")
+    assert "more than --memory 11.8 GiB; use a --length of at most 117,760, fewer devices or a larger --memory" in err
 
 
 def test_torch_at_1024_devices_is_refused_for_memory_and_then_for_time(run_cli, no_worker):
@@ -76,8 +76,8 @@ def test_torch_at_1024_devices_is_refused_for_memory_and_then_for_time(run_cli, 
 
 def test_no_length_fits_names_the_shortest(run_cli, no_worker):
     rc, out, err = run_cli("run", "--backend", "jax", *SUPERPOD, "--program", AR, "--length", "2048",
-                           "--memory", "4")
-    assert one_line_refusal(rc, out, err, "use fewer devices (even --length 1,024, one element a chunk, needs 9.5 GiB)")
+                           "--memory", "0.5")
+    assert one_line_refusal(rc, out, err, "use fewer devices (even --length 1,024, one element a chunk, needs 0.60 GiB)")
 
 
 @pytest.mark.parametrize("value", ["0", "-1", "nan", "lots"])
@@ -89,7 +89,7 @@ def test_bad_memory_values_are_refused(run_cli, no_worker, value):
 def test_the_api_raises(no_worker):
     req = p2smt.Request("h100-superpod", axes=(1024,), reduce=(0,), matrix=((4, 32, 4, 2),))
     with pytest.raises(P2Error, match=r"more than --memory 2 GiB"):
-        p2smt.run(req, AR, backend="jax", memory_gib=2)
+        p2smt.run(req, AR, backend="jax", memory_gib=2, length=32768)
     with pytest.raises(P2Error, match=r"--memory must be a positive number"):
         p2smt.run(req, AR, backend="jax", memory_gib=-1)
 
@@ -97,11 +97,14 @@ def test_the_api_raises(no_worker):
 def test_the_default_length_shrinks_to_fit():
     roomy = RunBudget(12 << 30, "test", 600.0)
     assert roomy.default_length("jax", 16, 16) == 16 * 256  # small sizes keep 256 elements a chunk
-    assert roomy.default_length("jax", 1024, 1024) == 1024  # the superpod: one element a chunk
-    length = roomy.default_length("jax", 256, 256)
-    assert length % 256 == 0 and 256 < length < 256 * 256
-    assert estimate_bytes("jax", 256, length) <= 12 << 30 < estimate_bytes("jax", 256, length + 256)
-    assert RunBudget(1 << 30, "test", 600.0).default_length("jax", 1024, 1024) == 1024  # refused by check
+    assert roomy.default_length("jax", 256, 256) == 256 * 256
+    assert roomy.default_length("jax", 1024, 1024) == 16 * 1024  # 2^24 elements in all
+    assert roomy.default_length("jax", 1024, 8) == 2048
+    tight = RunBudget(1 << 30, "test", 600.0)
+    length = tight.default_length("jax", 1024, 1024)
+    assert length % 1024 == 0 and 1024 < length < 16 * 1024
+    assert estimate_bytes("jax", 1024, length) <= 1 << 30 < estimate_bytes("jax", 1024, length + 1024)
+    assert RunBudget(1 << 20, "test", 600.0).default_length("jax", 1024, 1024) == 1024  # check refuses it
 
 
 def test_the_default_budget_is_half_the_ram_or_less_when_less_is_free(monkeypatch):

@@ -18,17 +18,18 @@ KIB = 1 << 10
 BASE_BYTES = {"jax": GIB // 4, "torch": GIB // 4}
 """The worker with its backend imported and nothing run: Python, jaxlib or torch (measured 0.2 GB both)."""
 JAX_DEVICE_BYTES = 256 * KIB
-"""Each JAX host device's own share (measured: 0.22 GB at 16 devices, 0.42 GB at 1,024, tiny data)."""
-JAX_CELL_BYTES = 9
-"""Bytes per device² × element: the JAX worker's data grows as devices² × length whatever the groups and steps
-(measured 7.6-8.2: 2.1 GB at 256 devices and length 4,096, 8.7 GB at 1,024 and 1,024)."""
+"""Each JAX host device's own share (measured: 0.22 GB at 16 devices, 0.43 GB at 1,024, little data)."""
+JAX_ELEMENT_BYTES = 100
+"""Per element of all devices' data (devices × length): the inputs, the sharded state, each step's buffers
+and the results, int64 (measured 64-78 B: 1.33 GB at 16 devices and length 2^20, 5.1 GB at 1,024 and 65,536)."""
 TORCH_RANK_BYTES = 5 * MIB
 """Each gloo rank's own pages after the fork (measured 5.8 MB a rank at 64 ranks)."""
 TORCH_PAIR_BYTES = 24 * KIB
 """Per rank and peer: each rank's cost grows with the ranks it talks to (9.8 MB a rank at 256 ranks, past
 13.8 MB at 512, where the measurement was stopped at 7 GB)."""
-TORCH_ELEMENT_BYTES = 80
-"""Per element of a rank's data: ten int64 copies (input, buffers, result, expected values)."""
+TORCH_ELEMENT_BYTES = 48
+"""Per element of a rank's data: its input, buffers, result and expected values, int64 (measured 26 B: 0.77 GB
+at 16 ranks and length 2^20)."""
 TORCH_PAIR_SECONDS = 6e-4
 """Least seconds per device² of a torch run, the group setup of every rank with every other (measured 0.79
 s × 1e-3 at 256 ranks, 0.85 at 128; the fit is below both)."""
@@ -36,13 +37,16 @@ AVAILABLE_SHARE = 0.8
 """By default a run may use at most this share of the memory available now (``MemAvailable``), and at most
 ``--memory``'s default (half the machine's RAM)."""
 MOST_CHUNK = 256
-"""Elements per chunk of the default length (``--length`` defaults to chunks × this, or less to fit)."""
+"""Elements per chunk of the default length (``--length`` defaults to chunks × this, or less: below)."""
+DEFAULT_ELEMENTS = 1 << 24
+"""The default length keeps all devices' data (devices × length) at most this (or one element a chunk): a
+check of the sums needs no more, and the 1,024-device superpod runs with 16 elements a chunk in about 2 GB."""
 
 
 def estimate_bytes(backend: str, devices: int, length: int) -> int:
     """Peak bytes of the worker processes of a ``backend`` run on ``devices`` devices, ``length`` elements each."""
     if backend == "jax":
-        return BASE_BYTES["jax"] + JAX_DEVICE_BYTES * devices + JAX_CELL_BYTES * devices * devices * length
+        return BASE_BYTES["jax"] + JAX_DEVICE_BYTES * devices + JAX_ELEMENT_BYTES * devices * length
     per_rank = TORCH_RANK_BYTES + TORCH_PAIR_BYTES * devices + TORCH_ELEMENT_BYTES * length
     return BASE_BYTES["torch"] + devices * per_rank
 
@@ -94,8 +98,10 @@ class RunBudget:
         return lo * chunks
 
     def default_length(self, backend: str, devices: int, chunks: int) -> int:
-        """``--length``'s default: ``MOST_CHUNK`` elements a chunk, fewer if that does not fit (at least 1)."""
-        return max(chunks, min(chunks * MOST_CHUNK, self.longest(backend, devices, chunks)))
+        """``--length``'s default: ``MOST_CHUNK`` elements a chunk, fewer past ``DEFAULT_ELEMENTS`` or the budget
+        (at least 1)."""
+        most = DEFAULT_ELEMENTS // devices // chunks * chunks
+        return max(chunks, min(chunks * MOST_CHUNK, most, self.longest(backend, devices, chunks)))
 
     def check(self, backend: str, devices: int, length: int, chunks: int) -> None:
         """Refuses (P2Error, one line) a run whose estimate exceeds the memory or whose least time exceeds the
