@@ -32,6 +32,15 @@ def test_every_spelling_names_one_collective(spelling):
     assert Communication(name="g", kind=spelling, axes=("x",), bytes_per_device=1).kind == "reduce-scatter"
 
 
+def test_a_grid_file_goal_takes_every_spelling():
+    from p2smt.runs.gridfile import parse_grid
+
+    grid = {"systems": ["fig2-16gpu"], "axes": [[4, 4]], "reductions": [[0]], "algorithms": ["ring"]}
+    assert parse_grid(grid | {"goal": "AllGather"}, "g.yaml").goal is GoalKind.ALL_GATHER
+    with pytest.raises(P2Error, match="unknown goal 'gather'; choose from allreduce, reduce-scatter, all-gather"):
+        parse_grid(grid | {"goal": "gather"}, "g.yaml")
+
+
 def test_a_profile_reduction_keeps_its_kind_word():
     kinds = [Communication(name="g", kind=k, axes=("x",), bytes_per_device=1).kind
              for k in ("reduce", "allreduce", "AllReduce", "all-gather", "AllGather", "p2p")]

@@ -199,5 +199,5 @@ def test_a_grid_file_names_its_goal_and_the_option_replaces_it(tmp_path):
     with pytest.raises(P2Error, match=r"g\.yaml: shard axis 1 is not a reduction axis \(\[0\]\)"):
         load_grid(path)
     path.write_text(GRID + "goal: scatter\n")
-    with pytest.raises(P2Error, match=r"field goal: Input should be 'allreduce', 'reduce-scatter' or 'all-gather'"):
+    with pytest.raises(P2Error, match=r"field goal: Value error, unknown goal 'scatter'; choose from allreduce, reduce-scatter, all-gather"):
         load_grid(path)

@@ -120,6 +120,15 @@ class Grid(BaseModel):
         """The goal of a task reducing ``reduce`` (P2Error, one line, where the shard axes do not fit it)."""
         return Goal.of(self.goal, self.shard_axes, reduce)
 
+    @field_validator("goal", mode="before")
+    @classmethod
+    def _goal(cls, v):
+        """Any spelling of the goal's collective (``AllGather``, ``reducescatter``), as ``--goal`` takes it."""
+        try:
+            return GoalKind.parse(v)
+        except P2Error as err:
+            raise ValueError(str(err)) from None
+
     @field_validator("engine")
     @classmethod
     def _engine(cls, v):
