@@ -340,6 +340,9 @@ def audit_text(text: str, *, system: System | str, nodes: int | None = None,
                expect: Any = None, algo: str = "auto", max_len: int = 6, where: str = "<module>") -> Any:
     """Audit a printed module, compiled HLO, HLO before partitioning or StableHLO (``p2smt audit STEP``).
 
+    ``mesh`` as ``--mesh``: the mesh axes of a module that declares none (compiled HLO), as its text
+    ``"data=4,tensor=4"``, a mapping ``{"data": 4, "tensor": 4}`` or (name, size) pairs, in mesh order.
+
     >>> from pathlib import Path
     >>> text = Path("tests/data/audit/row-parallel-mlp.mlir").read_text()  # doctest: +SKIP
     >>> audit_text(text, system="v100-2x8").verdict.value  # doctest: +SKIP
@@ -347,8 +350,15 @@ def audit_text(text: str, *, system: System | str, nodes: int | None = None,
     """
     from p2smt.auditing import audit_text as run
 
-    return run(text, system=system, nodes=nodes, levels=levels, device_order=device_order, mesh=mesh,
+    return run(text, system=system, nodes=nodes, levels=levels, device_order=device_order, mesh=_mesh_pairs(mesh),
                expect=_expectations(expect), algo=algo, best_len=max_len, where=where)
+
+
+def _mesh_pairs(mesh: Any) -> Any:
+    """``audit_text``'s mesh as (name, size) pairs: from ``--mesh``'s text or a mapping (sizes checked there)."""
+    if isinstance(mesh, str):
+        return [(name, size) for name, _, size in (t.partition("=") for t in mesh.split(",") if t)]
+    return list(mesh.items()) if isinstance(mesh, Mapping) else mesh
 
 
 def recheck(folder: str | Path, *, timeout: float | None = None, report: Any = None) -> list[Any]:

@@ -257,3 +257,14 @@ def test_lower_reports_the_file_on_stdout_as_draw_does(run_cli, tmp_path):
                            "--out", target)
     assert (rc, out, err) == (0, f"wrote {target}\n", "")
     assert run_cli("draw", "--system", "v100-2x8", "--out", png) == (0, f"wrote {png}\n", "")
+
+
+def test_audit_text_takes_the_mesh_as_audit_mesh_writes_it(data_dir):
+    text = (data_dir / "audit" / "row-parallel-mlp.hlo").read_text()
+    meshes = ["data=4,tensor=4", {"data": 4, "tensor": 4}, [("data", 4), ("tensor", 4)]]
+    reports = [p2smt.audit_text(text, system="v100-2x8", mesh=m).to_json() for m in meshes]
+    for r in reports:
+        r.pop("stats", None), r.pop("seconds", None)
+    assert reports[0] == reports[1] == reports[2]
+    with pytest.raises(P2Error, match="give \\(axis name, size\\) pairs"):
+        p2smt.audit_text(text, system="v100-2x8", mesh="data=four")
