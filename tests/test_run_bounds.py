@@ -10,7 +10,7 @@ import p2smt
 from p2smt.errors import P2Error
 from p2smt.lower import bounds
 from p2smt.lower import run as running
-from p2smt.lower.bounds import RunBudget, estimate_bytes, least_seconds
+from p2smt.lower.bounds import RunBudget, RunSize
 
 GB = 1e9
 SUPERPOD = ["--system", "h100-superpod", "--axes", "1024", "--reduce", "0", "--matrix", "[[4,32,4,2]]"]
@@ -18,16 +18,18 @@ AR = "(root, InsideGroup, AllReduce)"
 SMALL = ["--system", "h100-superpod", "--level", "su=1", "--level", "node=2", "--axes", "16", "--reduce", "0",
          "--matrix", "[[1,2,4,2]]"]
 
-# (backend, devices, length, peak bytes of the worker processes measured: summed PSS; docs/usage.md)
+# (backend, devices, length, steps, peak bytes of the worker processes measured: summed PSS; docs/usage.md)
 MEASURED = [
-    ("jax", 16, 4096, 0.223 * GB), ("jax", 16, 1 << 20, 1.330 * GB), ("jax", 256, 16384, 0.562 * GB),
-    ("jax", 256, 65536, 1.418 * GB), ("jax", 1024, 1024, 0.429 * GB), ("jax", 1024, 16384, 1.572 * GB),
-    ("jax", 1024, 65536, 5.095 * GB),
-    ("torch", 16, 1 << 20, 0.772 * GB), ("torch", 64, 16384, 0.638 * GB), ("torch", 128, 32768, 1.295 * GB),
-    ("torch", 256, 256, 2.220 * GB), ("torch", 256, 16384, 2.412 * GB), ("torch", 512, 512, 7.054 * GB),  # 512: stopped there at 245 s, growing
+    ("jax", 16, 4096, 1, 0.223 * GB), ("jax", 16, 1 << 20, 1, 1.330 * GB), ("jax", 16, 1 << 20, 4, 1.649 * GB),
+    ("jax", 256, 16384, 1, 0.562 * GB), ("jax", 256, 65536, 1, 1.418 * GB), ("jax", 1024, 1024, 1, 0.429 * GB),
+    ("jax", 1024, 16384, 1, 1.572 * GB), ("jax", 1024, 16384, 4, 1.723 * GB), ("jax", 1024, 65536, 1, 5.095 * GB),
+    ("torch", 16, 1 << 20, 1, 0.772 * GB), ("torch", 16, 1 << 20, 2, 1.632 * GB), ("torch", 16, 1 << 20, 4, 1.879 * GB),
+    ("torch", 64, 16384, 1, 0.638 * GB), ("torch", 64, 16384, 4, 0.927 * GB), ("torch", 128, 32768, 1, 1.295 * GB),
+    ("torch", 256, 256, 1, 2.220 * GB), ("torch", 256, 16384, 1, 2.412 * GB), ("torch", 256, 256, 4, 2.760 * GB),
+    ("torch", 512, 512, 1, 7.054 * GB),  # 512: stopped there at 245 s, still growing
 ]
-# (devices, seconds of a whole torch run measured)
-TORCH_SECONDS = [(64, 5.7), (128, 12.7), (256, 52.1), (512, 244.7)]  # 512: not finished
+# (devices, steps, seconds of a whole torch run measured; 512: stopped unfinished)
+TORCH_SECONDS = [(64, 1, 5.4), (64, 4, 7.3), (128, 1, 12.7), (256, 1, 52.1), (256, 4, 219.4), (512, 1, 244.7)]
 
 
 def one_line_refusal(rc: int, out: str, err: str, fragment: str) -> bool:
@@ -46,16 +48,16 @@ def no_worker(monkeypatch):
     monkeypatch.setattr(running, "_spawn", spawn)
 
 
-@pytest.mark.parametrize("backend, devices, length, peak", MEASURED)
-def test_the_memory_estimate_is_above_every_measured_peak_and_not_far(backend, devices, length, peak):
-    est = estimate_bytes(backend, devices, length)
+@pytest.mark.parametrize("backend, devices, length, steps, peak", MEASURED)
+def test_the_memory_estimate_is_above_every_measured_peak_and_not_far(backend, devices, length, steps, peak):
+    est = RunSize(backend, devices, 1, steps).bytes(length)
     assert peak <= est <= 3 * peak
 
 
-@pytest.mark.parametrize("devices, seconds", TORCH_SECONDS)
-def test_the_torch_time_estimate_is_below_every_measured_run(devices, seconds):
-    assert least_seconds("torch", devices) <= seconds
-    assert least_seconds("jax", devices) == 0
+@pytest.mark.parametrize("devices, steps, seconds", TORCH_SECONDS)
+def test_the_torch_time_estimate_is_below_every_measured_run(devices, steps, seconds):
+    assert RunSize("torch", devices, 1, steps).least_seconds() <= seconds
+    assert RunSize("jax", devices, 1, steps).least_seconds() == 0
 
 
 def test_the_new_users_superpod_run_is_refused_before_any_worker(run_cli, no_worker, tmp_path):
@@ -67,7 +69,7 @@ def test_the_new_users_superpod_run_is_refused_before_any_worker(run_cli, no_wor
 
 def test_torch_at_1024_devices_is_refused_for_memory_and_then_for_time(run_cli, no_worker):
     rc, out, err = run_cli("run", "--backend", "torch", *SUPERPOD, "--program", AR, "--memory", "11.8")
-    assert one_line_refusal(rc, out, err, "torch on 1,024 devices, length 1,024: the run needs about 29.3 GiB")
+    assert one_line_refusal(rc, out, err, "torch on 1,024 devices, length 1,024: the run needs about 30.3 GiB")
     assert "use fewer devices or a larger --memory" in err
     rc, out, err = run_cli("run", "--backend", "torch", *SUPERPOD, "--program", AR, "--memory", "100")
     assert one_line_refusal(rc, out, err, "the run takes at least about 629 s by its estimate, more than "
@@ -96,15 +98,18 @@ def test_the_api_raises(no_worker):
 
 def test_the_default_length_shrinks_to_fit():
     roomy = RunBudget(12 << 30, "test", 600.0)
-    assert roomy.default_length("jax", 16, 16) == 16 * 256  # small sizes keep 256 elements a chunk
-    assert roomy.default_length("jax", 256, 256) == 256 * 256
-    assert roomy.default_length("jax", 1024, 1024) == 16 * 1024  # 2^24 elements in all
-    assert roomy.default_length("jax", 1024, 8) == 2048
+    assert roomy.default_length(RunSize("jax", 16, 16)) == 16 * 256  # small sizes keep 256 elements a chunk
+    assert roomy.default_length(RunSize("jax", 256, 256)) == 256 * 256
+    assert roomy.default_length(RunSize("jax", 1024, 1024)) == 16 * 1024  # 2^24 elements in all
+    assert roomy.default_length(RunSize("jax", 1024, 8, 3)) == 2048
     tight = RunBudget(1 << 30, "test", 600.0)
-    length = tight.default_length("jax", 1024, 1024)
+    size = RunSize("jax", 1024, 1024)
+    length = tight.default_length(size)
     assert length % 1024 == 0 and 1024 < length < 16 * 1024
-    assert estimate_bytes("jax", 1024, length) <= 1 << 30 < estimate_bytes("jax", 1024, length + 1024)
-    assert RunBudget(1 << 20, "test", 600.0).default_length("jax", 1024, 1024) == 1024  # check refuses it
+    assert size.bytes(length) <= 1 << 30 < size.bytes(length + 1024)
+    assert RunBudget(1 << 20, "test", 600.0).default_length(size) == 1024  # check refuses it
+    torch = RunSize("torch", 256, 256, 4)
+    assert torch.bytes(roomy.default_length(torch)) <= 12 << 30
 
 
 def test_the_default_budget_is_half_the_ram_or_less_when_less_is_free(monkeypatch):

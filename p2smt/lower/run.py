@@ -22,7 +22,7 @@ from pathlib import Path
 from p2smt.errors import P2Error
 from p2smt.interrupts import noting
 from p2smt.lifeline import parent_env
-from p2smt.lower.bounds import RunBudget
+from p2smt.lower.bounds import RunBudget, RunSize
 from p2smt.lower.names import as_int
 from p2smt.lower.target import Target
 from p2smt.model.collectives import ExplicitPlan
@@ -142,14 +142,16 @@ class RunCase:
 def _length(case: RunCase, backend: str, budget: RunBudget) -> int:
     """The case's length: as given, checked, or by default ``MOST_CHUNK`` elements a chunk (fewer to fit)."""
     k, n = case.target.num_chunks, case.target.num_devices
-    length = budget.default_length(backend, n, k) if case.length is None else as_int(case.length, "length")
+    length = budget.default_length(_size(case, backend)) if case.length is None else as_int(case.length, "length")
     if length < k or length % k:
         raise P2Error(f"--length must be a positive multiple of the reduction-group size {k}, got {length}")
-    if length * case.target.num_devices > MAX_ELEMENTS:
-        raise P2Error(
-            f"--length {length} on {case.target.num_devices} devices is too much data for one machine"
-        )
+    if length * n > MAX_ELEMENTS:
+        raise P2Error(f"--length {length} on {n} devices is too much data for one machine")
     return length
+
+
+def _size(case: RunCase, backend: str) -> RunSize:
+    return RunSize(backend, case.target.num_devices, case.target.num_chunks, len(case.plan))
 
 
 def _package_root() -> str:
@@ -267,7 +269,7 @@ def run_cases(
     budget = RunBudget.of(memory_gib, timeout)
     lengths = [_length(c, backend, budget) for c in cases]
     for case, length in zip(cases, lengths):  # the worker runs the cases one after the other
-        budget.check(backend, n, length, case.target.num_chunks)
+        budget.check(_size(case, backend), length)
     sources = [c.source or lower_module(backend, c.plan, c.target, c.step_labels) for c in cases]
     with tempfile.TemporaryDirectory(prefix="p2smt-run-") as tmp_name:
         tmp = Path(tmp_name)
