@@ -483,3 +483,13 @@ def test_audit_function_refuses_a_mesh_that_is_not_a_jax_mesh():
 
     with pytest.raises(P2Error, match="jax.sharding.Mesh"):
         audit_function(lambda x: x, 1.0, system="v100-2x8", mesh={"data": 4})
+
+
+def test_a_mesh_equal_to_the_declared_one_keeps_the_module_s_device_order():
+    """--mesh names axes in device order 0..n-1; where the module declares the same axes with its own device
+    order, that order stands (the chains are read over the same axes with and without --mesh)."""
+    text = (AUDIT / "all-gather-untiled-sum.mlir").read_text().replace(
+        '<["node"=4, "gpu"=4]>', '<["node"=4, "gpu"=4], device_ids=[0,4,8,12,1,5,9,13,2,6,10,14,3,7,11,15]>', 1)
+    plain = audit_text(text, system="v100-2x8")
+    given = audit_text(text, system="v100-2x8", mesh=[("node", 4), ("gpu", 4)])
+    assert [c.to_json()["steps"] for c in given.chains] == [c.to_json()["steps"] for c in plain.chains]

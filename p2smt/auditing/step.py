@@ -43,8 +43,8 @@ def parse_expect(text: str) -> tuple[int, Expected]:
 
 
 def _mesh(reading: ModuleReading, given: Sequence[tuple[str, int]] | None) -> Mesh | None:
-    """The module's mesh, or ``given`` (``--mesh``), which must name each of the module's devices once and may
-    not contradict a mesh the module declares."""
+    """The module's mesh (its device order included), or ``given`` (``--mesh``, devices in order), which must
+    name each of the module's devices once and may not contradict a mesh the module declares."""
     if given is not None:
         try:
             axes = tuple((str(n), int(s)) for n, s in given)
@@ -60,7 +60,8 @@ def _mesh(reading: ModuleReading, given: Sequence[tuple[str, int]] | None) -> Me
             declared = ",".join(f"{a}={s}" for a, s in reading.mesh.axes)
             raise P2Error(f"--mesh {shown}: the module declares its mesh ({declared}); --mesh is for modules "
                           "that declare none (compiled HLO)")
-        return Mesh(axes, tuple(range(size)))
+        if reading.mesh is None:
+            return Mesh(axes, tuple(range(size)))
     if reading.mesh is None:
         return None
     return Mesh(reading.mesh.axes, reading.mesh.device_ids)
