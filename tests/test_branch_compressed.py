@@ -48,7 +48,23 @@ def test_best_at_1024_devices_is_rank_s_cheapest(run_cli):
     assert rc == 0
     (m,) = json.loads(out)["matrices"]
     assert "compressed interpreter at the real size" in m["stats"]["rests_on"]
-    assert "no proof" in m["stats"]["rests_on"]
+    assert "no proof" in m["stats"]["rests_on"] and m["certified"] is False
     rc, out, _ = run_cli("rank", *args)
     ranked = json.loads(out)["matrices"][0]["programs"]
     assert [(p["program"], p["seconds"]) for p in m["programs"]] == [(p["program"], p["seconds"]) for p in ranked]
+
+
+def test_an_unproved_best_says_so_in_status_line_and_json(run_cli):
+    """The exhaustive search alone (--proof none, and auto above 256 synthesis devices) is optimal by exhaustion,
+    not certified: the JSON's ``certified`` and the header say so; the default proof says certified."""
+    import json
+
+    args = ["best", "--system", "a100-4x16", "--axes", "64", "--reduce", "0", "--max-len", "3"]
+    rc, out, _ = run_cli(*args, "--proof", "none", "--json")
+    payload = json.loads(out)
+    assert rc == 0 and payload["status"] == "optimal" and payload["certified"] is False
+    assert [m["certified"] for m in payload["matrices"]] == [False]
+    rc, out, _ = run_cli(*args, "--proof", "none")
+    assert "optimal by exhaustive search, not certified by Z3" in " ".join(out.split())
+    rc, out, _ = run_cli(*args, "--json")
+    assert rc == 0 and json.loads(out)["certified"] is True

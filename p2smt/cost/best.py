@@ -63,14 +63,21 @@ class MatrixBest:
     seconds: float
     stats: dict[str, Any] = field(default_factory=dict)
 
+    @property
+    def certified(self) -> bool:
+        """Whether the status rests on a solver's proof (the state-graph certificate, the bound query, Z3's own
+        search), not on the exhaustive search alone."""
+        return self.status is not SolveStatus.UNKNOWN and bool(self.stats.get("certified"))
+
     def to_json(self) -> dict[str, Any]:
         return {
             "matrix": [list(r) for r in self.matrix],
             "synthesis_hierarchy": [[n, s] for n, s in self.hierarchy.levels],
             "programs": [p.to_json() for p in self.programs],
             "status": self.status,
-            "stats": {**{"search_seconds" if k == "seconds" else k: v for k, v in self.stats.items()},
-                      "seconds": round(self.seconds, 6)},
+            "certified": self.certified,
+            "stats": {**{"search_seconds" if k == "seconds" else k: v for k, v in self.stats.items()
+                         if k != "certified"}, "seconds": round(self.seconds, 6)},
         }
 
 
@@ -86,6 +93,11 @@ class BestResult:
     matrices: tuple[MatrixBest, ...]
     seconds: float
     goal: Goal | None = None  # a sharded goal (docs/semantics.md §6); None: AllReduce
+
+    @property
+    def certified(self) -> bool:
+        """Whether every placement's status rests on a solver's proof (``MatrixBest.certified``)."""
+        return bool(self.matrices) and all(m.certified for m in self.matrices)
 
     @property
     def status(self) -> SolveStatus:
@@ -113,6 +125,7 @@ class BestResult:
             "algo": self.algo,
             "max_len": self.max_len,
             "top": self.top,
+            "certified": self.certified,
             "matrices": [m.to_json() for m in self.matrices],
             "best": None if best is None else {"matrix": [list(r) for r in best[0].matrix], **best[1].to_json()},
             "stats": {"seconds": round(self.seconds, 6)},
@@ -170,7 +183,7 @@ def best_on_hierarchy(system: System, h: SynthesisHierarchy, *, max_len: int = 8
                     beyond += (f"; each program within the bound also run in XLA/NCCL buffer positions, {n} "
                                f"dropped (a permuted result)" if n else "; each program within the bound also "
                                "run in XLA/NCCL buffer positions, none dropped")
-                stats = {"method": "search", "proof": figures, "rests_on": (
+                stats = {"method": "search", "proof": figures, "certified": True, "rests_on": (
                     f"the cheapest goal paths of a state-graph certificate ({cert['states']} states, {cert['steps']} "
                     f"steps closed by the independent checker, {cert['lemmas']} distinct steps proved by Z3 "
                     f"against §4{beyond}): no valid program of at most {max_len} steps is cheaper, each priced "
@@ -205,6 +218,7 @@ def best_on_hierarchy(system: System, h: SynthesisHierarchy, *, max_len: int = 8
                      encoding=encoding, options=encoding_options, require_progress=require_progress, bound=bound,
                      lookahead=lookahead)
     status, ranked, stats = search.run()
+    stats["certified"] = status is not SolveStatus.UNKNOWN
     stats["rests_on"] = ("Z3's bound strategy (found and proved by the solver, each program re-checked)"
                          if status is not SolveStatus.UNKNOWN else "Z3's bound strategy, which gave up: the "
                          "programs listed are valid and the cheapest found, not proved cheapest")
@@ -244,6 +258,7 @@ def _certify(system: System, h: SynthesisHierarchy, ranked: list[RankedProgram],
         why = "--proof none" if proof is BestProof.NONE else (
             f"{h.num_devices:,} synthesis devices, more than the Z3 encodings take on ({CERTIFY_LIMIT})")
         stats["rests_on"] = f"{search} alone (no proof: {why})"
+        stats["certified"] = False
         return status
     if h.num_devices > CERTIFY_LIMIT:
         raise P2Error(f"--proof {chosen.value}: {h.num_devices:,} synthesis devices, more than the Z3 encodings "
@@ -252,6 +267,7 @@ def _certify(system: System, h: SynthesisHierarchy, ranked: list[RankedProgram],
                                           bytes_per_device=bytes_per_device, timeout_ms=timeout_ms,
                                           encoding=encoding, encoding_options=encoding_options,
                                           require_progress=require_progress, bound=bound, lookahead=lookahead)
+    stats["certified"] = status is not SolveStatus.UNKNOWN
     stats["rests_on"] = (
         f"{search}; its optimality proved by one Z3 bound query (no other valid program of at most {max_len} "
         f"steps costs at most the {_nth(top)} found)" if status is not SolveStatus.UNKNOWN else
