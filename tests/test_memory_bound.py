@@ -86,6 +86,7 @@ def test_the_api_takes_the_cap_in_the_engine_configuration():
 @pytest.mark.parametrize("argv", [
     ["--engine", "z3", "--memory", "0"], ["--engine", "z3", "--memory", "nan"], ["--engine", "z3", "--memory", "-1"],
     ["--engine", "z3", "--memory", "lots"], ["--engine", "pieces", "--memory", "4"], ["--memory", "4"],
+    ["--engine", "z3", "--encoding", "representative", "--memory", "4"],  # a wrapper the cap does not reach
 ])
 def test_bad_memory_options_are_one_line_errors(run_cli, argv):
     rc, out, err = run_cli("synth", *SMALL, *argv)
@@ -116,3 +117,10 @@ def test_z3s_memory_error_in_a_check_is_an_unknown_with_the_reason():
     with pytest.raises(z3.Z3Exception):
         _check(Raising(b"invalid argument"), [], MemoryCap(2))
     assert memory_reason("canceled") is None
+
+
+def test_a_refusal_suggests_only_encodings_whose_estimate_fits(run_cli):
+    """representative declares no estimate: it is not offered as fitting."""
+    rc, _, err = run_cli("synth", "--system", "a100-4x16", "--axes", "64", "--reduce", "0", "--matrix", "[[4,16]]",
+                         "--engine", "z3", "--encoding", "bitvec", "--memory", "0.001", "--max-len", "3")
+    assert rc == 2 and "the default certified engine" in err and "representative" not in err

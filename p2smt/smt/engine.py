@@ -376,12 +376,12 @@ def refuse_past(memory: MemoryCap, spec: EncodingSpec, problem: SynthesisProblem
                 options: dict[str, Any] | None, extra_dirs: Iterable[str | Path] = ()) -> None:
     """Refuses (P2Error) a run of ``spec`` whose estimate exceeds ``memory``, naming what fits instead: the
     default certified engine (an explicit search, its proof bounded by --proof-budget) and every other
-    encoding whose own estimate (default options) fits."""
+    encoding that declares an estimate (default options) and fits it."""
     estimate = spec.estimate(problem, max_len, options)
     if estimate is None or estimate <= memory.bytes:
         return
     fits = [other.name for other in available_encodings(extra_dirs)
             if other.name != spec.name and (problem.sharding is None or other.name in SHARDED_ENCODINGS)
-            and (other.estimate(problem, max_len) or 0) <= memory.bytes]
+            and (estimate_of := other.estimate(problem, max_len)) is not None and estimate_of <= memory.bytes]
     instead = ["the default certified engine (no --engine)", *[f"--encoding {name}" for name in fits]]
     memory.check(spec.name, estimate, problem.num_devices, max_len, instead)

@@ -122,6 +122,9 @@ class EngineConfig:
             MemoryCap(self.memory_gib)  # refuses a non-positive or non-finite figure
             if self.engine not in (Engine.Z3, Engine.Z3_CEGIS):
                 raise P2Error(f"--memory: only with --engine z3 or z3-cegis (got --engine {self.engine})")
+            if self.encoding and _is_wrapper(self.encoding):
+                raise P2Error(f"--memory: the {self.encoding} encoding solves a shrunken problem by its own calls, "
+                              "which --memory does not bound; leave --memory out, or use another encoding")
         if self.encoding_options is not None and not isinstance(self.encoding_options, Mapping):
             raise P2Error("--encoding-options must be a JSON object")
 
@@ -156,3 +159,14 @@ class EngineConfig:
         if extra:
             raise P2Error(f"engine configuration: unknown keys {extra}")
         return cls(**data)
+
+
+def _is_wrapper(encoding: str) -> bool:
+    """Whether a shipped encoding name is a wrapper strategy (``representative``), which the memory cap does not
+    reach; an unknown name is left to the engine's own error."""
+    from p2smt.smt.registry import load_encoding
+
+    try:
+        return load_encoding(encoding).wrapper is not None
+    except P2Error:
+        return False
