@@ -16,7 +16,7 @@ import pytest
 
 from p2smt.errors import P2Error
 from p2smt.runs.configs import _build, load_configs, shipped_configs
-from p2smt.runs.experiment import parse_variants, run_experiment
+from p2smt.runs.experiment import parse_variants, run_experiment, run_key
 from p2smt.runs.expreport import STATUSES, plot, render_summary, summarize
 from p2smt.runs.store import read_rows
 from p2smt.smt.registry import available_encodings
@@ -340,3 +340,16 @@ def test_a_representative_run_without_its_certificate_is_conjectured_not_complet
     counts = {v["variant"].split()[0]: (v["complete"], v["conjectured"]) for v in summary["variants"]}
     assert counts == {"representative": (0, 1), "bool-matrix": (1, 0)}
     assert summary["disagreements"] == []
+
+
+def test_a_memory_cap_makes_an_oversized_run_an_error_line_and_keys_it(tmp_path):
+    """``--memory``: a run whose estimate passes the cap is an error line naming it (no solver run), the cap is
+    recorded and keyed; without it the key is what it was."""
+    cfg = tmp_path / "tiny.yaml"
+    cfg.write_text(TINY)
+    points = load_configs(cfg)[1:]
+    variants = parse_variants("bitvec")
+    (row,) = run_experiment(variants, points, tmp_path / "r.jsonl", timeout_s=60, memory_gib=1e-9)
+    assert row["status"] == "error" and "more than --memory" in row["error"] and row["memory_gib"] == 1e-9
+    assert row["key"] != run_key(points[0], variants[0], 0, 0, 60.0)
+    assert run_key(points[0], variants[0], 0, 0, 60.0, None) == run_key(points[0], variants[0], 0, 0, 60.0)

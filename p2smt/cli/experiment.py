@@ -8,7 +8,7 @@ from typing import Any
 
 from rich.console import Console
 
-from p2smt.cli.options import add_json, count, file_arg, name_ints, picture_path, seconds
+from p2smt.cli.options import add_json, count, file_arg, gibibytes, name_ints, picture_path, seconds
 from p2smt.cli.output import ExitCode, emit
 from p2smt.errors import P2Error
 from p2smt.model.paths import check_output, output_file
@@ -32,6 +32,9 @@ def register(sub) -> None:
     p.add_argument("--max-k", action="append", default=[], metavar="NAME=K",
                    help="run encoding NAME only on configurations with k <= K (repeatable)")
     p.add_argument("--seed", type=int, default=0, help="Z3 random seed of repetition 0")
+    p.add_argument("--memory", type=gibibytes, metavar="GIB",
+                   help="the encodings' memory cap in GiB, as synth's (default: half the machine's RAM): a run "
+                        "past its estimate is an error line, one past the cap ends unknown")
     p.add_argument("--encodings-dir", help="another folder of encoding files")
     add_json(p)
     p.set_defaults(func=run)
@@ -62,7 +65,7 @@ def run(args: argparse.Namespace) -> int:
         summary = experiment(
             args.encodings, args.configs, args.out, options=args.options, repeat=args.repeat,
             timeout_s=args.timeout, max_len=args.max_len, seed=args.seed, png=png, max_k=max_k or None,
-            extra_dirs=extra, progress=progress,
+            extra_dirs=extra, progress=progress, memory_gib=args.memory,
         )
     if args.png:
         summary["png"] = args.png

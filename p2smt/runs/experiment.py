@@ -100,13 +100,15 @@ def run_variant(request: dict[str, Any]) -> dict[str, Any]:
     import z3
 
     from p2smt.smt.engine import enumerate_z3
+    from p2smt.smt.memory import MemoryCap
 
     z3.set_param("smt.random_seed", int(request["seed"]))
     z3.set_param("sat.random_seed", int(request["seed"]))
     h, prob = _build(request["spec"])
     start = time.perf_counter()
     res = enumerate_z3(prob, request["max_len"], encoding=request["encoding"], options=request["options"],
-                       timeout_ms=request["timeout_ms"], extra_dirs=request["extra_dirs"], hierarchy=h)
+                       timeout_ms=request["timeout_ms"], extra_dirs=request["extra_dirs"], hierarchy=h,
+                       memory=MemoryCap.of(request.get("memory_gib")))
     conjectured = res.status == "complete" and res.stats.get("completeness") == "conjectured"
     out = {"status": "conjectured" if conjectured else res.status, "wall_seconds": time.perf_counter() - start,
            "programs": [list(p) for p in res.programs], "stats": res.stats}
@@ -153,21 +155,29 @@ def _row(point: Point, index: int, variant: Variant, rep: int, seed: int, timeou
     }
 
 
-def run_key(point: Point, variant: Variant, rep: int, seed: int, timeout_s: float) -> str:
-    """sha256 of what determines a run (version, variant, problem, max length, repetition, seed, timeout)."""
-    text = json.dumps({"p2smt": __version__, "variant": variant.label, "spec": point.spec,
-                       "max_len": point.max_len, "repetition": rep, "seed": seed, "timeout_s": timeout_s},
-                      sort_keys=True, separators=(",", ":"))
+def run_key(point: Point, variant: Variant, rep: int, seed: int, timeout_s: float,
+            memory_gib: float | None = None) -> str:
+    """sha256 of what determines a run (version, variant, problem, max length, repetition, seed, timeout, and
+    the memory cap when one is given)."""
+    fields = {"p2smt": __version__, "variant": variant.label, "spec": point.spec, "max_len": point.max_len,
+              "repetition": rep, "seed": seed, "timeout_s": timeout_s}
+    if memory_gib is not None:
+        fields["memory_gib"] = memory_gib
+    text = json.dumps(fields, sort_keys=True, separators=(",", ":"))
     return hashlib.sha256(text.encode("utf-8")).hexdigest()
 
 
 def measure(point: Point, index: int, variant: Variant, rep: int, *, seed: int, timeout_s: float,
-            extra_dirs: Sequence[str], checked: _Checked, z3_version: str) -> dict[str, Any]:
-    """One run: the child's answer, re-checked, as a result line."""
+            extra_dirs: Sequence[str], checked: _Checked, z3_version: str,
+            memory_gib: float | None = None) -> dict[str, Any]:
+    """One run: the child's answer, re-checked, as a result line (``memory_gib``: the Z3 encodings' memory cap,
+    None for the default share of the RAM)."""
     row = _row(point, index, variant, rep, seed, timeout_s, z3_version)
+    if memory_gib is not None:
+        row["memory_gib"] = memory_gib
     request = {"spec": point.spec, "encoding": variant.encoding, "options": variant.options,
                "max_len": point.max_len, "timeout_ms": max(1, int(timeout_s * 1000)), "seed": seed,
-               "extra_dirs": list(extra_dirs)}
+               "extra_dirs": list(extra_dirs), "memory_gib": memory_gib}
     outcome = run_in_child("p2smt.runs.experiment:run_variant", [request], limit_s=hard_limit(timeout_s),
                            preload=PRELOAD)
     if outcome.status == OutcomeStatus.OK:
@@ -218,11 +228,14 @@ def run_experiment(
     extra_dirs: Iterable[str | Path] = (),
     progress: Callable[[dict[str, Any]], None] | None = None,
     resume: bool = False,
+    memory_gib: float | None = None,
 ) -> list[dict[str, Any]]:
     """Run every (configuration, repetition, variant) in that order; each line is appended to ``out`` and
     fsynced as soon as it is measured. ``out`` is emptied first unless ``resume``, which keeps its lines
     and runs only the missing ones. ``max_k``: encoding name -> the largest k it runs on (larger
-    configurations are ``skipped`` lines). Returns every line of the work, in work order."""
+    configurations are ``skipped`` lines). ``memory_gib``: the encodings' memory cap (``--memory``; None: the
+    default share of the RAM), past which a run is refused or ends unknown. Returns every line of the work, in
+    work order."""
     import z3
 
     if repeat < 1:
@@ -244,7 +257,7 @@ def run_experiment(
         for index, point in enumerate(points):
             for rep in range(repeat):
                 for variant in variants:
-                    key = run_key(point, variant, rep, seed + rep, timeout_s)
+                    key = run_key(point, variant, rep, seed + rep, timeout_s, memory_gib)
                     if key in done:
                         rows.append(done[key])
                         continue
@@ -254,7 +267,8 @@ def run_experiment(
                         row.update({"status": "skipped", "reason": f"k = {point.k} > max k {cap}"})
                     else:
                         row = measure(point, index, variant, rep, seed=seed + rep, timeout_s=timeout_s,
-                                      extra_dirs=extra, checked=checked, z3_version=version)
+                                      extra_dirs=extra, checked=checked, z3_version=version,
+                                      memory_gib=memory_gib)
                     row["key"] = key
                     store.append(row)
                     rows.append(row)
@@ -278,6 +292,7 @@ def experiment(
     extra_dirs: Iterable[str | Path] = (),
     progress: Callable[[dict[str, Any]], None] | None = None,
     resume: bool = False,
+    memory_gib: float | None = None,
 ) -> dict[str, Any]:
     """The whole workflow behind ``p2smt experiment``: validate, run, summarize, plot (timings under
     ``stats``)."""
@@ -286,7 +301,7 @@ def experiment(
     points = load_configs(configs, max_len)
     start = time.perf_counter()
     rows = run_experiment(variants, points, out, repeat=repeat, timeout_s=timeout_s, seed=seed,
-                          max_k=max_k, extra_dirs=extra, progress=progress, resume=resume)
+                          max_k=max_k, extra_dirs=extra, progress=progress, resume=resume, memory_gib=memory_gib)
     summary = summarize(rows)
     summary.update({"out": str(out), "configs": str(configs), "points": len(points), "repeat": repeat,
                     "stats": {"seconds": round(time.perf_counter() - start, 3)}})
