@@ -125,6 +125,19 @@ def test_the_default_budget_is_half_the_ram_or_less_when_less_is_free(monkeypatc
     assert RunBudget.of(3, 600.0).source == "--memory 3 GiB"
 
 
+def test_the_default_length_does_not_depend_on_the_load(monkeypatch):
+    """Only the refusal reads the memory free now; the default length is chosen from --memory or its default."""
+    from p2smt.smt import memory
+
+    monkeypatch.setattr(memory, "machine_bytes", lambda: 24 << 30)
+    size = RunSize("jax", 1024, 1024)
+    lengths = []
+    for free in (23 << 30, 1 << 30):
+        monkeypatch.setattr(bounds, "available_bytes", lambda free=free: free)
+        lengths.append(RunBudget.of(None, 600.0).default_length(size))
+    assert lengths[0] == lengths[1] == 16 * 1024
+
+
 def test_the_missing_torch_hint_names_the_pinned_cpu_build(run_cli, monkeypatch, no_worker):
     import importlib.util
 

@@ -87,39 +87,45 @@ def available_bytes() -> int:
 
 @dataclass(frozen=True)
 class RunBudget:
-    """What one run may use: ``nbytes`` of memory (``source`` says where the figure comes from) and ``seconds``."""
+    """What one run may use: ``nbytes`` of memory (``source`` says where the figure comes from) and ``seconds``;
+    ``planned``: the fixed figure the default length is chosen from (``--memory`` or its default), so that the
+    default does not depend on the machine's load at the time (only the refusal does)."""
 
     nbytes: int
     source: str
     seconds: float
+    planned: int = 0
 
     @classmethod
     def of(cls, memory_gib: float | None, seconds: float) -> RunBudget:
         """``--memory`` GiB as given (checked as synth's is), else the lesser of its default and
         ``AVAILABLE_SHARE`` of the memory available now."""
         if memory_gib is not None:
-            return cls(MemoryCap(memory_gib).bytes, f"--memory {memory_gib:g} GiB", seconds)
+            given = MemoryCap(memory_gib).bytes
+            return cls(given, f"--memory {memory_gib:g} GiB", seconds, given)
         half = MemoryCap.default().bytes
         now = int(available_bytes() * AVAILABLE_SHARE)
         if now < half:
             return cls(now, f"{gib(now)}, {AVAILABLE_SHARE:.0%} of the memory available now (--memory sets it)",
-                       seconds)
-        return cls(half, f"{gib(half)}, half the machine's RAM (--memory sets it)", seconds)
+                       seconds, half)
+        return cls(half, f"{gib(half)}, half the machine's RAM (--memory sets it)", seconds, half)
 
-    def longest(self, size: RunSize) -> int:
-        """The longest length (a multiple of the chunks) whose estimate fits, 0 if none does."""
+    def longest(self, size: RunSize, nbytes: int | None = None) -> int:
+        """The longest length (a multiple of the chunks) whose estimate fits ``nbytes`` (default the budget), 0
+        if none does."""
+        nbytes = self.nbytes if nbytes is None else nbytes
         lo, hi = 0, (1 << 40) // max(1, size.chunks)  # chunk sizes: lo fits (or is 0), hi does not
         while hi - lo > 1:
             mid = (lo + hi) // 2
-            lo, hi = (mid, hi) if size.bytes(mid * size.chunks) <= self.nbytes else (lo, mid)
+            lo, hi = (mid, hi) if size.bytes(mid * size.chunks) <= nbytes else (lo, mid)
         return lo * size.chunks
 
     def default_length(self, size: RunSize) -> int:
-        """``--length``'s default: ``MOST_CHUNK`` elements a chunk, fewer past ``DEFAULT_ELEMENTS`` or the budget
-        (at least 1)."""
+        """``--length``'s default: ``MOST_CHUNK`` elements a chunk, fewer past ``DEFAULT_ELEMENTS`` or the planned
+        figure (at least 1): the same on a loaded machine as on an idle one."""
         k = size.chunks
         most = DEFAULT_ELEMENTS // size.devices // k * k
-        return max(k, min(k * MOST_CHUNK, most, self.longest(size)))
+        return max(k, min(k * MOST_CHUNK, most, self.longest(size, self.planned or self.nbytes)))
 
     def check(self, size: RunSize, length: int) -> None:
         """Refuses (P2Error, one line) a run whose estimate exceeds the memory or whose least time exceeds the
