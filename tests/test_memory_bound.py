@@ -124,3 +124,18 @@ def test_a_refusal_suggests_only_encodings_whose_estimate_fits(run_cli):
     rc, _, err = run_cli("synth", "--system", "a100-4x16", "--axes", "64", "--reduce", "0", "--matrix", "[[4,16]]",
                          "--engine", "z3", "--encoding", "bitvec", "--memory", "0.001", "--max-len", "3")
     assert rc == 2 and "the default certified engine" in err and "representative" not in err
+
+
+@pytest.mark.parametrize("error", [MemoryError(), z3.Z3Exception("out of memory")])
+def test_running_out_of_memory_past_the_checks_is_one_line_unknown(run_cli, monkeypatch, error):
+    """Where no up-front check applies (terms built, a checker's solver), an allocation that fails is an unknown
+    in one line (exit 4), not a traceback."""
+    from p2smt.synth import driver
+
+    def fail(*args, **kwargs):
+        raise error
+
+    monkeypatch.setattr(driver, "synthesize", fail)
+    rc, out, err = run_cli("synth", *SMALL)
+    assert rc == 4 and out == "" and "Traceback" not in err and len(err.strip().splitlines()) == 1
+    assert "out of memory" in err

@@ -139,7 +139,18 @@ def _failure(err: Exception) -> int:
     if isinstance(err, InternalError):
         print(f"p2smt: INTERNAL ERROR (please report): {one_line(str(err))}", file=sys.stderr)
         return ExitCode.INTERNAL
+    if isinstance(err, MemoryError) or (type(err).__name__ == "Z3Exception" and _z3_out_of_memory(err)):
+        # past the checks that refuse a size up front: building terms or a checker's solver ran out
+        print("p2smt: error: out of memory before an answer (neither proved nor refuted); give the process more "
+              "memory, or a smaller size (--memory, --max-len, fewer devices)", file=sys.stderr)
+        return ExitCode.UNKNOWN
     raise err
+
+
+def _z3_out_of_memory(err: Exception) -> bool:
+    from p2smt.smt.memory import memory_reason
+
+    return memory_reason(err) is not None
 
 
 if __name__ == "__main__":
