@@ -31,7 +31,12 @@ from p2smt.model.dsl import Program, candidate_instructions, problem
 from p2smt.model.hierarchy import SynthesisHierarchy
 from p2smt.model.system import System
 from p2smt.model.topology import build_topology
-from p2smt.semantics.bitmatrix import Machine, State
+from p2smt.semantics.bitmatrix import Machine
+from p2smt.semantics.bitmatrix import State as BitState
+from p2smt.semantics.pieces import Tokens
+
+State = BitState | Tokens
+"""A searched state: the bitmatrix interpreter's, or the compressed one's tuple of device-state tokens."""
 
 MAX_DEVICES = 256
 """Synthesis devices up to which the k×k-bit state per device is searched at the real size; above, the
