@@ -16,9 +16,15 @@ import numpy as np
 MAX_REPORTED = 8
 
 
+def input_span(device: int, length: int, start: int, stop: int) -> np.ndarray:
+    """Elements ``start:stop`` of device ``device``'s data (built alone: a row of all devices' data costs devices
+    × more), int64, distinct across devices and positions."""
+    return device * length + np.arange(start + 1, stop + 1, dtype=np.int64)
+
+
 def input_row(device: int, length: int) -> np.ndarray:
-    """Device ``device``'s data, ``length`` int64 (built alone: a row of all devices' data costs devices × more)."""
-    return device * length + np.arange(1, length + 1, dtype=np.int64)
+    """Device ``device``'s data, ``length`` int64."""
+    return input_span(device, length, 0, length)
 
 
 def expected_row(group: Sequence[int], length: int) -> np.ndarray:
@@ -55,7 +61,7 @@ def expected(device: int, group: Sequence[int], num_devices: int, length: int, n
     b = num_chunks // goal["shards"]
     owner = {goal["rank"][d]: d for d in group}
     c = length // num_chunks  # chunk r of its owner's row, built alone
-    parts = [owner[r // b] * length + np.arange(r * c + 1, (r + 1) * c + 1, dtype=np.int64) for r in range(num_chunks)]
+    parts = [input_span(owner[r // b], length, r * c, (r + 1) * c) for r in range(num_chunks)]
     return np.concatenate(parts), tuple(range(num_chunks))
 
 
