@@ -342,13 +342,15 @@ SHARDED_NOTE = ("reduce-scatter and all-gather communications: the cheapest rank
 
 
 def certification(config: EngineConfig, reductions: list[CommChoice]) -> dict[str, Any]:
-    """Under the certified engine, whether Z3 certified the program set of every (placement, reduction) unit
-    each choice was made from, in words; nothing under another engine."""
-    if config.engine is not Engine.CERTIFIED:
-        return {}
+    """Whether Z3 certified the program set of every (placement, reduction) unit each choice was made from, in
+    words (under another engine than the certified one: not certified, and what the first choice rests on)."""
     reductions = [c for c in reductions if c.program is not None]  # a unit with nothing to reduce proves nothing
     if not reductions:
         return {"certified": True, "certification": "nothing to certify: every reduction is over axes of size 1"}
+    if config.engine is not Engine.CERTIFIED:
+        return {"certified": False, "certification": (
+            f"NOT certified by Z3 (--engine {config.engine.value}; --engine certified proves each unit's program "
+            f"set): each choice says what it rests on (--json), e.g. {reductions[0].rests_on}")}
     missing = [c for c in reductions if not c.certified]
     if not missing:
         n = len(reductions)
