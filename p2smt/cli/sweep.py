@@ -28,7 +28,7 @@ def register(sub) -> None:
                    help="--paper: show progress on stderr (default: on a terminal; --grid shows it unless --json)")
     p.add_argument("--scheduler", help="dask.distributed scheduler address (default: local cores)")
     p.add_argument("--workers", type=count, help="local workers / tasks in flight")
-    p.add_argument("--timeout", type=seconds, help="per-task seconds")
+    p.add_argument("--timeout", type=seconds, help="per-task solver seconds; a task is killed at S + max(1 s, S/4) and reported as timeout")
     add_json(p)
     p.set_defaults(func=run)
 
