@@ -62,29 +62,31 @@ def summarize(rows: Sequence[dict[str, Any]]) -> dict[str, Any]:
 
 def render_summary(summary: dict[str, Any], title: str = "experiment"):
     """Rich renderables: the per-variant table, then loud panels for disagreements and failures."""
+    from rich.markup import escape
     from rich.panel import Panel
     from rich.table import Table
 
-    t = Table(title=title, caption="ok: complete; conj: every program valid, completeness not proved; unk: Z3 "
-              "gave up (its timeout); t/o: killed at the wall-clock limit; median and total over the runs that "
-              "were not skipped")
-    t.add_column("variant", min_width=14, overflow="fold")
-    for col in ("configs", "runs", "ok", "conj", "unk", "t/o", "err", "skip", "median s", "total s", "programs"):
-        t.add_column(col, justify="right", overflow="fold")
+    t = Table(title=title, caption="cfg: configurations; ok: complete; conj: every program valid, completeness not "
+              "proved; unk: Z3 gave up (its timeout); t/o: killed at the wall-clock limit; err: errors and unsound "
+              "runs (listed below); med, total: seconds over the runs that were not skipped; progs: programs",
+              padding=(0, 1), collapse_padding=True)
+    t.add_column("variant", overflow="fold", ratio=1)
+    for col in ("cfg", "runs", "ok", "conj", "unk", "t/o", "err", "skip", "med s", "total s", "progs"):
+        t.add_column(col, justify="right", no_wrap=True)
     for v in summary["variants"]:
         med = "—" if v["median_seconds"] is None else f"{v['median_seconds']:.3f}"
-        t.add_row(v["variant"], str(v["configs"]), str(v["runs"]), str(v["complete"]), str(v["conjectured"]),
+        t.add_row(escape(v["variant"]), str(v["configs"]), str(v["runs"]), str(v["complete"]), str(v["conjectured"]),
                   str(v["unknown"]),
                   str(v["timeout"]), str(v["error"] + v["unsound"]), str(v["skipped"]), med,
                   f"{v['total_seconds']:.2f}", str(v["programs"]))
     out: list[Any] = [t]
     if summary["disagreements"]:
-        lines = [f"{d['config']}: " + "; ".join(f"{var} -> {counts}" for var, counts in d["answers"].items())
+        lines = [escape(f"{d['config']}: " + "; ".join(f"{var} -> {counts}" for var, counts in d["answers"].items()))
                  for d in summary["disagreements"]]
         out.append(Panel("\n".join(lines), title="CONFORMANCE DISAGREEMENT: complete or conjectured runs found different "
                          "program sets", style="bold red"))
     if summary["failures"]:
-        lines = [f"{f['variant']} on {f['config']}: {f['status']}: {f['error']}" for f in summary["failures"]]
+        lines = [escape(f"{f['variant']} on {f['config']}: {f['status']}: {f['error']}") for f in summary["failures"]]
         out.append(Panel("\n".join(lines), title="FAILED RUNS", style="bold red"))
     return out
 
