@@ -145,5 +145,5 @@ class RunBudget:
                           f"use {instead} or a larger --memory if the machine has it")
         least = size.least_seconds()
         if least > self.seconds:
-            raise P2Error(f"{said}: the run takes at least about {least:,.0f} s by its estimate, more than "
+            raise P2Error(f"{said}: the run takes at least about {least:,.3g} s by its estimate, more than "
                           f"--run-timeout {self.seconds:g} s; use fewer devices or a larger --run-timeout")

@@ -204,7 +204,7 @@ def _launch_jax(job: Path, n: int, tmp: Path, timeout: float) -> tuple[list[dict
     out = tmp / "jax.json"
     code, stderr = _spawn([sys.executable, "-m", "p2smt.lower._jax_worker", str(job), str(out)], env, timeout)
     if code is None:
-        return None, f"the JAX run timed out after {timeout:.0f} s"
+        return None, f"the JAX run timed out after {timeout:g} s (--run-timeout)"
     if code != 0 or not out.exists():
         return None, f"the JAX worker failed (exit {code}): {_tail(stderr)}"
     return json.loads(out.read_text()), ""
@@ -213,7 +213,7 @@ def _launch_jax(job: Path, n: int, tmp: Path, timeout: float) -> tuple[list[dict
 def _launch_torch(job: Path, n: int, tmp: Path, timeout: float) -> tuple[list[list[dict]] | None, str]:
     env = _env({"GLOO_SOCKET_IFNAME": "lo"})
     code, stderr = _spawn([sys.executable, "-m", "p2smt.lower._torch_worker", str(job), str(tmp)], env, timeout)
-    failure = f"the torch run timed out after {timeout:.0f} s" if code is None else ""
+    failure = f"the torch run timed out after {timeout:g} s (--run-timeout)" if code is None else ""
     results = []
     for rank in range(n):
         path = tmp / f"rank{rank}.jsonl"
