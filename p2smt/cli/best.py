@@ -20,7 +20,7 @@ from p2smt.cli.options import (
     request_of,
     seconds,
 )
-from p2smt.cli.output import ExitCode, emit
+from p2smt.cli.output import ExitCode, counted, emit
 from p2smt.errors import P2Error
 from p2smt.smt.budget import DEFAULT_PROOF_BUDGET
 
@@ -104,7 +104,7 @@ def run(args: argparse.Namespace) -> int:
             status = "optimal by exhaustive search, not certified by Z3"
         c.print(f"{system.name}: axes {list(req.axes)}, reduce {list(result.reduction_axes)}, max length "
                 f"{config.max_len}, {args.algo}, {result.bytes_per_device:.4g} bytes per device: "
-                f"[bold]{status}[/bold] ({len(result.matrices)} placements, {result.seconds:.3f} s)")
+                f"[bold]{status}[/bold] ({counted(len(result.matrices), 'placement')}, {result.seconds:.3f} s)")
         for m in result.matrices:
             levels = " > ".join(f"{n} {s}" for n, s in m.hierarchy.levels)
             said = m.status if m.certified or m.status == "unknown" else f"{m.status}, not certified"
