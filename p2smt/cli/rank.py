@@ -150,7 +150,8 @@ def price_users_program(req, program, result, algo: str, nbytes: float) -> dict:
     else:
         blocks = len(placement.reduction_groups(placement.check_axes(req.reduce))[0])
         seconds = explicit_plan_seconds(system, program, blocks, nbytes, algo)
-        text = "; ".join(f"{s.collective.value} over {[list(g) for g in s.groups]}" for s in program)
+        text = "; ".join(f"{s.collective.value} over {[list(g) for g in s.groups]}" if s.groups else
+                         f"{s.collective.value} (a no-op: no group of two or more devices)" for s in program)
     if not result.matrices:  # the deadline came first: nothing to rank it among
         return {"program": text, "seconds": seconds, "rank": None, "of": None, "synthesized": None, "vs_best": None}
     (m,) = result.matrices
