@@ -493,3 +493,13 @@ def test_a_mesh_equal_to_the_declared_one_keeps_the_module_s_device_order():
     plain = audit_text(text, system="v100-2x8")
     given = audit_text(text, system="v100-2x8", mesh=[("node", 4), ("gpu", 4)])
     assert [c.to_json()["steps"] for c in given.chains] == [c.to_json()["steps"] for c in plain.chains]
+
+
+def test_a_module_cut_short_says_so():
+    text = "\n".join((AUDIT / "all-gather-untiled-sum.mlir").read_text().splitlines()[:9])
+    with pytest.raises(P2Error, match=r"cut\.mlir:9:\d+: .* \(at the last line of 9: is the module cut short\?\)"):
+        audit_text(text, system="v100-2x8", where="cut.mlir")
+    whole = (AUDIT / "all-gather-untiled-sum.mlir").read_text().replace("stablehlo.reduce(", "stablehlo.reduce((", 1)
+    with pytest.raises(P2Error) as err:
+        audit_text(whole, system="v100-2x8", where="typo.mlir")
+    assert "cut short" not in str(err.value)

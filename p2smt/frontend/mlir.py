@@ -118,6 +118,14 @@ def position(where: str, location: Any) -> str:
     return f"{where} (from {text[text.rfind(chr(34), 0, at) + 1:at]}:{spot.rstrip(':')})"
 
 
+def _cut_short(text: str, spot: str) -> str:
+    """A hint when the parser stopped on the text's last line: the file more likely ends too early (a copy cut
+    short) than holds a wrong token there."""
+    line = spot.split(":", 1)[0]
+    lines = text.rstrip().count("\n") + 1
+    return f" (at the last line of {lines}: is the module cut short?)" if line.isdigit() and int(line) >= lines else ""
+
+
 def parse_mlir(text: str, where: str = "<stablehlo>") -> MlirModule:
     """Parse (and verify) a StableHLO module with jaxlib's MLIR; a malformed one is one P2Error
     ``where:line:col: message``."""
@@ -134,5 +142,5 @@ def parse_mlir(text: str, where: str = "<stablehlo>") -> MlirModule:
         at = text_at.find('"-":')
         spot = text_at[at + 4:].rstrip(")") if at >= 0 else ""
         head = f"{where}:{spot}" if spot else position(where, first.location)  # "-":L:C is the text's
-        raise P2Error(f"{head}: {' '.join(first.message.split())}") from None
+        raise P2Error(f"{head}: {' '.join(first.message.split())}{_cut_short(text, spot)}") from None
     return MlirModule(context, module, where, text_lines(ir, context, module, text))
