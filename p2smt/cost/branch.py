@@ -46,6 +46,8 @@ compressed interpreter's state (exact at any size) up to its search limit."""
 class _Bitmatrix:
     """The bitmatrix interpreter as the search's step function (a device's k×k bits, one integer per row set)."""
 
+    name = "bitmatrix"
+
     def __init__(self, prob):
         self.prob, self.machine = prob, Machine(prob.num_devices)
         self.initial, self.goal = self.machine.initial(), self.machine.goal(prob.goal_groups)
@@ -61,25 +63,19 @@ class _Bitmatrix:
 class _Pieces:
     """The compressed interpreter as the search's step function (device states interned as tokens)."""
 
+    name = "compressed"
+
     def __init__(self, prob):
         from p2smt.semantics.pieces import Stepper
 
         self.stepper = Stepper(prob)
         self.initial, self.goal = self.stepper.initial, self.stepper.goal
         self.step = self.stepper.step
-        self.rows: dict[int, int] = {}
+        self.held: dict[int, int] = {}  # token -> chunks held, computed once per distinct device state
 
     def holdings(self, state) -> list[int]:
-        out = []
-        for t in state:
-            n = self.rows.get(t)
-            if n is None:
-                chunks = 0
-                for piece_chunks, _ in self.stepper.device_state(t):
-                    chunks |= piece_chunks
-                n = self.rows[t] = chunks.bit_count()
-            out.append(n)
-        return out
+        held = self.held
+        return [held[t] if t in held else held.setdefault(t, self.stepper.chunks_held(t)) for t in state]
 
 
 class BranchAndBound:
@@ -97,7 +93,6 @@ class BranchAndBound:
         self.prob = problem(h, require_progress)
         self.instructions = [ins for ins, _ in candidate_instructions(h)]
         self.machine = _Bitmatrix(self.prob) if h.num_devices <= MAX_DEVICES else _Pieces(self.prob)
-        self.interpreter = "bitmatrix" if h.num_devices <= MAX_DEVICES else "compressed"
         self.goal = self.machine.goal
         self.prices = Prices(self.instructions, build_topology(system), h, algo=algo, bytes_per_device=bytes_per_device,
                              k=self.prob.num_devices)
@@ -162,6 +157,6 @@ class BranchAndBound:
         ranked = sorted(self.found, key=lambda f: f[0])
         stats = {"method": "search", "states": len(self.steps_of), "priced": len(self.prices.table),
                  "lookahead_entries": len(self.to_go_memo), "prefixes_visited": self.visited}
-        if self.interpreter != "bitmatrix":
-            stats["interpreter"] = self.interpreter
+        if self.machine.name != _Bitmatrix.name:
+            stats["interpreter"] = self.machine.name
         return [r for _, r in ranked[: self.top]], stats

@@ -559,6 +559,6 @@ class Stepper:
         except _Fail:
             return None
 
-    def device_state(self, token: int) -> State:
-        """The device state a token names: its pieces (chunks, contributions)."""
-        return self._machine.states[token]
+    def chunks_held(self, token: int) -> int:
+        """How many chunks the device state a token names holds (its non-empty rows)."""
+        return _rows(self._machine.states[token]).bit_count()
