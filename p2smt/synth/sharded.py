@@ -19,6 +19,7 @@ from p2smt.semantics.dense import Step
 from p2smt.semantics.positions import PositionRun
 from p2smt.semantics.verdict import Verdict, judge
 from p2smt.smt.verify import PlanProof, StepReport, prove_plan
+from p2smt.synth.agree import agree, same_verdict
 
 MAX_DEFECTS = 64
 MAX_STATES = 8
@@ -49,13 +50,15 @@ def prove_sharded(
                        chunks=chunks, encoding=encoding, report=report, sharding=sharding)
     if proof.status is ProofStatus.UNKNOWN:
         return proof
-    v = verdict.violation
-    z3_step = proof.violation is not None and proof.violation.step is not None  # Z3 names a failing step
-    if (proof.status is ProofStatus.PROVED) != verdict.execution.valid or (z3_step and (v is None or v.step is None)):
-        raise InternalError(f"Z3 ({proof.status}) and the interpreter ({'valid' if verdict.execution.valid else v}) "
-                            f"disagree on a plan against the {sharding.kind.value} goal")
-    if proof.status is ProofStatus.PROVED or z3_step:
+    same_verdict(proof, verdict)
+    if proof.status is ProofStatus.PROVED:
         return proof
+    v = verdict.violation
+    if proof.violation is not None and proof.violation.step is not None:  # Z3 names a failing step
+        if v is None or v.step is None:
+            raise InternalError(f"Z3 refutes step {proof.violation.step} but the interpreter applies every step "
+                                f"of a plan against the {sharding.kind.value} goal")
+        return agree(proof, verdict)
     # Z3: every step applies, the goal is missed; the interpreter names where (or the first step mixing groups)
     defects = verdict.execution.defects
     shown = list(dict.fromkeys(v.devices))[:MAX_STATES]
