@@ -202,15 +202,15 @@ def shard_ranks(request: Request, placement: Placement, h: SynthesisHierarchy, g
 
 def _judged(request: Request, program: str | Sequence[Mapping[str, Any]], goal: str | None = None,
             shard_axes: Sequence[int] | None = None):
-    """(placement, program or None, plan, verdict) of a DSL program or an explicit plan under P²'s interpreter
-    (and XLA/NCCL positions, for an explicit plan and under a sharded goal), against ``goal``."""
+    """(placement, program or None, plan, sharding or None, verdict) of a DSL program or an explicit plan under
+    P²'s interpreter (and XLA/NCCL positions, for an explicit plan and under a sharded goal), against ``goal``."""
     from p2smt.model.collectives import ExplicitStep
     from p2smt.semantics.verdict import judge
 
     placement, prog, steps, goal_groups, sharding = _plan(request, program, goal, shard_axes)
     verdict = judge(placement.num_devices, steps, goal_groups, len(goal_groups[0]), request.require_progress,
                     layout=prog is None or sharding is not None, sharding=sharding)
-    return placement, prog, tuple(ExplicitStep(c, g) for c, g in steps), verdict
+    return placement, prog, tuple(ExplicitStep(c, g) for c, g in steps), sharding, verdict
 
 
 def check(request: Request, program: str | Sequence[Mapping[str, Any]], *, goal: str | None = None,
@@ -233,7 +233,7 @@ def check(request: Request, program: str | Sequence[Mapping[str, Any]], *, goal:
     ...       goal="reduce-scatter").valid
     True
     """
-    return _judged(request, program, goal, shard_axes)[3]
+    return _judged(request, program, goal, shard_axes)[-1]
 
 
 def cost(system: System | str, collective: str, nbytes: float, algo: str = "ring") -> Any:
@@ -305,18 +305,14 @@ def _lowering(request: Request, program: str, axis_names: list[str] | None, allo
     judged in buffer positions too, as ``p2smt lower`` does: the module hands back the buffers as they are)."""
     from p2smt.errors import P2Error
     from p2smt.lower import placement_target
-    from p2smt.model.collectives import ExplicitStep
-    from p2smt.semantics.verdict import judge
 
-    placement, prog, steps, goal_groups, sharding = _plan(request, program, goal, shard_axes)
-    verdict = judge(placement.num_devices, steps, goal_groups, len(goal_groups[0]), request.require_progress,
-                    layout=prog is None or sharding is not None, sharding=sharding)
+    placement, prog, plan, sharding, verdict = _judged(request, program, goal, shard_axes)
     if not verdict.valid and not allow_invalid:
         raise P2Error(f"refusing to {what} an invalid program: {verdict.message()}")
     system = request.load_system()
     target = placement_target(placement, placement.check_axes(request.reduce), system.level_names, axis_names,
                               system.name, sharding)
-    return prog, tuple(ExplicitStep(c, g) for c, g in steps), target
+    return prog, plan, target
 
 
 def audit(fn: Any, *args: Any, system: System | str, mesh: Any = None, nodes: int | None = None,
