@@ -101,7 +101,6 @@ def lowering_inputs(args: argparse.Namespace):
     return plan, target, labels, verdict, price
 
 
-
 def run_lower(args: argparse.Namespace) -> int:
     from p2smt.lower import lower_module
 
