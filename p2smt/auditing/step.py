@@ -42,6 +42,11 @@ def parse_expect(text: str) -> tuple[int, Expected]:
     return int(key), Expected(dims, unreduced)
 
 
+def _axes_text(axes: Sequence[tuple[str, int]]) -> str:
+    """Mesh axes as ``--mesh`` writes them: ``data=4,tensor=4``."""
+    return ",".join(f"{a}={s}" for a, s in axes)
+
+
 def _mesh(reading: ModuleReading, given: Sequence[tuple[str, int]] | None) -> Mesh | None:
     """The module's mesh (its device order included), or ``given`` (``--mesh``, devices in order), which must
     name each of the module's devices once and may not contradict a mesh the module declares."""
@@ -51,15 +56,14 @@ def _mesh(reading: ModuleReading, given: Sequence[tuple[str, int]] | None) -> Me
         except (TypeError, ValueError):
             raise P2Error(f"mesh {given!r}: give (axis name, size) pairs, e.g. [('data', 4), ('tensor', 4)]") from None
         n, size = reading.space.num_devices, math.prod(s for _, s in axes)
-        shown = ",".join(f"{a}={s}" for a, s in axes)
+        shown = _axes_text(axes)
         if not axes or any(s < 1 for _, s in axes):
             raise P2Error(f"--mesh {shown}: give each axis a size of at least 1")
         if size != n:
             raise P2Error(f"--mesh {shown} has {size:,} devices but the module runs on {n:,}")
         if reading.mesh is not None and tuple(reading.mesh.axes) != axes:
-            declared = ",".join(f"{a}={s}" for a, s in reading.mesh.axes)
-            raise P2Error(f"--mesh {shown}: the module declares its mesh ({declared}); --mesh is for modules "
-                          "that declare none (compiled HLO)")
+            raise P2Error(f"--mesh {shown}: the module declares its mesh ({_axes_text(reading.mesh.axes)}); "
+                          "--mesh is for modules that declare none (compiled HLO)")
         if reading.mesh is None:
             return Mesh(axes, tuple(range(size)))
     if reading.mesh is None:
@@ -74,9 +78,7 @@ def _same_mesh(mesh: Any, reading: ModuleReading) -> None:
         return
     given = tuple((str(n), int(s)) for n, s in mesh.shape.items())
     if given != tuple(reading.mesh.axes):
-        def shown(axes) -> str:
-            return ",".join(f"{a}={s}" for a, s in axes)
-        raise P2Error(f"mesh {shown(given)} is not the mesh the module declares ({shown(reading.mesh.axes)}); "
+        raise P2Error(f"mesh {_axes_text(given)} is not the mesh the module declares ({_axes_text(reading.mesh.axes)}); "
                       "pass the jax.sharding.Mesh the function runs on")
 
 
